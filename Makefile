@@ -1,0 +1,41 @@
+# Two commands for a newcomer: `make demo` and `make test`. Every target sets up what it needs.
+# Override the torch build for a GPU machine, e.g.  make demo TORCH=torch==2.5.1
+PYTHON ?= python3
+TORCH  ?= torch==2.13.0
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DEMO_ARGS ?=
+BENCH_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench clean help
+
+help:
+	@echo "make demo   - embedded Kafka broker + synthetic click stream + training, ends with a report"
+	@echo "make test   - run the test suite (starts its own broker)"
+	@echo "make bench  - run the benchmarks (figures and ratios against in-run baselines)"
+	@echo "make clean  - remove the virtual environment and build outputs"
+	@echo "Variables: TORCH=$(TORCH) PYTHON=$(PYTHON) DEMO_ARGS=... BENCH_ARGS=... PYTEST_ARGS=..."
+
+setup: $(STAMP)
+
+# The stamp records the torch requirement so that `make ... TORCH=...` reinstalls when it changes.
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[embedded,test]"
+	@echo "$(TORCH)" > $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/hetgmp demo $(DEMO_ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/hetgmp bench all $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info reports .pytest_cache

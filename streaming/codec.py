@@ -1,0 +1,389 @@
+"""Decoding click-log messages into columnar :class:`~streaming.types.ClickBatch` values.
+
+A Kafka message holds one record or many newline-separated records; both decode the same way,
+because every message of a poll is joined into one buffer and split into lines together. The
+whole batch is decoded with numpy over that buffer (field boundaries from the positions of tabs
+and newlines, integers parsed digit column by digit column, categoricals hashed by
+:func:`streaming.hashing.hash_spans`), so the cost per record is a handful of vector operations,
+not a Python loop over records and fields. Python touches single lines only on the error path
+(non-ASCII bytes to validate, JSON lines that fail to parse).
+
+A record that cannot be decoded becomes a :class:`~streaming.types.Reject` with its reason; the
+records around it decode as usual. Empty lines are not records (a trailing newline is common);
+a message with no record at all is rejected as ``empty_message``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+
+from streaming.hashing import field_seeds, hash_spans
+from streaming.types import ClickBatch, Reject, RejectReason, Schema
+
+__all__ = ["Decoder", "Decoded", "DecodeConfig"]
+
+_NL, _CR, _TAB, _MINUS, _ZERO = 10, 13, 9, 45, 48
+# An int64 holds any 18-digit decimal; longer dense values are rejected rather than wrapped.
+_MAX_DIGITS = 18
+_SLACK = 8
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How records are decoded.
+
+    Attributes:
+        format: ``tsv`` (Criteo: label, dense..., sparse..., tab separated) or ``json`` (one
+            object per line, keys = schema field names).
+        max_record_bytes: longer records are rejected as ``too_large`` before any parsing.
+    """
+
+    format: Literal["tsv", "json"] = "tsv"
+    max_record_bytes: int = 65536
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What :meth:`Decoder.decode` returns: the good records, and the rejected ones."""
+
+    batch: ClickBatch
+    rejects: list[Reject] = field(default_factory=list)
+
+
+@dataclass
+class _Lines:
+    """Lines of the joined buffer, after the checks common to every format."""
+
+    buf: np.ndarray  # uint8 view of the joined messages
+    starts: np.ndarray  # int64 [L] start of each surviving line
+    ends: np.ndarray  # int64 [L] end (exclusive, without \r\n)
+    message: np.ndarray  # int64 [L] index of the message each line came from
+
+
+class Decoder:
+    """Decodes lists of message payloads into a :class:`ClickBatch` plus rejects."""
+
+    def __init__(self, schema: Schema | None = None, config: DecodeConfig | None = None) -> None:
+        self.schema = schema or Schema()
+        self.config = config or DecodeConfig()
+        if self.config.format not in ("tsv", "json"):
+            raise ValueError(f"unknown record format {self.config.format!r} (tsv or json)")
+        self._seeds = field_seeds(self.schema.sparse)
+
+    def decode(
+        self,
+        payloads: Sequence[bytes | None],
+        partitions: Sequence[int] | np.ndarray | None = None,
+        offsets: Sequence[int] | np.ndarray | None = None,
+        timestamps_ms: Sequence[int] | np.ndarray | None = None,
+    ) -> Decoded:
+        """Decode messages; the Kafka coordinates of message ``i`` apply to all its records.
+
+        Args:
+            payloads: message values (``None``, a tombstone, counts as an empty message).
+            partitions: Kafka partition of each message, or None (-1).
+            offsets: Kafka offset of each message, or None (-1).
+            timestamps_ms: Kafka timestamp of each message, or None (-1).
+        """
+        n = len(payloads)
+        meta = [
+            np.full(n, -1, np.int64) if a is None else np.asarray(a, dtype=np.int64)
+            for a in (partitions, offsets, timestamps_ms)
+        ]
+        rejects: list[Reject] = []
+        kept: list[int] = []
+        for i, p in enumerate(payloads):
+            if not p or p.isspace():
+                rejects.append(
+                    Reject(RejectReason.EMPTY_MESSAGE, p or b"", int(meta[0][i]), int(meta[1][i]))
+                )
+            else:
+                kept.append(i)
+        if not kept:
+            return Decoded(ClickBatch.empty(self.schema), rejects)
+        kept_idx = np.asarray(kept, dtype=np.int64)
+        lines = self._split([payloads[i] for i in kept], kept_idx, meta, rejects)  # type: ignore[misc]
+        if self.config.format == "tsv":
+            batch, rows = self._decode_tsv(lines, meta, rejects)
+        else:
+            batch, rows = self._decode_json(lines, meta, rejects)
+        del rows
+        return Decoded(batch, rejects)
+
+    # -- common line handling ------------------------------------------------------------------
+
+    def _split(
+        self,
+        payloads: list[bytes],
+        kept_idx: np.ndarray,
+        meta: list[np.ndarray],
+        rejects: list[Reject],
+    ) -> _Lines:
+        # Eight zero bytes of slack after the last newline let the hashing read whole words.
+        joined = b"\n".join(payloads) + b"\n" + bytes(_SLACK)
+        buf = np.frombuffer(joined, dtype=np.uint8)
+        sizes = np.array(list(map(len, payloads)), dtype=np.int64) + 1
+        msg_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        nl = np.flatnonzero(buf == _NL)
+        starts = np.concatenate([[0], nl[:-1] + 1]).astype(np.int64)
+        ends = nl.astype(np.int64)
+        has_cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == _CR)
+        ends = ends - has_cr
+        message = kept_idx[np.searchsorted(msg_starts, starts, side="right") - 1]
+        nonempty = ends > starts
+        bad = np.zeros(starts.size, dtype=np.int8)  # 0 = ok, else index into reasons below
+        reasons = [None, RejectReason.TOO_LARGE, RejectReason.INVALID_UTF8]
+        bad[(ends - starts) > self.config.max_record_bytes] = 1
+        high = np.flatnonzero(buf >= 0x80)
+        if high.size:
+            # Only lines holding non-ASCII bytes need a real UTF-8 check; Criteo logs have none.
+            for line in np.unique(np.searchsorted(nl, high)):
+                if bad[line] == 0:
+                    try:
+                        joined[starts[line] : ends[line]].decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad[line] = 2
+        for line in np.flatnonzero(bad):
+            m = message[line]
+            rejects.append(
+                Reject(
+                    reasons[bad[line]],  # type: ignore[arg-type]
+                    joined[starts[line] : ends[line]],
+                    int(meta[0][m]),
+                    int(meta[1][m]),
+                )
+            )
+        keep = nonempty & (bad == 0)
+        return _Lines(buf, starts[keep], ends[keep], message[keep])
+
+    def _reject_rows(
+        self,
+        lines: _Lines,
+        rows: np.ndarray,
+        reason: RejectReason,
+        meta: list[np.ndarray],
+        rejects: list[Reject],
+        detail: str = "",
+    ) -> None:
+        data = lines.buf
+        for r in rows:
+            m = lines.message[r]
+            rejects.append(
+                Reject(
+                    reason,
+                    data[lines.starts[r] : lines.ends[r]].tobytes(),
+                    int(meta[0][m]),
+                    int(meta[1][m]),
+                    detail,
+                )
+            )
+
+    def _assemble(
+        self,
+        lines: _Lines,
+        rows: np.ndarray,
+        labels: np.ndarray,
+        dense_int: np.ndarray,
+        ids: np.ndarray,
+        meta: list[np.ndarray],
+    ) -> ClickBatch:
+        msg = lines.message[rows]
+        dense = np.log1p(np.maximum(dense_int, 0).astype(np.float64)).astype(np.float32)
+        return ClickBatch(
+            labels=labels.astype(np.float32),
+            dense=dense,
+            ids=ids,
+            partitions=meta[0][msg].astype(np.int32),
+            offsets=meta[1][msg],
+            timestamps_ms=meta[2][msg],
+        )
+
+    # -- TSV ---------------------------------------------------------------------------------------
+
+    def _decode_tsv(
+        self, lines: _Lines, meta: list[np.ndarray], rejects: list[Reject]
+    ) -> tuple[ClickBatch, np.ndarray]:
+        buf, starts, ends = lines.buf, lines.starts, lines.ends
+        n_fields = self.schema.num_fields
+        n_dense = len(self.schema.dense)
+        tabs = np.flatnonzero(buf == _TAB)
+        n = starts.size
+        t = None
+        if tabs.size == n * (n_fields - 1):
+            # Fast path: if every line has exactly F-1 tabs, row r of this reshape is line r's tabs;
+            # a row whose first/last tab falls outside its line proves some line's count is off.
+            t = tabs.reshape(n, n_fields - 1)
+            if not ((t[:, 0] >= starts).all() and (t[:, -1] < ends).all()):
+                t = None
+        if t is None:
+            # Tabs inside line r are tabs[first[r]:first[r] + count[r]] (both sorted).
+            first = np.searchsorted(tabs, starts)
+            counts = np.searchsorted(tabs, ends) - first
+            wrong = counts != n_fields - 1
+            self._reject_rows(
+                lines,
+                np.flatnonzero(wrong),
+                RejectReason.WRONG_FIELD_COUNT,
+                meta,
+                rejects,
+                f"expected {n_fields} tab-separated fields",
+            )
+            rows = np.flatnonzero(~wrong)
+            if rows.size == 0:
+                return ClickBatch.empty(self.schema), rows
+            t = tabs[first[rows, None] + np.arange(n_fields - 1)]
+        else:
+            rows = np.arange(n)
+        f_starts = np.concatenate([starts[rows, None], t + 1], axis=1)
+        f_ends = np.concatenate([t, ends[rows, None]], axis=1)
+
+        label_len = f_ends[:, 0] - f_starts[:, 0]
+        label_byte = buf[f_starts[:, 0]]
+        label_ok = (label_len == 1) & ((label_byte == _ZERO) | (label_byte == _ZERO + 1))
+        dense_int, dense_ok = _parse_ints(buf, f_starts[:, 1 : 1 + n_dense], f_ends[:, 1 : 1 + n_dense])
+        self._reject_rows(lines, rows[~label_ok], RejectReason.BAD_LABEL, meta, rejects, "label must be 0 or 1")
+        bad_dense = label_ok & ~dense_ok
+        self._reject_rows(
+            lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects, "dense values must be integers"
+        )
+        good = label_ok & dense_ok
+        if not good.all():
+            rows, f_starts, f_ends = rows[good], f_starts[good], f_ends[good]
+            dense_int, label_byte = dense_int[good], label_byte[good]
+        ids = hash_spans(
+            buf, f_starts[:, 1 + n_dense :], f_ends[:, 1 + n_dense :], self._seeds, slack=True
+        )
+        labels = (label_byte - _ZERO).astype(np.float32)
+        return self._assemble(lines, rows, labels, dense_int, ids, meta), rows
+
+    # -- JSON lines ------------------------------------------------------------------------------
+
+    def _decode_json(
+        self, lines: _Lines, meta: list[np.ndarray], rejects: list[Reject]
+    ) -> tuple[ClickBatch, np.ndarray]:
+        # Each line is parsed by the json module; what follows (integer checks, hashing) is
+        # vectorised like the TSV path, over one buffer holding every categorical value.
+        schema = self.schema
+        n = lines.starts.size
+        labels = np.zeros(n, np.float32)
+        dense = np.zeros((n, len(schema.dense)), np.int64)
+        values: list[bytes] = []
+        ok = np.ones(n, dtype=bool)
+        for r in range(n):
+            raw = lines.buf[lines.starts[r] : lines.ends[r]].tobytes()
+            try:
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    raise ValueError("a record must be a JSON object")
+                label = obj.get(schema.label)
+                if label not in (0, 1) or isinstance(label, float) and label not in (0.0, 1.0):
+                    raise ValueError(f"label must be 0 or 1, got {label!r}")
+                row_dense = [_json_int(obj.get(name)) for name in schema.dense]
+                row_values = [_json_str(obj.get(name)) for name in schema.sparse]
+            except (ValueError, TypeError) as exc:
+                ok[r] = False
+                self._reject_rows(
+                    lines, np.array([r]), RejectReason.BAD_JSON, meta, rejects, str(exc)[:200]
+                )
+                continue
+            labels[r] = float(label)
+            dense[r] = row_dense
+            values.extend(row_values)
+        rows = np.flatnonzero(ok)
+        if rows.size == 0:
+            return ClickBatch.empty(schema), rows
+        sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+        v_ends = np.cumsum(sizes).reshape(rows.size, len(schema.sparse))
+        v_starts = v_ends - sizes.reshape(v_ends.shape)
+        vbuf = np.frombuffer(b"".join(values) or b"\0", dtype=np.uint8)
+        ids = hash_spans(vbuf, v_starts, v_ends, self._seeds)
+        return self._assemble(lines, rows, labels[rows], dense[rows], ids, meta), rows
+
+
+def _json_int(v: object) -> int:
+    if v is None or v == "":
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"dense value must be an integer, got {v!r}")
+    return int(v)
+
+
+def _json_str(v: object) -> bytes:
+    if v is None:
+        return b""
+    if isinstance(v, (dict, list)):
+        raise ValueError(f"categorical value must be a scalar, got {type(v).__name__}")
+    return str(v).encode("utf-8")
+
+
+def _parse_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parse decimal integers in byte spans; returns ``(values, row_ok)``. Empty spans are 0.
+
+    Values of up to 8 digits (nearly all of them in click logs) are parsed eight bytes at a time:
+    one unaligned 64-bit gather per span, then SWAR arithmetic (pairs, quads, octets of digits).
+    ``buf`` must have 8 readable bytes after the last span. Longer values take a digit-column
+    loop over just those spans. No loop runs over records or fields.
+    """
+    rows = starts.shape[0]
+    if starts.size == 0:
+        return np.zeros(starts.shape, np.int64), np.ones(rows, dtype=bool)
+    lengths = ends - starts
+    neg = (lengths > 0) & (buf[starts] == _MINUS)
+    pos = starts + neg
+    digits = lengths - neg
+    ok = ~(neg & (digits == 0)) & (digits <= _MAX_DIGITS)
+    words_at = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=buf.data, strides=(1,))
+    short = np.minimum(digits, 8)
+    word = words_at[np.minimum(pos, buf.size - 8)]
+    # Keep the first `short` bytes of each word (the digits); the rest become '0' characters
+    # shifted in at the top, which is the same as leading zeros once the digits are right-aligned.
+    keep_bits = (short * 8).astype(np.uint64)
+    keep = np.where(short >= 8, np.uint64(_M64), (np.uint64(1) << (keep_bits & np.uint64(63))) - np.uint64(1))
+    word &= keep
+    # Every kept byte must be an ASCII digit: fill the dropped bytes with '0', then each byte's
+    # high nibble must be 3 and its low nibble + 6 must not carry into the high nibble.
+    filled = word | (np.uint64(_ASCII_ZEROS) & ~keep)
+    high_ok = (filled & np.uint64(0xF0F0F0F0F0F0F0F0)) == np.uint64(_ASCII_ZEROS)
+    low_ok = ((filled & np.uint64(0x0F0F0F0F0F0F0F0F)) + np.uint64(0x0606060606060606)) & np.uint64(
+        0xF0F0F0F0F0F0F0F0
+    ) == 0
+    ok &= high_ok & low_ok
+    # Subtract '0' from the digit bytes only (no borrow: each is >= '0' once validated); invalid
+    # spans are rejected whole, so their garbage values do not matter.
+    with np.errstate(over="ignore"):
+        d = word - (np.uint64(_ASCII_ZEROS) & keep)
+        shift = ((8 - short) * 8).astype(np.uint64)
+        d = np.where(short > 0, d << (shift & np.uint64(63)), np.uint64(0))
+        d = (d * np.uint64(10) + (d >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+        d = (d * np.uint64(100) + (d >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+        d = (d * np.uint64(10000) + (d >> np.uint64(32))) & np.uint64(0x00000000FFFFFFFF)
+    value = d.astype(np.int64)
+    longer = np.flatnonzero((digits > 8).ravel() & ok.ravel())
+    if longer.size:
+        flat, flat_ok = value.ravel(), ok.ravel()
+        flat[longer], flat_ok[longer] = _parse_long(buf, pos.ravel()[longer], digits.ravel()[longer])
+        value, ok = flat.reshape(value.shape), flat_ok.reshape(ok.shape)
+    value = np.where(neg, -value, value)
+    return value, ok.all(axis=1)
+
+
+def _parse_long(
+    buf: np.ndarray, pos: np.ndarray, digits: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Values of 9..18 digits, one digit column at a time; returns ``(values, ok)``."""
+    value = np.zeros(pos.shape, np.int64)
+    ok = np.ones(pos.shape, dtype=bool)
+    for p in range(int(digits.max())):
+        active = digits > p
+        d = buf[pos + np.minimum(p, digits - 1)].astype(np.int64) - _ZERO
+        ok &= ~active | ((d >= 0) & (d <= 9))
+        value = np.where(active, value * 10 + d, value)
+    return value, ok
+
+
+_M64 = (1 << 64) - 1
+_ASCII_ZEROS = 0x3030303030303030

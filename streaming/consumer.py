@@ -1,0 +1,363 @@
+"""The click-log consumer: Kafka records in, decoded columnar batches out, offsets under control.
+
+Contract (bytewax-style source): :meth:`ClickConsumer.next_batch` returns whatever is available
+within a timeout, decoded; :meth:`ClickConsumer.snapshot` gives the next offset per partition of
+what has been *returned*; :meth:`ClickConsumer.commit` commits a snapshot only when the caller
+says so (auto-commit is off), so a trainer commits exactly what its checkpoint holds.
+
+Failure handling:
+
+* broker not up at start: :func:`streaming.kafka.connect_with_retry` (backoff, a log line a try);
+* broker restart mid-stream: kafka-python reconnects inside ``poll``; poll errors are logged and
+  retried with backoff rather than raised;
+* group rebalance: revoked partitions leave the snapshot (their new owner resumes from the last
+  commit); ``commit`` retries through ``RebalanceInProgressError``, keeping records that the
+  rejoining poll returns for the next ``next_batch``;
+* undecodable records: counted by reason and sent to the dead-letter topic with the reason in a
+  header; the records around them decode as usual. Dead letters are flushed before each commit,
+  so a committed offset never covers a rejected record that was not dead-lettered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from streaming.codec import DecodeConfig, Decoder
+from streaming.kafka import KafkaSettings, connect_with_retry
+from streaming.types import ClickBatch, Clock, Reject, Schema, SystemClock
+
+__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerStats"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Settings of :class:`ClickConsumer`."""
+
+    topic: str = field(default="clicks", metadata={"help": "topic of click logs"})
+    group_id: str = field(
+        default="hetgmp",
+        metadata={"help": "consumer group; empty = no group, read every partition (or --partitions)"},
+    )
+    format: Literal["tsv", "json"] = field(default="tsv", metadata={"help": "record format"})
+    schema: str = field(
+        default="criteo",
+        metadata={"help": "fields: 'criteo', 'DENSE,SPARSE' counts, or 'label=y;dense=a,b;sparse=c'"},
+    )
+    dead_letter_topic: str = field(
+        default="", metadata={"help": "topic for undecodable records; empty = TOPIC.dlq, 'none' = off"}
+    )
+    dead_letter_max_bytes: int = field(
+        default=262144, metadata={"help": "dead-lettered payloads are cut to this size (header says so)"}
+    )
+    max_record_bytes: int = field(
+        default=65536, metadata={"help": "longer records are rejected as too_large"}
+    )
+    auto_offset_reset: Literal["earliest", "latest"] = field(
+        default="earliest", metadata={"help": "where to start without a committed offset"}
+    )
+    session_timeout_ms: int = field(
+        default=6000, metadata={"help": "group session timeout (a join takes about half of it)"}
+    )
+    heartbeat_interval_ms: int = field(default=1000, metadata={"help": "group heartbeat interval"})
+    max_poll_interval_ms: int = field(
+        default=300000, metadata={"help": "longest gap between polls before the group evicts us"}
+    )
+    fetch_max_bytes: int = field(default=64 << 20, metadata={"help": "bytes per fetch response"})
+    max_partition_fetch_bytes: int = field(
+        default=8 << 20, metadata={"help": "bytes per partition per fetch"}
+    )
+    connect_timeout_s: float = field(
+        default=300.0, metadata={"help": "give up if no broker answers for this long at start"}
+    )
+    commit_retries: int = field(
+        default=30, metadata={"help": "retries of a commit interrupted by a rebalance"}
+    )
+
+    @property
+    def dead_letter(self) -> str | None:
+        """The dead-letter topic name, or None when dead-lettering is off."""
+        if self.dead_letter_topic.lower() == "none":
+            return None
+        return self.dead_letter_topic or f"{self.topic}.dlq"
+
+
+@dataclass
+class ConsumerStats:
+    """Counters of what the consumer has done (read by metrics and reports)."""
+
+    messages: int = 0
+    records: int = 0
+    bytes: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    dead_lettered: int = 0
+    poll_errors: int = 0
+    commits: int = 0
+    commit_retries: int = 0
+    rebalances: int = 0
+
+
+def _listener(owner: ClickConsumer) -> Any:
+    """Rebalance callbacks: forget revoked partitions (their next owner resumes from the commit)."""
+    from kafka import ConsumerRebalanceListener
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            owner._forget({tp.partition for tp in revoked})
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            owner.stats.rebalances += 1
+            log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
+
+    return Listener()
+
+
+class ClickConsumer:
+    """Consumes click logs from Kafka into :class:`~streaming.types.ClickBatch` values."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        config: ConsumerConfig | None = None,
+        *,
+        partitions: Sequence[int] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Create (not yet connect) a consumer.
+
+        Args:
+            kafka: how to reach the cluster.
+            config: consumer settings.
+            partitions: read exactly these partitions without a group (manual assignment);
+                None = join ``config.group_id`` (or read every partition if it is empty).
+            clock: time source for backoff (tests pass a fake one).
+        """
+        self.kafka = kafka
+        self.config = config or ConsumerConfig()
+        self.schema = Schema.parse(self.config.schema)
+        self.decoder = Decoder(
+            self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes)
+        )
+        self.stats = ConsumerStats()
+        self._manual = list(partitions) if partitions is not None else None
+        self._clock = clock or SystemClock()
+        self._consumer: Any = None
+        self._dlq: Any = None
+        self._positions: dict[int, int] = {}
+        self._pending: list[Any] = []  # records fetched while a commit waited on a rebalance
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> ClickConsumer:
+        """Connect (retrying while no broker answers) and subscribe or assign."""
+        if self._consumer is not None:
+            return self
+        from kafka import KafkaConsumer, TopicPartition
+
+        c = self.config
+        group = c.group_id or None
+        if self._manual is not None:
+            group = c.group_id or None  # a group id still lets a manual consumer commit
+        kwargs = dict(
+            self.kafka.client_kwargs(),
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset=c.auto_offset_reset,
+            session_timeout_ms=c.session_timeout_ms,
+            heartbeat_interval_ms=c.heartbeat_interval_ms,
+            max_poll_interval_ms=c.max_poll_interval_ms,
+            fetch_max_bytes=c.fetch_max_bytes,
+            max_partition_fetch_bytes=c.max_partition_fetch_bytes,
+        )
+        self._consumer = connect_with_retry(
+            lambda: KafkaConsumer(**kwargs), "consumer", self.kafka, c.connect_timeout_s, self._clock
+        )
+        if self._manual is not None or group is None:
+            parts = self._manual
+            if parts is None:
+                parts = sorted(self._partitions_for(c.topic))
+            self._consumer.assign([TopicPartition(c.topic, p) for p in parts])
+            log.info("reading %s partitions %s (no group rebalancing)", c.topic, parts)
+        else:
+            self._consumer.subscribe([c.topic], listener=_listener(self))
+            log.info("joined group %s on topic %s", group, c.topic)
+        return self
+
+    def _partitions_for(self, topic: str) -> set[int]:
+        deadline = self._clock.monotonic() + self.config.connect_timeout_s
+        while True:
+            parts = self._consumer.partitions_for_topic(topic)
+            if parts:
+                return set(parts)
+            if self._clock.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic!r} does not exist on {self.kafka.bootstrap_servers}")
+            log.warning("topic %s not found yet; waiting", topic)
+            self._clock.sleep(1.0)
+
+    def stop(self) -> None:
+        """Flush dead letters and close (nothing is committed here: the caller decides)."""
+        if self._dlq is not None:
+            try:
+                self._dlq.flush(timeout=10)
+            finally:
+                self._dlq.close(timeout=5)
+                self._dlq = None
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+            self._consumer = None
+
+    def __enter__(self) -> ClickConsumer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _poll_raw(self, timeout: float, max_records: int) -> list[Any]:
+        from kafka.errors import KafkaError
+
+        try:
+            polled = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
+        except KafkaError as exc:
+            # Broker restarts and leader moves surface here; the client recovers on the next
+            # poll, so this is logged, counted and retried rather than raised.
+            self.stats.poll_errors += 1
+            log.warning("poll failed (%s: %s); retrying", type(exc).__name__, exc)
+            self._clock.sleep(min(timeout, 1.0))
+            return []
+        records: list[Any] = []
+        for recs in polled.values():
+            records.extend(recs)
+        return records
+
+    def next_batch(self, max_records: int = 8192, timeout: float = 1.0) -> ClickBatch:
+        """Records available within ``timeout`` seconds, decoded (possibly an empty batch).
+
+        ``max_records`` bounds the Kafka messages taken; a message packing many records yields
+        all of them. Records of one partition come in offset order.
+        """
+        if self._consumer is None:
+            raise RuntimeError("consumer not started (use start() or a with-block)")
+        if self._pending:
+            records, self._pending = self._pending[:max_records], self._pending[max_records:]
+        else:
+            records = self._poll_raw(timeout, max_records)
+        if not records:
+            return ClickBatch.empty(self.schema)
+        payloads = [r.value for r in records]
+        partitions = np.fromiter((r.partition for r in records), np.int64, len(records))
+        offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
+        stamps = np.fromiter((r.timestamp for r in records), np.int64, len(records))
+        decoded = self.decoder.decode(payloads, partitions, offsets, stamps)
+        self.stats.messages += len(records)
+        self.stats.bytes += sum(len(p) for p in payloads if p)
+        self.stats.records += len(decoded.batch)
+        if decoded.rejects:
+            self._dead_letter(decoded.rejects)
+        # Positions advance past every message returned, decoded or dead-lettered alike.
+        order = np.lexsort((offsets, partitions))
+        last = np.flatnonzero(np.diff(partitions[order], append=-1) != 0)
+        for i in order[last]:
+            self._positions[int(partitions[i])] = int(offsets[i]) + 1
+        return decoded.batch
+
+    def _dead_letter(self, rejects: list[Reject]) -> None:
+        for r in rejects:
+            self.stats.rejected[r.reason.value] += 1
+        topic = self.config.dead_letter
+        if topic is None:
+            return
+        if self._dlq is None:
+            from kafka import KafkaProducer
+
+            self._dlq = KafkaProducer(**self.kafka.client_kwargs(), linger_ms=50, acks="all")
+        limit = self.config.dead_letter_max_bytes
+        for r in rejects:
+            headers = [
+                ("hetgmp.reason", r.reason.value.encode()),
+                ("hetgmp.detail", r.detail.encode()),
+                ("hetgmp.source", f"{self.config.topic}/{r.partition}/{r.offset}".encode()),
+                ("hetgmp.original_bytes", str(len(r.payload)).encode()),
+                ("hetgmp.truncated", b"1" if len(r.payload) > limit else b"0"),
+            ]
+            self._dlq.send(topic, value=r.payload[:limit], headers=headers)
+            self.stats.dead_lettered += 1
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def _forget(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self._positions.pop(p, None)
+        self._pending = [r for r in self._pending if r.partition not in partitions]
+        if partitions:
+            log.info("partitions %s revoked", sorted(partitions))
+
+    @property
+    def assignment(self) -> set[int]:
+        """Partitions this consumer reads now."""
+        if self._consumer is None:
+            return set()
+        return {tp.partition for tp in self._consumer.assignment()}
+
+    def snapshot(self) -> dict[int, int]:
+        """Next offset per partition of what :meth:`next_batch` has returned so far."""
+        return dict(self._positions)
+
+    def seek(self, offsets: Mapping[int, int]) -> None:
+        """Continue partitions from the given offsets (e.g. those of a checkpoint)."""
+        from kafka import TopicPartition
+
+        for p, off in offsets.items():
+            self._consumer.seek(TopicPartition(self.config.topic, p), off)
+            self._positions[p] = off
+        self._pending = [r for r in self._pending if r.partition not in offsets]
+
+    def commit(self, offsets: Mapping[int, int] | None = None) -> bool:
+        """Commit ``offsets`` (default: :meth:`snapshot`) for partitions still assigned.
+
+        Dead letters are flushed first. Returns False when the group took the partitions away
+        before the commit landed (their next owner replays from the previous commit).
+        """
+        from kafka import TopicPartition
+        from kafka.errors import CommitFailedError, RebalanceInProgressError
+        from kafka.structs import OffsetAndMetadata
+
+        if self._dlq is not None:
+            self._dlq.flush(timeout=30)
+        offsets = dict(self.snapshot() if offsets is None else offsets)
+        for attempt in range(self.config.commit_retries + 1):
+            owned = self.assignment
+            payload = {
+                TopicPartition(self.config.topic, p): OffsetAndMetadata(o, "", -1)
+                for p, o in offsets.items()
+                if p in owned
+            }
+            if not payload:
+                return not offsets
+            try:
+                self._consumer.commit(offsets=payload)
+                self.stats.commits += 1
+                return len(payload) == len(offsets)
+            except RebalanceInProgressError:
+                # The rejoin completes inside poll(); keep what it fetches for next_batch.
+                self.stats.commit_retries += 1
+                log.info("commit during a rebalance (try %d); rejoining", attempt + 1)
+                self._pending.extend(self._poll_raw(0.5, 8192))
+            except CommitFailedError as exc:
+                log.warning("commit rejected, partitions moved to another member: %s", exc)
+                return False
+        log.warning("commit gave up after %d rebalance retries", self.config.commit_retries)
+        return False

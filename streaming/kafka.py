@@ -1,0 +1,145 @@
+"""Kafka client settings and the few admin/connection helpers every component shares."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, TypeVar
+
+from streaming.config import redact, secret
+from streaming.types import Clock, SystemClock
+
+__all__ = ["KafkaSettings", "KafkaUnavailable", "ensure_topic", "connect_with_retry"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class KafkaUnavailable(RuntimeError):
+    """No broker answered within the connect timeout."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """How to reach the Kafka cluster; passed through to every kafka-python client.
+
+    Secrets (SASL password, TLS key password) are masked in ``repr`` and in ``--help``.
+    """
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "hetgmp"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_plain_username: str = ""
+    sasl_plain_password: str = secret(help="SASL password (never logged)")
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_password: str = secret(help="password of the TLS key file (never logged)")
+    request_timeout_ms: int = 30000
+    bootstrap_timeout_ms: int = 5000
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python clients (empty settings left out)."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+            # Short bootstrap attempts: connect_with_retry owns the overall wait and its log lines.
+            "bootstrap_timeout_ms": self.bootstrap_timeout_ms,
+        }
+        for name in (
+            "sasl_mechanism",
+            "sasl_plain_username",
+            "sasl_plain_password",
+            "ssl_cafile",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "ssl_password",
+        ):
+            value = getattr(self, name)
+            if value:
+                kwargs[name] = value
+        return kwargs
+
+    def describe(self) -> str:
+        """A one-line description safe for logs."""
+        d = redact(self)
+        return ", ".join(f"{k}={v}" for k, v in d.items() if v not in ("", None))
+
+
+def connect_with_retry(
+    factory: Callable[[], T],
+    what: str,
+    settings: KafkaSettings,
+    timeout_s: float = 300.0,
+    clock: Clock | None = None,
+    initial_backoff_s: float = 0.5,
+    max_backoff_s: float = 10.0,
+) -> T:
+    """Call ``factory`` until the cluster answers; exponential backoff with a log line per try.
+
+    Raises:
+        KafkaUnavailable: when ``timeout_s`` passes without a connection.
+    """
+    import kafka.errors as ke
+
+    # kafka-python 2.x raises NoBrokersAvailable, 3.x a KafkaTimeoutError ("Unable to bootstrap").
+    unreachable = tuple(
+        getattr(ke, name)
+        for name in ("NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError")
+        if hasattr(ke, name)
+    )
+
+    clock = clock or SystemClock()
+    deadline = clock.monotonic() + timeout_s
+    backoff = initial_backoff_s
+    attempt = 1
+    while True:
+        try:
+            return factory()
+        except unreachable as exc:
+            if clock.monotonic() + backoff > deadline:
+                raise KafkaUnavailable(
+                    f"{what}: no Kafka broker answered at {settings.bootstrap_servers} "
+                    f"within {timeout_s:.0f}s (last error: {exc})"
+                ) from exc
+            log.warning(
+                "%s: Kafka not reachable at %s (attempt %d: %s); retrying in %.1fs",
+                what,
+                settings.bootstrap_servers,
+                attempt,
+                type(exc).__name__,
+                backoff,
+            )
+            clock.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff_s)
+            attempt += 1
+
+
+def ensure_topic(
+    settings: KafkaSettings,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    timeout_s: float = 60.0,
+) -> bool:
+    """Create ``topic`` with ``partitions`` partitions if missing; True if it was created."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = connect_with_retry(
+        lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, timeout_s
+    )
+    try:
+        if topic in admin.list_topics():
+            return False
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)])
+        except TopicAlreadyExistsError:
+            return False
+        log.info("created topic %s with %d partitions", topic, partitions)
+        return True
+    finally:
+        admin.close()

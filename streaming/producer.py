@@ -1,0 +1,241 @@
+"""Log producers: the synthetic click stream or replayed Criteo files, into a Kafka topic.
+
+Records are packed ``records_per_message`` to a Kafka message (newline separated): the consumer
+decodes one-record and many-record messages alike, and packing is what lets a Python producer
+reach 100k records/s (kafka-python's per-message cost dominates otherwise). Messages go to the
+topic's partitions round robin, so the partition of each record is a function of its index.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from streaming.kafka import KafkaSettings, connect_with_retry, ensure_topic
+from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
+from streaming.types import Clock, SystemClock
+
+__all__ = ["ProduceConfig", "ProduceReport", "produce", "synthetic_chunks", "file_chunks"]
+
+log = logging.getLogger(__name__)
+
+# Ground truth kept for the ceiling AUC: the most recent this many records.
+_CEILING_KEEP = 2_000_000
+
+
+@dataclass(frozen=True)
+class ProduceConfig:
+    """Settings of ``hetgmp produce``."""
+
+    topic: str = field(default="clicks", metadata={"help": "topic to write"})
+    source: str = field(
+        default="synthetic",
+        metadata={"help": "'synthetic' or 'file:PATH[,PATH...]' (Criteo TSV, plain or .gz)"},
+    )
+    count: int = field(
+        default=1_000_000, metadata={"help": "records to produce; 0 = until stopped (synthetic)"}
+    )
+    rate: float = field(default=0.0, metadata={"help": "records per second; 0 = as fast as possible"})
+    start: int = field(default=0, metadata={"help": "index of the first synthetic record"})
+    partitions: int = field(default=4, metadata={"help": "partitions when the topic is created"})
+    records_per_message: int = field(
+        default=16, metadata={"help": "records packed into one Kafka message (newline separated)"}
+    )
+    compression: str = field(
+        default="none", metadata={"help": "none, gzip, snappy, lz4 or zstd (needs the codec library)"}
+    )
+    chunk_records: int = field(default=16384, metadata={"help": "records generated per step"})
+    progress_every_s: float = field(default=2.0, metadata={"help": "seconds between progress lines"})
+
+
+@dataclass
+class ProduceReport:
+    """What a produce run did."""
+
+    records: int = 0
+    messages: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    ceiling_auc: float | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+Chunk = tuple[list[bytes], np.ndarray | None, np.ndarray | None]  # lines, labels, probabilities
+
+
+def synthetic_chunks(
+    stream: SyntheticStream, start: int, count: int, chunk: int
+) -> Iterator[Chunk]:
+    """Lines of the synthetic stream in chunks, with labels and ground-truth probabilities."""
+    i, end = start, (start + count if count > 0 else None)
+    while end is None or i < end:
+        n = chunk if end is None else min(chunk, end - i)
+        yield stream.lines_with_truth(i, n)
+        i += n
+
+
+def file_chunks(paths: list[str], chunk: int, count: int = 0) -> Iterator[Chunk]:
+    """Lines of Criteo-format files (plain or gzip) in chunks; ``count`` > 0 stops early."""
+    sent = 0
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"replay file not found: {path}")
+        opener = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rb") as fh:  # type: ignore[operator]
+            lines: list[bytes] = []
+            for line in fh:
+                lines.append(line.rstrip(b"\r\n"))
+                sent += 1
+                if len(lines) == chunk or (count and sent >= count):
+                    yield lines, None, None
+                    lines = []
+                if count and sent >= count:
+                    return
+            if lines:
+                yield lines, None, None
+
+
+def _prefetch(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
+    """Generate the next chunks on a thread while the caller sends the current one.
+
+    numpy releases the GIL in its array loops, so generation and kafka-python's send path
+    overlap on a second core.
+    """
+    import queue
+
+    q: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=depth)
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            for chunk in chunks:
+                while not done.is_set():
+                    try:
+                        q.put(chunk, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if done.is_set():
+                    return
+            q.put(None)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer thread
+            q.put(exc)
+
+    worker = threading.Thread(target=run, name="produce-generator", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        done.set()
+
+
+def _pack(lines: list[bytes], per_message: int) -> list[bytes]:
+    if per_message <= 1:
+        return lines
+    return [b"\n".join(lines[i : i + per_message]) for i in range(0, len(lines), per_message)]
+
+
+def produce(
+    kafka: KafkaSettings,
+    config: ProduceConfig,
+    synthetic: SyntheticConfig | None = None,
+    *,
+    stop: threading.Event | None = None,
+    progress: Callable[[ProduceReport], None] | None = None,
+    clock: Clock | None = None,
+) -> ProduceReport:
+    """Produce ``config.count`` records (creating the topic if missing) and report.
+
+    Args:
+        kafka: cluster settings.
+        config: what to produce.
+        synthetic: generator settings for ``source='synthetic'``.
+        stop: set it to end an endless (or long) run early; what was sent is flushed.
+        progress: called every ``config.progress_every_s`` with the running report.
+        clock: time source for pacing and reports.
+    """
+    from kafka import KafkaProducer
+
+    clock = clock or SystemClock()
+    stop = stop or threading.Event()
+    if config.records_per_message < 1:
+        raise ValueError("records_per_message must be >= 1")
+    if config.source == "synthetic":
+        stream = SyntheticStream(synthetic or SyntheticConfig())
+        chunks = synthetic_chunks(stream, config.start, config.count, config.chunk_records)
+    elif config.source.startswith("file:"):
+        paths = [p for p in config.source[len("file:") :].split(",") if p]
+        if not paths:
+            raise ValueError("file source needs at least one path: file:PATH[,PATH...]")
+        chunks = file_chunks(paths, config.chunk_records, config.count)
+    else:
+        raise ValueError(f"unknown source {config.source!r}: use 'synthetic' or 'file:PATH'")
+
+    ensure_topic(kafka, config.topic, config.partitions)
+    producer = connect_with_retry(
+        lambda: KafkaProducer(
+            **kafka.client_kwargs(),
+            linger_ms=20,
+            batch_size=1 << 20,
+            max_request_size=16 << 20,
+            acks=1,
+            compression_type=None if config.compression == "none" else config.compression,
+        ),
+        "producer",
+        kafka,
+    )
+    n_parts = max(len(producer.partitions_for(config.topic) or []), 1)
+    report = ProduceReport()
+    labels_kept: list[np.ndarray] = []
+    probs_kept: list[np.ndarray] = []
+    kept = 0
+    t0 = clock.monotonic()
+    last_progress = t0
+    try:
+        for lines, labels, probs in _prefetch(chunks):
+            if stop.is_set():
+                break
+            for payload in _pack(lines, config.records_per_message):
+                producer.send(config.topic, value=payload, partition=report.messages % n_parts)
+                report.messages += 1
+                report.bytes += len(payload)
+            report.records += len(lines)
+            if labels is not None and probs is not None:
+                labels_kept.append(labels)
+                probs_kept.append(probs)
+                kept += labels.size
+                while kept - labels_kept[0].size >= _CEILING_KEEP:
+                    kept -= labels_kept.pop(0).size
+                    probs_kept.pop(0)
+            now = clock.monotonic()
+            report.seconds = now - t0
+            if config.rate > 0:
+                ahead = report.records / config.rate - report.seconds
+                if ahead > 0:
+                    stop.wait(ahead) if isinstance(clock, SystemClock) else clock.sleep(ahead)
+            if progress and now - last_progress >= config.progress_every_s:
+                last_progress = now
+                progress(report)
+    finally:
+        producer.flush()
+        producer.close()
+        report.seconds = clock.monotonic() - t0
+    if labels_kept:
+        report.ceiling_auc = auc(np.concatenate(labels_kept), np.concatenate(probs_kept))
+    return report

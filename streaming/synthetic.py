@@ -1,0 +1,352 @@
+"""A Criteo-shaped click stream built to exercise graph placement: skew, communities and drift.
+
+Record ``i`` of the stream is a pure function of ``(config, i)``: it is generated in blocks of
+:data:`BLOCK` records, block ``k`` from its own RNG stream ``(seed, k)``, so the same seed gives
+the same bytes however callers slice the stream.
+
+Shape (defaults from the issue, chosen to be comparable with the published system; flags change
+each, benchmarks must not retune them):
+
+* 26 categorical fields with vocabularies log-spaced from 10 to 1,000,000 values;
+* 64 segments (communities) with Zipf(1.0) popularity; every record belongs to one segment;
+* each segment has a hot set of 50 values per field; a value comes from the record's segment hot
+  set with probability 0.7, else from the field's global Zipf(1.1) over its whole vocabulary;
+* drift every 100,000 records: the hot sets of 20% of the segments are replaced and the segments'
+  popularity order is reshuffled;
+* labels from a seeded logistic ground truth: ``p = sigmoid(bias + sum_f w_f(value) + v . dense)``
+  where ``w_f(value)`` is a deterministic pseudo-random weight of each (field, value) pair. The
+  AUC of ``p`` itself on the generated labels is the ceiling a model can reach
+  (:meth:`SyntheticStream.ceiling_auc`).
+
+Categorical values are rendered as 8 hex digits like Criteo's (a 32-bit scramble of the value's
+index), so the same decoder and the same feature-id hash serve real and synthetic logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streaming.hashing import field_seeds, fmix64, hash_spans
+from streaming.types import Schema
+
+__all__ = ["SyntheticConfig", "SyntheticStream", "SyntheticBlock", "BLOCK", "auc"]
+
+BLOCK = 4096
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+# Four hex digits of every 16-bit number, as little-endian uint32 (digit order = byte order).
+_HEX16 = (
+    _HEX[(np.arange(65536)[:, None] >> np.array([12, 8, 4, 0])) & 0xF].astype(np.uint8).view("<u4").ravel()
+)
+_DEC_LIMIT = 1_000_000
+_DEC_TABLE: np.ndarray | None = None
+
+
+def _decimal_table() -> np.ndarray:
+    """uint64 per integer below _DEC_LIMIT: its ASCII digits left-aligned, zero padded (lazy)."""
+    global _DEC_TABLE
+    if _DEC_TABLE is None:
+        v = np.arange(_DEC_LIMIT, dtype=np.int64)
+        width = np.maximum(np.floor(np.log10(np.maximum(v, 1))).astype(np.int64) + 1, 1)
+        out = np.zeros((_DEC_LIMIT, 8), np.uint8)
+        for k in range(6):  # k-th digit from the left, where the number has one
+            has = width > k
+            digit = (v // 10 ** np.maximum(width - 1 - k, 0)) % 10
+            out[:, k] = np.where(has, digit + 48, 0)
+        _DEC_TABLE = out.view("<u8").ravel()
+    return _DEC_TABLE
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Parameters of the synthetic stream (see the module docstring for their meaning)."""
+
+    seed: int = field(default=0, metadata={"help": "seed: same seed, same bytes"})
+    n_dense: int = field(default=13, metadata={"help": "integer features per record"})
+    n_sparse: int = field(default=26, metadata={"help": "categorical fields per record"})
+    vocab_min: int = field(default=10, metadata={"help": "smallest field vocabulary"})
+    vocab_max: int = field(
+        default=1_000_000, metadata={"help": "largest field vocabulary (sizes log-spaced)"}
+    )
+    segments: int = field(default=64, metadata={"help": "communities of users/items"})
+    segment_zipf: float = field(default=1.0, metadata={"help": "Zipf exponent of segment popularity"})
+    hot_size: int = field(default=50, metadata={"help": "hot values per field per segment"})
+    hot_prob: float = field(
+        default=0.7, metadata={"help": "probability a value comes from the segment's hot set"}
+    )
+    field_zipf: float = field(
+        default=1.1, metadata={"help": "Zipf exponent of a field's global value popularity"}
+    )
+    drift_every: int = field(default=100_000, metadata={"help": "records between drift events"})
+    drift_fraction: float = field(
+        default=0.2, metadata={"help": "fraction of segments whose hot sets change at a drift"}
+    )
+    missing_prob: float = field(default=0.02, metadata={"help": "probability a field is empty"})
+    label_bias: float = field(default=-1.2, metadata={"help": "ground-truth logit bias (sets CTR)"})
+    weight_scale: float = field(
+        default=0.45, metadata={"help": "spread of ground-truth per-value weights (sets AUC)"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 < self.vocab_min <= self.vocab_max:
+            raise ValueError("need 0 < vocab_min <= vocab_max")
+        if self.segments < 1 or self.hot_size < 1 or self.n_sparse < 1:
+            raise ValueError("segments, hot_size and n_sparse must be >= 1")
+        if not 0.0 <= self.hot_prob <= 1.0 or not 0.0 <= self.drift_fraction <= 1.0:
+            raise ValueError("hot_prob and drift_fraction must lie in [0, 1]")
+        if self.drift_every < 1:
+            raise ValueError("drift_every must be >= 1")
+
+    @property
+    def schema(self) -> Schema:
+        """The Criteo-style schema of the generated records."""
+        return Schema.from_counts(self.n_dense, self.n_sparse)
+
+
+@dataclass(frozen=True)
+class SyntheticBlock:
+    """Records ``start .. start+len-1`` of the stream, as arrays.
+
+    Attributes:
+        values: uint32 ``[B, S]`` value index of each field (its rank in the field's vocabulary).
+        missing: bool ``[B, S]`` sparse field left empty.
+        dense: int64 ``[B, D]`` integer features, -1 where missing.
+        labels: int8 ``[B]``.
+        prob: float64 ``[B]`` ground-truth click probability.
+        segment: int32 ``[B]``.
+    """
+
+    start: int
+    values: np.ndarray
+    missing: np.ndarray
+    dense: np.ndarray
+    labels: np.ndarray
+    prob: np.ndarray
+    segment: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+class SyntheticStream:
+    """Deterministic generator of the synthetic click stream (see module docstring)."""
+
+    def __init__(self, config: SyntheticConfig | None = None) -> None:
+        self.config = c = config or SyntheticConfig()
+        self.schema = c.schema
+        self.vocab = np.unique(
+            np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
+        )
+        if self.vocab.size != c.n_sparse:  # unique() merged equal sizes: keep them all
+            self.vocab = np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
+        # Inverse-CDF tables of each field's global Zipf over its vocabulary.
+        self._cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab]
+        self._segment_cdf = _zipf_cdf(c.segments, c.segment_zipf)
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._seeds = field_seeds(self.schema.sparse)
+        salt_rng = np.random.default_rng([c.seed, 0x5A17])
+        self._field_salt = salt_rng.integers(0, 2**63, size=c.n_sparse, dtype=np.uint64)
+        self._dense_mu = salt_rng.uniform(0.0, 4.0, size=c.n_dense)
+        self._dense_w = salt_rng.normal(0.0, 0.15, size=c.n_dense)
+
+    # -- epochs (drift) ------------------------------------------------------------------------
+
+    def _epoch(self, e: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hot sets uint32 [segments, fields, hot], segment popularity order) in epoch ``e``."""
+        if e in self._epochs:
+            return self._epochs[e]
+        c = self.config
+        if e == 0:
+            rng = np.random.default_rng([c.seed, 1, 0])
+            hot = self._draw_hot(rng, c.segments)
+            order = rng.permutation(c.segments)
+        else:
+            prev_hot, _ = self._epoch(e - 1)
+            rng = np.random.default_rng([c.seed, 1, e])
+            hot = prev_hot.copy()
+            k = int(round(c.drift_fraction * c.segments))
+            changed = rng.choice(c.segments, size=k, replace=False)
+            hot[changed] = self._draw_hot(rng, k)
+            order = rng.permutation(c.segments)
+        if len(self._epochs) > 8:  # keep memory bounded on endless streams
+            self._epochs.pop(min(self._epochs))
+        self._epochs[e] = (hot, order)
+        return hot, order
+
+    def _draw_hot(self, rng: np.random.Generator, n_segments: int) -> np.ndarray:
+        c = self.config
+        cols = [
+            rng.integers(0, v, size=(n_segments, c.hot_size), dtype=np.int64) for v in self.vocab
+        ]
+        return np.stack(cols, axis=1).astype(np.uint32)
+
+    # -- records -------------------------------------------------------------------------------
+
+    def block(self, k: int) -> SyntheticBlock:
+        """Block ``k``: records ``k*BLOCK .. (k+1)*BLOCK - 1``."""
+        c = self.config
+        start = k * BLOCK
+        rng = np.random.default_rng([c.seed, 2, k])
+        index = start + np.arange(BLOCK)
+        epoch = index // c.drift_every
+        seg_rank = np.searchsorted(self._segment_cdf, rng.random(BLOCK), side="right")
+        seg_rank = np.minimum(seg_rank, c.segments - 1)
+        segment = np.empty(BLOCK, np.int32)
+        hot_pick = np.empty((BLOCK, c.n_sparse), np.uint32)
+        slot = rng.integers(0, c.hot_size, size=(BLOCK, c.n_sparse))
+        for e in np.unique(epoch):  # a block spans at most a couple of epochs
+            rows = np.flatnonzero(epoch == e)
+            hot, order = self._epoch(int(e))
+            segment[rows] = order[seg_rank[rows]]
+            hot_pick[rows] = hot[segment[rows, None], np.arange(c.n_sparse), slot[rows]]
+        use_hot = rng.random((BLOCK, c.n_sparse)) < c.hot_prob
+        u = rng.random((BLOCK, c.n_sparse))
+        values = hot_pick
+        for f, cdf in enumerate(self._cdf):  # per-field inverse CDF: one vector op per field
+            rows = np.flatnonzero(~use_hot[:, f])
+            rank = np.minimum(np.searchsorted(cdf, u[rows, f], side="right"), cdf.size - 1)
+            # Scatter ranks over the vocabulary with a fixed affine bijection, so popular global
+            # values are not simply the smallest indices (hot sets draw indices uniformly).
+            values[rows, f] = (rank * 7919 + 13) % self.vocab[f]
+        missing = rng.random((BLOCK, c.n_sparse)) < c.missing_prob
+        # Counts like Criteo's; capped below 10**6 (the decimal table's range), far in the tail.
+        dense = np.minimum(
+            np.floor(rng.lognormal(self._dense_mu, 1.0, size=(BLOCK, c.n_dense))), _DEC_LIMIT - 1
+        ).astype(np.int64)
+        dense_missing = rng.random((BLOCK, c.n_dense)) < c.missing_prob
+        dense[dense_missing] = -1
+        logit = c.label_bias + self._weights(values, missing).sum(axis=1)
+        logit += np.log1p(np.maximum(dense, 0)) @ self._dense_w
+        prob = 1.0 / (1.0 + np.exp(-logit))
+        labels = (rng.random(BLOCK) < prob).astype(np.int8)
+        return SyntheticBlock(start, values, missing, dense, labels, prob, segment)
+
+    def _weights(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        """Ground-truth weight of each (field, value): a hash mapped to a symmetric distribution."""
+        c = self.config
+        h = fmix64(values.astype(np.uint64) ^ self._field_salt[None, :])
+        # Sum of two uniforms in [-1, 1): a triangular weight, mean 0, no heavy tails.
+        a = (h & np.uint64(0xFFFFFFFF)).astype(np.float64) / 2**32
+        b = (h >> np.uint64(32)).astype(np.float64) / 2**32
+        w = (a + b - 1.0) * c.weight_scale * 2.0
+        return np.where(missing, 0.0, w)
+
+    def blocks(self, start: int, count: int):
+        """Yield ``(block, rows)`` pairs covering records ``start .. start+count-1``."""
+        end = start + count
+        k = start // BLOCK
+        while k * BLOCK < end:
+            b = self.block(k)
+            lo = max(start - b.start, 0)
+            hi = min(end - b.start, BLOCK)
+            yield b, slice(lo, hi)
+            k += 1
+
+    def take(self, start: int, count: int) -> SyntheticBlock:
+        """Records ``start .. start+count-1`` as one :class:`SyntheticBlock`."""
+        parts = [(b, s) for b, s in self.blocks(start, count)]
+        cat = lambda name: np.concatenate([getattr(b, name)[s] for b, s in parts])  # noqa: E731
+        return SyntheticBlock(
+            start,
+            cat("values"),
+            cat("missing"),
+            cat("dense"),
+            cat("labels"),
+            cat("prob"),
+            cat("segment"),
+        )
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def _hex(self, block: SyntheticBlock) -> np.ndarray:
+        """uint8 ``[B, S, 8]``: each value's 8 hex digits (a 32-bit scramble of its index)."""
+        scrambled = fmix64(block.values.astype(np.uint64) ^ self._field_salt[None, :])
+        word = (scrambled & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        # Two lookups of four hex digits each (high half first) instead of eight nibble shifts.
+        halves = np.stack([_HEX16[word >> np.uint32(16)], _HEX16[word & np.uint32(0xFFFF)]], axis=-1)
+        return halves.view(np.uint8).reshape(*word.shape, 8)
+
+    def feature_ids(self, start: int, count: int) -> np.ndarray:
+        """int64 ``[count, S]``: the feature ids a decoder computes for these records."""
+        block = self.take(start, count)
+        digits = self._hex(block)
+        n, s = block.values.shape
+        buf = np.ascontiguousarray(digits).reshape(-1)
+        starts = (np.arange(n * s, dtype=np.int64) * 8).reshape(n, s)
+        ends = np.where(block.missing, starts, starts + 8)
+        return hash_spans(buf, starts, ends, self._seeds)
+
+    def lines(self, start: int, count: int) -> list[bytes]:
+        """Criteo TSV lines (no trailing newline) of records ``start .. start+count-1``."""
+        return self.lines_with_truth(start, count)[0]
+
+    def lines_with_truth(
+        self, start: int, count: int
+    ) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+        """``(lines, labels, ground-truth probabilities)`` from one generation pass."""
+        out: list[bytes] = []
+        labels, probs = [], []
+        for block, rows in self.blocks(start, count):
+            out.extend(self._render(block, rows))
+            labels.append(block.labels[rows])
+            probs.append(block.prob[rows])
+        return out, np.concatenate(labels), np.concatenate(probs)
+
+    def _render(self, block: SyntheticBlock, rows: slice) -> list[bytes]:
+        # Fixed-width byte matrix, one line per row, with 0 as padding; dropping the zeros and
+        # splitting on newlines yields the lines without a Python loop over fields.
+        c = self.config
+        n = len(block.labels[rows])
+        dense = block.dense[rows]
+        # Decimal digits by table lookup: each value's digits left-aligned in 8 bytes, zero padded
+        # (zeros are dropped below); missing values (-1) render as nothing.
+        table = _decimal_table()
+        codes = table[np.clip(dense, 0, table.size - 1)]
+        codes[dense < 0] = 0
+        dense_bytes = codes.view(np.uint8).reshape(n, c.n_dense, 8)
+        dense_block = np.concatenate(
+            [np.full((n, c.n_dense, 1), 9, np.uint8), dense_bytes], axis=2
+        ).reshape(n, c.n_dense * 9)
+        hexd = self._hex(block)[rows]
+        hexd = np.where(block.missing[rows][..., None], 0, hexd).astype(np.uint8)
+        sparse_block = np.concatenate(
+            [np.full((n, c.n_sparse, 1), 9, np.uint8), hexd], axis=2
+        ).reshape(n, c.n_sparse * 9)
+        label = (block.labels[rows].astype(np.uint8) + 48)[:, None]
+        matrix = np.concatenate([label, dense_block, sparse_block, np.full((n, 1), 10, np.uint8)], axis=1)
+        data = matrix[matrix != 0].tobytes()
+        return data.split(b"\n")[:-1]
+
+    # -- ground truth --------------------------------------------------------------------------
+
+    def ceiling_auc(self, start: int, count: int) -> float:
+        """AUC of the ground-truth probabilities on the records' own labels (the ceiling)."""
+        block = self.take(start, count)
+        return auc(block.labels, block.prob)
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (ties counted half), by ranks; nan with a single class."""
+    labels = np.asarray(labels).astype(bool)
+    pos = int(labels.sum())
+    neg = labels.size - pos
+    if pos == 0 or neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    s = np.asarray(scores)[order]
+    ranks = np.empty(s.size, np.float64)
+    # Average ranks of tied scores.
+    boundaries = np.flatnonzero(np.diff(s)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [s.size]])
+    avg = (starts + ends + 1) / 2.0
+    ranks[order] = np.repeat(avg, ends - starts)
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+
+
+def _zipf_cdf(n: int, exponent: float) -> np.ndarray:
+    """Cumulative probabilities of Zipf(``exponent``) over ranks 0..n-1."""
+    weights = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** exponent
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]

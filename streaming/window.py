@@ -1,0 +1,148 @@
+"""The rolling access window: which ids the recent samples touched, and how often ids are used.
+
+Two views of the recent stream, both with memory bounded whatever the stream's length:
+
+* a ring buffer of the last ``capacity`` samples' feature ids (``capacity x fields`` int64), which
+  the partitioner reads as a CSR sample -> ids graph (:meth:`AccessWindow.csr`);
+* decayed per-id access counts (half-life measured in samples), capped at ``max_ids`` ids: when
+  the cap is passed the ids with the smallest decayed counts are dropped.
+
+Counts use the usual scaled-increment trick: an access at sample ``t`` adds ``g**t`` with
+``g = 2**(1/half_life)`` and a count is read as ``stored / g**now``, so decay costs nothing per
+step; stored values are renormalised before they can overflow. Updates are buffered and merged
+into sorted arrays in bulk (one ``np.unique`` over the buffer, one sorted merge), so the cost per
+sample is a few vector operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["AccessWindow", "WindowConfig"]
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """Settings of :class:`AccessWindow`."""
+
+    capacity: int = field(default=200_000, metadata={"help": "samples kept in the window (W)"})
+    max_ids: int = field(
+        default=2_000_000, metadata={"help": "cap on ids with tracked access counts"}
+    )
+    half_life: float = field(
+        default=100_000.0, metadata={"help": "samples after which an access counts half"}
+    )
+    merge_every: int = field(
+        default=65_536, metadata={"help": "buffered samples before counts are merged"}
+    )
+
+
+class AccessWindow:
+    """Ring buffer of recent samples' ids plus decayed per-id access counts."""
+
+    def __init__(self, fields: int, config: WindowConfig | None = None) -> None:
+        self.config = c = config or WindowConfig()
+        if c.capacity < 1 or c.max_ids < 1 or c.half_life <= 0:
+            raise ValueError("capacity, max_ids and half_life must be positive")
+        self.fields = fields
+        self._ring = np.zeros((c.capacity, fields), dtype=np.int64)
+        self._head = 0  # next slot to write
+        self._size = 0
+        self.samples_seen = 0
+        self._log_g = np.log(2.0) / c.half_life
+        self._ids = np.zeros(0, np.int64)  # sorted
+        self._stored = np.zeros(0, np.float64)  # scaled counts, aligned with _ids
+        self._offset = 0  # sample index that scale exponents are measured from
+        self._buffer: list[np.ndarray] = []
+        self._buffer_times: list[np.ndarray] = []
+        self._buffered = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the window's arrays (ring, counts and the update buffer)."""
+        buffered = sum(b.nbytes for b in self._buffer) + 16 * len(self._buffer_times)
+        return self._ring.nbytes + self._ids.nbytes + self._stored.nbytes + buffered
+
+    def add(self, ids: np.ndarray) -> None:
+        """Append samples (int64 ``[B, fields]``); the oldest fall out past ``capacity``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 2 or ids.shape[1] != self.fields:
+            raise ValueError(f"expected ids of shape [B, {self.fields}], got {ids.shape}")
+        b = ids.shape[0]
+        if b == 0:
+            return
+        cap = self.config.capacity
+        keep = ids[-cap:]
+        k = keep.shape[0]
+        first = min(k, cap - self._head)
+        self._ring[self._head : self._head + first] = keep[:first]
+        self._ring[: k - first] = keep[first:]
+        self._head = (self._head + k) % cap
+        self._size = min(self._size + k, cap)
+        # Every access of one add() call is stamped with the call's last sample: decay at batch
+        # granularity, which saves a timestamp per id and is exact to within one batch.
+        self._buffer.append(ids.reshape(-1))
+        self._buffer_times.append(np.array([self.samples_seen + b - 1, ids.size], dtype=np.int64))
+        self._buffered += b
+        self.samples_seen += b
+        if self._buffered >= self.config.merge_every:
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._buffer:
+            return
+        ids = np.concatenate(self._buffer)
+        stamps = np.stack(self._buffer_times)  # [calls, (time, n_ids)]
+        self._buffer, self._buffer_times, self._buffered = [], [], 0
+        self._rescale(int(stamps[:, 0].max()))
+        weights = np.repeat(np.exp((stamps[:, 0] - self._offset) * self._log_g), stamps[:, 1])
+        order = np.argsort(ids, kind="stable")
+        ids, weights = ids[order], weights[order]
+        starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
+        uniq = ids[starts]
+        add = np.add.reduceat(weights, starts)
+        pos = np.searchsorted(self._ids, uniq)
+        hit = pos < self._ids.size
+        hit[hit] = self._ids[pos[hit]] == uniq[hit]
+        self._stored[pos[hit]] += add[hit]
+        new = ~hit
+        if new.any():
+            all_ids = np.concatenate([self._ids, uniq[new]])
+            all_stored = np.concatenate([self._stored, add[new]])
+            order = np.argsort(all_ids, kind="stable")
+            self._ids, self._stored = all_ids[order], all_stored[order]
+        if self._ids.size > self.config.max_ids:
+            # Drop the least used ids (argpartition: deterministic for the same input).
+            keep = np.sort(np.argpartition(-self._stored, self.config.max_ids - 1)[: self.config.max_ids])
+            self._ids, self._stored = self._ids[keep], self._stored[keep]
+
+    def _rescale(self, latest: int) -> None:
+        # exp(x) overflows float64 near x = 709: move the reference point well before that.
+        if (latest - self._offset) * self._log_g > 200:
+            factor = np.exp(-(latest - self._offset) * self._log_g)
+            self._stored *= factor
+            self._offset = latest
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, decayed counts)`` as of the latest sample, ids sorted."""
+        self._merge()
+        now = self.samples_seen - 1
+        scale = np.exp(-(now - self._offset) * self._log_g)
+        return self._ids.copy(), self._stored * scale
+
+    def samples(self) -> np.ndarray:
+        """The window's samples, oldest first: int64 ``[len(self), fields]`` (a copy)."""
+        if self._size < self.config.capacity:
+            return self._ring[: self._size].copy()
+        return np.concatenate([self._ring[self._head :], self._ring[: self._head]])
+
+    def csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """The window as a CSR sample -> ids graph: ``(indptr [n+1], indices [n*fields])``."""
+        samples = self.samples()
+        indptr = np.arange(0, samples.size + 1, self.fields, dtype=np.int64)
+        return indptr, samples.reshape(-1)

