@@ -65,6 +65,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As a server binds it: connections in TIME_WAIT from an earlier broker do not count,
+        # a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def kafka_ready(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when ``host:port`` answers a Kafka ApiVersions (v0) request without error."""
     client_id = b"hetgmp-probe"
@@ -141,6 +153,12 @@ class EmbeddedBroker:
         binary = find_tansu()
         if self.port is None:
             self.port = free_port(self.host)
+        elif not _port_free(self.host, self.port):
+            # Checked up front: otherwise the readiness probe would be answered by whoever
+            # holds the port, before our child fails to bind it.
+            raise BrokerUnavailable(
+                f"port {self.port} on {self.host} is in use; pick another --port or omit it"
+            )
         url = f"tcp://{self.host}:{self.port}"
         cmd = [
             binary,

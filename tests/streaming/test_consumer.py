@@ -1,0 +1,180 @@
+"""The consumer against the real embedded broker: round trip, resume, group split, failures."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from streaming.broker import EmbeddedBroker, free_port
+from streaming.consumer import ClickConsumer, ConsumerConfig
+from streaming.kafka import KafkaSettings, ensure_topic
+from streaming.producer import ProduceConfig, produce
+from streaming.synthetic import SyntheticConfig, SyntheticStream
+
+pytestmark = pytest.mark.broker
+
+PER_MESSAGE = 16
+
+
+def fill(kafka: KafkaSettings, topic: str, count: int, start: int = 0, partitions: int = 4) -> None:
+    report = produce(
+        kafka,
+        ProduceConfig(topic=topic, count=count, start=start, partitions=partitions, records_per_message=PER_MESSAGE),
+        SyntheticConfig(seed=11),
+    )
+    assert report.records == count
+
+
+def drain(consumer: ClickConsumer, expected: int, timeout: float = 60.0) -> list:
+    batches, got = [], 0
+    deadline = time.monotonic() + timeout
+    while got < expected and time.monotonic() < deadline:
+        b = consumer.next_batch(4096, timeout=0.5)
+        if len(b):
+            batches.append(b)
+            got += len(b)
+    return batches
+
+
+def messages(batches) -> Counter:
+    return Counter(
+        (int(p), int(o)) for b in batches for p, o in zip(b.partitions.tolist(), b.offsets.tolist())
+    )
+
+
+def config(topic: str, group: str, **kw) -> ConsumerConfig:
+    return ConsumerConfig(topic=topic, group_id=group, **kw)
+
+
+def test_round_trip_commit_and_resume(kafka, unique):
+    topic, group = unique("clicks"), unique("group")
+    fill(kafka, topic, 100_000)
+    with ClickConsumer(kafka, config(topic, group)) as c:
+        batches = drain(c, 100_000)
+        assert c.commit()
+        snap = c.snapshot()
+    got = sum(len(b) for b in batches)
+    assert got == 100_000
+    per_message = messages(batches)
+    assert set(per_message.values()) == {PER_MESSAGE}  # every record once, none twice
+    assert sum(snap.values()) == 100_000 // PER_MESSAGE
+    # Content survives the trip: the decoded ids are the generator's, as a multiset.
+    ids = np.concatenate([b.ids for b in batches])
+    expected = SyntheticStream(SyntheticConfig(seed=11)).feature_ids(0, 100_000)
+    np.testing.assert_array_equal(np.sort(ids, axis=None), np.sort(expected, axis=None))
+
+    fill(kafka, topic, 8_000, start=100_000)
+    with ClickConsumer(kafka, config(topic, group)) as c:
+        more = drain(c, 8_000, timeout=30)
+        extra = drain(c, 1, timeout=2)  # nothing beyond the new records
+    assert sum(len(b) for b in more) == 8_000 and not extra
+    resumed = messages(more)
+    first = {p: min(o for q, o in resumed if q == p) for p, _ in resumed}
+    assert first == {p: snap[p] for p in first}  # starts exactly at the committed offsets
+
+
+def test_two_consumers_in_one_group_split_the_partitions(kafka, unique):
+    topic, group = unique("clicks"), unique("group")
+    fill(kafka, topic, 32_000)
+    results: dict[int, list] = {}
+    assignments: dict[int, set] = {}
+
+    def run(i: int) -> None:
+        with ClickConsumer(kafka, config(topic, group)) as c:
+            batches, deadline, idle = [], time.monotonic() + 60, 0
+            while time.monotonic() < deadline and idle < 16:
+                b = c.next_batch(512, timeout=0.5)
+                idle = 0 if len(b) else idle + 1
+                if len(b):
+                    batches.append(b)
+                    assignments[i] = c.assignment
+            results[i] = batches
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.5)
+    for t in threads:
+        t.join()
+    counts = [sum(len(b) for b in results[i]) for i in range(2)]
+    assert sum(counts) >= 32_000
+    seen = messages(results[0]) + messages(results[1])
+    assert len(seen) == 32_000 // PER_MESSAGE  # nothing lost
+    # Each member ends up owning a disjoint share of the partitions.
+    assert assignments[0] and assignments[1]
+    assert not (assignments[0] & assignments[1])
+    assert assignments[0] | assignments[1] == {0, 1, 2, 3}
+
+
+def test_undecodable_records_are_dead_lettered_with_reason(kafka, unique):
+    topic, group = unique("clicks"), unique("group")
+    ensure_topic(kafka, topic, 1)
+    good = SyntheticStream(SyntheticConfig(seed=1)).lines(0, 3)
+    producer = KafkaProducer(**kafka.client_kwargs())
+    for value in [good[0], b"not\ta\trecord", good[1] + b"\n" + b"2" + good[2][1:], b"", b"\xff\xfe" + good[2]]:
+        producer.send(topic, value=value, partition=0)
+    producer.flush()
+    producer.close()
+    with ClickConsumer(kafka, config(topic, group, dead_letter_max_bytes=8)) as c:
+        batches = drain(c, 2, timeout=30)
+        assert c.commit()
+        stats = c.stats
+    assert sum(len(b) for b in batches) == 2
+    assert dict(stats.rejected) == {"wrong_field_count": 1, "bad_label": 1, "empty_message": 1, "invalid_utf8": 1}
+    dlq = KafkaConsumer(
+        f"{topic}.dlq", **kafka.client_kwargs(), auto_offset_reset="earliest", consumer_timeout_ms=5000
+    )
+    letters = list(dlq)
+    dlq.close()
+    reasons = sorted(dict(m.headers)["hetgmp.reason"].decode() for m in letters)
+    assert reasons == ["bad_label", "empty_message", "invalid_utf8", "wrong_field_count"]
+    truncated = [m for m in letters if dict(m.headers)["hetgmp.truncated"] == b"1"]
+    assert truncated and all(len(m.value) == 8 for m in truncated)
+    assert all(dict(m.headers)["hetgmp.source"].decode().startswith(f"{topic}/0/") for m in letters)
+
+
+def test_consumer_waits_for_a_broker_that_is_not_up_yet(unique, caplog):
+    port = free_port()
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=1000)
+    topic = unique("clicks")
+    out: dict = {}
+
+    def run() -> None:
+        with ClickConsumer(kafka, config(topic, "", connect_timeout_s=60)) as c:
+            out["batches"] = drain(c, 1_000, timeout=30)
+
+    caplog.set_level(logging.WARNING, logger="streaming.kafka")
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(3)
+    with EmbeddedBroker(port=port):
+        fill(kafka, topic, 1_000, partitions=2)
+        t.join(timeout=60)
+    assert sum(len(b) for b in out["batches"]) == 1_000
+    assert any("not reachable" in r.getMessage() for r in caplog.records)
+
+
+def test_broker_killed_and_restarted_mid_run(unique):
+    port = free_port()
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=1000)
+    topic = unique("clicks")
+    broker = EmbeddedBroker(port=port).start()
+    try:
+        fill(kafka, topic, 4_000, partitions=2)
+        with ClickConsumer(kafka, config(topic, unique("group"))) as c:
+            assert sum(len(b) for b in drain(c, 4_000)) == 4_000
+            broker.kill()
+            for _ in range(6):  # polling a dead broker neither raises nor returns data
+                assert len(c.next_batch(100, timeout=0.5)) == 0
+            broker = EmbeddedBroker(port=port).start()  # in-memory: the topic is gone
+            fill(kafka, topic, 2_000, start=4_000, partitions=2)
+            after = drain(c, 2_000, timeout=90)
+        assert sum(len(b) for b in after) == 2_000
+    finally:
+        broker.stop()
