@@ -63,6 +63,11 @@ class AccessWindow:
         return self._size
 
     @property
+    def start(self) -> int:
+        """Stream position (samples added before it) of the oldest sample in the window."""
+        return self.samples_seen - self._size
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the window's arrays (ring, counts and the update buffer)."""
         buffered = sum(b.nbytes for b in self._buffer) + 16 * len(self._buffer_times)

@@ -166,14 +166,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     status = 0
     for name in names:
         module = __import__(f"bench.{name}", fromlist=["main"])
-        status |= module.main(args.bench_args)
+        status |= module.main(args.extra)
     return status
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from trainer.demo import main as demo_main
 
-    return demo_main(args.demo_args)
+    return demo_main(args.extra)
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -252,13 +252,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         parents=[base],
         help="benchmarks: ingest, partition, all (each prints ratios and a JSON summary)",
     )
-    p.add_argument("which", choices=["ingest", "partition", "all"])
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="flags of the benchmark (see its --help)")
-    p.set_defaults(func=_cmd_bench)
+    p.add_argument("which", choices=["ingest", "partition", "all"], help="benchmark; its own flags follow")
+    p.set_defaults(func=_cmd_bench, passthrough=True)
 
-    p = sub.add_parser("demo", parents=[base], help="the local demo behind `make demo`")
-    p.add_argument("demo_args", nargs=argparse.REMAINDER, help="flags of the demo (see `hetgmp demo -- --help`)")
-    p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser(
+        "demo",
+        parents=[base],
+        add_help=False,
+        help="the local demo behind `make demo` (`hetgmp demo --help` lists its flags)",
+    )
+    p.set_defaults(func=_cmd_demo, passthrough=True)
     return parser
 
 
@@ -266,7 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hetgmp`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    # bench and demo hand their own flags to the module that defines them.
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
