@@ -20,10 +20,13 @@ help:
 
 setup: $(STAMP)
 
-# The stamp records the torch requirement so that `make ... TORCH=...` reinstalls when it changes.
+# The stamp records the torch requirement: a different TORCH=... forces a reinstall.
+ifneq ($(shell cat $(STAMP) 2>/dev/null),$(TORCH))
+.PHONY: $(STAMP)
+endif
+
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[embedded,test]"
 	@echo "$(TORCH)" > $(STAMP)

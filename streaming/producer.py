@@ -183,6 +183,9 @@ def produce(
         paths = [p for p in config.source[len("file:") :].split(",") if p]
         if not paths:
             raise ValueError("file source needs at least one path: file:PATH[,PATH...]")
+        missing = [p for p in paths if not Path(p).is_file()]
+        if missing:  # before touching Kafka: a typo should not create a topic
+            raise FileNotFoundError(f"replay file not found: {', '.join(missing)}")
         chunks = file_chunks(paths, config.chunk_records, config.count)
     else:
         raise ValueError(f"unknown source {config.source!r}: use 'synthetic' or 'file:PATH'")
