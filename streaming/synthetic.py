@@ -194,20 +194,23 @@ class SyntheticStream:
         seg_rank = np.minimum(seg_rank, c.segments - 1)
         segment = np.empty(BLOCK, np.int32)
         hot_pick = np.empty((BLOCK, c.n_sparse), np.uint32)
-        slot = rng.integers(0, c.hot_size, size=(BLOCK, c.n_sparse))
+        # One uniform per (record, field) decides hot vs global and, rescaled, picks the value:
+        # half the random numbers of drawing each decision separately.
+        u = rng.random((BLOCK, c.n_sparse))
+        use_hot = u < c.hot_prob
+        slot = np.minimum((u / max(c.hot_prob, 1e-12) * c.hot_size).astype(np.int64), c.hot_size - 1)
+        u_global = (u - c.hot_prob) / max(1.0 - c.hot_prob, 1e-12)
         for e in np.unique(epoch):  # a block spans at most a couple of epochs
             rows = np.flatnonzero(epoch == e)
             hot, order = self._epoch(int(e))
             segment[rows] = order[seg_rank[rows]]
             hot_pick[rows] = hot[segment[rows, None], np.arange(c.n_sparse), slot[rows]]
-        use_hot = rng.random((BLOCK, c.n_sparse)) < c.hot_prob
-        u = rng.random((BLOCK, c.n_sparse))
         values = hot_pick
         for f, cdf in enumerate(self._cdf):  # per-field inverse CDF: one vector op per field
             rows = np.flatnonzero(~use_hot[:, f])
-            rank = np.minimum(np.searchsorted(cdf, u[rows, f], side="right"), cdf.size - 1)
-            # Scatter ranks over the vocabulary with a fixed affine bijection, so popular global
-            # values are not simply the smallest indices (hot sets draw indices uniformly).
+            rank = np.minimum(np.searchsorted(cdf, u_global[rows, f], side="right"), cdf.size - 1)
+            # Scatter ranks over the vocabulary with a fixed affine bijection (7919 is prime), so
+            # popular global values are not simply the smallest indices.
             values[rows, f] = (rank * 7919 + 13) % self.vocab[f]
         missing = rng.random((BLOCK, c.n_sparse)) < c.missing_prob
         # Counts like Criteo's; capped below 10**6 (the decimal table's range), far in the tail.

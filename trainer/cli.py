@@ -67,7 +67,10 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         with EmbeddedBroker(port=args.port, host=args.host, log_file=args.log_file) as broker:
             print(f"bootstrap servers: {broker.bootstrap_servers}", flush=True)
             print("embedded Tansu broker (in-memory storage); Ctrl-C stops it", flush=True)
-            stop.wait()
+            while not stop.wait(1.0):
+                if broker.pid is None:
+                    print("error: the broker process exited", file=sys.stderr)
+                    return 1
     except BrokerUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
