@@ -83,7 +83,7 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, per_message: int) ->
     for _ in range(args.repeats):
         raw.append(_raw_consume(kafka, topic, args.records, args.partitions))
         decoded.append(_decoded_consume(kafka, topic, args.records, args.partitions))
-    row = {
+    row: dict[str, float] = {
         "records_per_message": per_message,
         "producer_records_per_s": round(report.records_per_s),
         "raw_records_per_s": round(max(raw)),
@@ -104,10 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hetgmp bench ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=200_000, help="records per layout")
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--packed", type=int, default=ProduceConfig.records_per_message, help="records per message of the packed layout")
+    p.add_argument(
+        "--packed",
+        type=int,
+        default=ProduceConfig.records_per_message,
+        help="records per message of the packed layout",
+    )
     p.add_argument("--repeats", type=int, default=3, help="alternating runs; the best of each is kept")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bootstrap-servers", default="", help="use this Kafka instead of starting the embedded broker")
+    p.add_argument(
+        "--bootstrap-servers", default="", help="use this Kafka instead of starting the embedded broker"
+    )
     args = p.parse_args(argv)
 
     with contextlib.ExitStack() as stack:
@@ -116,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             broker = stack.enter_context(EmbeddedBroker())
             kafka = KafkaSettings(bootstrap_servers=broker.bootstrap_servers)
-        print(f"ingest benchmark: {args.records:,} synthetic Criteo records per layout, "
-              f"{args.partitions} partitions, best of {args.repeats}", flush=True)
+        print(
+            f"ingest benchmark: {args.records:,} synthetic Criteo records per layout, "
+            f"{args.partitions} partitions, best of {args.repeats}",
+            flush=True,
+        )
         rows = [_layout(kafka, args, 1), _layout(kafka, args, args.packed)]
     single, packed = rows
     summary = {

@@ -170,14 +170,14 @@ class EmbeddedBroker:
             "--storage-engine",
             "memory://tansu/",
         ]
-        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
+        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - needed for PDEATHSIG
+                preexec_fn=_die_with_parent,
             )
         finally:
             if self.log_file:

@@ -98,9 +98,7 @@ class Decoder:
         kept: list[int] = []
         for i, p in enumerate(payloads):
             if not p or p.isspace():
-                rejects.append(
-                    Reject(RejectReason.EMPTY_MESSAGE, p or b"", int(meta[0][i]), int(meta[1][i]))
-                )
+                rejects.append(Reject(RejectReason.EMPTY_MESSAGE, p or b"", int(meta[0][i]), int(meta[1][i])))
             else:
                 kept.append(i)
         if not kept:
@@ -245,7 +243,9 @@ class Decoder:
         label_byte = buf[f_starts[:, 0]]
         label_ok = (label_len == 1) & ((label_byte == _ZERO) | (label_byte == _ZERO + 1))
         dense_int, dense_ok = _parse_ints(buf, f_starts[:, 1 : 1 + n_dense], f_ends[:, 1 : 1 + n_dense])
-        self._reject_rows(lines, rows[~label_ok], RejectReason.BAD_LABEL, meta, rejects, "label must be 0 or 1")
+        self._reject_rows(
+            lines, rows[~label_ok], RejectReason.BAD_LABEL, meta, rejects, "label must be 0 or 1"
+        )
         bad_dense = label_ok & ~dense_ok
         self._reject_rows(
             lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects, "dense values must be integers"
@@ -254,9 +254,7 @@ class Decoder:
         if not good.all():
             rows, f_starts, f_ends = rows[good], f_starts[good], f_ends[good]
             dense_int, label_byte = dense_int[good], label_byte[good]
-        ids = hash_spans(
-            buf, f_starts[:, 1 + n_dense :], f_ends[:, 1 + n_dense :], self._seeds, slack=True
-        )
+        ids = hash_spans(buf, f_starts[:, 1 + n_dense :], f_ends[:, 1 + n_dense :], self._seeds, slack=True)
         labels = (label_byte - _ZERO).astype(np.float32)
         return self._assemble(lines, rows, labels, dense_int, ids, meta), rows
 
@@ -286,9 +284,7 @@ class Decoder:
                 row_values = [_json_str(obj.get(name)) for name in schema.sparse]
             except (ValueError, TypeError) as exc:
                 ok[r] = False
-                self._reject_rows(
-                    lines, np.array([r]), RejectReason.BAD_JSON, meta, rejects, str(exc)[:200]
-                )
+                self._reject_rows(lines, np.array([r]), RejectReason.BAD_JSON, meta, rejects, str(exc)[:200])
                 continue
             labels[r] = float(label)
             dense[r] = row_dense
@@ -371,9 +367,7 @@ def _parse_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
     return value, ok.all(axis=1)
 
 
-def _parse_long(
-    buf: np.ndarray, pos: np.ndarray, digits: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _parse_long(buf: np.ndarray, pos: np.ndarray, digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Values of 9..18 digits, one digit column at a time; returns ``(values, ok)``."""
     value = np.zeros(pos.shape, np.int64)
     ok = np.ones(pos.shape, dtype=bool)

@@ -26,7 +26,7 @@ T = TypeVar("T")
 ENV_PREFIX = "HETGMP_"
 
 
-def secret(default: Any = "", help: str = "") -> Any:  # noqa: A002 - mirrors argparse's name
+def secret(default: Any = "", help: str = "") -> Any:
     """A dataclass field whose value never appears in logs, reprs or ``--help`` defaults."""
     return dataclasses.field(default=default, repr=False, metadata={"help": help, "secret": True})
 
@@ -116,7 +116,7 @@ def add_flags(
             continue
         conv, choices = _converter(hints[f.name])
         env = _env_name(section, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
         source = "default"
         if f.name in table:
             default, source = table[f.name], "config file"

@@ -142,9 +142,7 @@ class ClickConsumer:
         self.kafka = kafka
         self.config = config or ConsumerConfig()
         self.schema = Schema.parse(self.config.schema)
-        self.decoder = Decoder(
-            self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes)
-        )
+        self.decoder = Decoder(self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes))
         self.stats = ConsumerStats()
         self._manual = list(partitions) if partitions is not None else None
         self._clock = clock or SystemClock()

@@ -136,9 +136,7 @@ def _mix_words(
 ) -> np.ndarray:
     """Fold words ``first_word..last_word-1`` of each span into ``h`` (spans shorter skip them)."""
     # An unaligned little-endian uint64 view at every byte offset: one gather reads a whole word.
-    words_at = np.ndarray(
-        shape=(padded.size - 7,), dtype="<u8", buffer=padded.data, strides=(1,)
-    )
+    words_at = np.ndarray(shape=(padded.size - 7,), dtype="<u8", buffer=padded.data, strides=(1,))
     h = h.copy()
     for w in range(first_word, last_word):
         remaining = lengths - w * 8
@@ -154,7 +152,9 @@ def _mix_words(
         if rem.min() < 8:
             # Bytes past the span's end count as zero padding, whatever the buffer holds there.
             keep = np.minimum(rem, 8).astype(np.uint64) * np.uint64(8)
-            mask = np.where(keep >= 64, np.uint64(_M64), (np.uint64(1) << (keep & np.uint64(63))) - np.uint64(1))
+            mask = np.where(
+                keep >= 64, np.uint64(_M64), (np.uint64(1) << (keep & np.uint64(63))) - np.uint64(1)
+            )
             word &= mask
         if active is None:
             h ^= word

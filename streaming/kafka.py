@@ -136,7 +136,9 @@ def ensure_topic(
         if topic in admin.list_topics():
             return False
         try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)])
+            admin.create_topics(
+                [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)]
+            )
         except TopicAlreadyExistsError:
             return False
         log.info("created topic %s with %d partitions", topic, partitions)

@@ -135,9 +135,7 @@ class SyntheticStream:
     def __init__(self, config: SyntheticConfig | None = None) -> None:
         self.config = c = config or SyntheticConfig()
         self.schema = c.schema
-        self.vocab = np.unique(
-            np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
-        )
+        self.vocab = np.unique(np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64))
         if self.vocab.size != c.n_sparse:  # unique() merged equal sizes: keep them all
             self.vocab = np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
         # Inverse-CDF tables of each field's global Zipf over its vocabulary.
@@ -176,9 +174,7 @@ class SyntheticStream:
 
     def _draw_hot(self, rng: np.random.Generator, n_segments: int) -> np.ndarray:
         c = self.config
-        cols = [
-            rng.integers(0, v, size=(n_segments, c.hot_size), dtype=np.int64) for v in self.vocab
-        ]
+        cols = [rng.integers(0, v, size=(n_segments, c.hot_size), dtype=np.int64) for v in self.vocab]
         return np.stack(cols, axis=1).astype(np.uint32)
 
     # -- records -------------------------------------------------------------------------------
@@ -284,9 +280,7 @@ class SyntheticStream:
         """Criteo TSV lines (no trailing newline) of records ``start .. start+count-1``."""
         return self.lines_with_truth(start, count)[0]
 
-    def lines_with_truth(
-        self, start: int, count: int
-    ) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    def lines_with_truth(self, start: int, count: int) -> tuple[list[bytes], np.ndarray, np.ndarray]:
         """``(lines, labels, ground-truth probabilities)`` from one generation pass."""
         out: list[bytes] = []
         labels, probs = [], []
@@ -308,14 +302,14 @@ class SyntheticStream:
         codes = table[np.clip(dense, 0, table.size - 1)]
         codes[dense < 0] = 0
         dense_bytes = codes.view(np.uint8).reshape(n, c.n_dense, 8)
-        dense_block = np.concatenate(
-            [np.full((n, c.n_dense, 1), 9, np.uint8), dense_bytes], axis=2
-        ).reshape(n, c.n_dense * 9)
+        dense_block = np.concatenate([np.full((n, c.n_dense, 1), 9, np.uint8), dense_bytes], axis=2).reshape(
+            n, c.n_dense * 9
+        )
         hexd = self._hex(block)[rows]
         hexd = np.where(block.missing[rows][..., None], 0, hexd).astype(np.uint8)
-        sparse_block = np.concatenate(
-            [np.full((n, c.n_sparse, 1), 9, np.uint8), hexd], axis=2
-        ).reshape(n, c.n_sparse * 9)
+        sparse_block = np.concatenate([np.full((n, c.n_sparse, 1), 9, np.uint8), hexd], axis=2).reshape(
+            n, c.n_sparse * 9
+        )
         label = (block.labels[rows].astype(np.uint8) + 48)[:, None]
         matrix = np.concatenate([label, dense_block, sparse_block, np.full((n, 1), 10, np.uint8)], axis=1)
         data = matrix[matrix != 0].tobytes()

@@ -58,8 +58,7 @@ class Schema:
                 n_dense, n_sparse = (int(x) for x in spec.split(","))
             except ValueError:
                 raise ValueError(
-                    f"schema {spec!r}: expected 'DENSE,SPARSE' counts or "
-                    "'label=NAME;dense=A,B;sparse=C,D'"
+                    f"schema {spec!r}: expected 'DENSE,SPARSE' counts or 'label=NAME;dense=A,B;sparse=C,D'"
                 ) from None
             return cls.from_counts(n_dense, n_sparse)
         parts: dict[str, str] = {}
@@ -122,9 +121,7 @@ class ClickBatch:
         """Rows of several batches, in order (at least one batch)."""
         if len(batches) == 1:
             return batches[0]
-        return cls(
-            *(np.concatenate([getattr(b, f) for b in batches]) for f in cls.__dataclass_fields__)
-        )
+        return cls(*(np.concatenate([getattr(b, f) for b in batches]) for f in cls.__dataclass_fields__))
 
     def take(self, rows: np.ndarray | slice) -> ClickBatch:
         """A batch of the selected rows."""

@@ -28,15 +28,11 @@ class WindowConfig:
     """Settings of :class:`AccessWindow`."""
 
     capacity: int = field(default=200_000, metadata={"help": "samples kept in the window (W)"})
-    max_ids: int = field(
-        default=2_000_000, metadata={"help": "cap on ids with tracked access counts"}
-    )
+    max_ids: int = field(default=2_000_000, metadata={"help": "cap on ids with tracked access counts"})
     half_life: float = field(
         default=100_000.0, metadata={"help": "samples after which an access counts half"}
     )
-    merge_every: int = field(
-        default=65_536, metadata={"help": "buffered samples before counts are merged"}
-    )
+    merge_every: int = field(default=65_536, metadata={"help": "buffered samples before counts are merged"})
 
 
 class AccessWindow:

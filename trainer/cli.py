@@ -94,8 +94,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
     def progress(r: ProduceReport) -> None:
         print(
-            f"produced {r.records:,} records in {r.messages:,} messages "
-            f"({r.records_per_s:,.0f} records/s)",
+            f"produced {r.records:,} records in {r.messages:,} messages ({r.records_per_s:,.0f} records/s)",
             flush=True,
         )
 

@@ -123,9 +123,15 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         producer = threading.Thread(target=run_producer, name="demo-producer", daemon=True)
         producer.start()
         stack.callback(producer.join, 10)
-        consumer = stack.enter_context(
-            ClickConsumer(kafka, ConsumerConfig(topic=topic, group_id=""), partitions=list(range(config.partitions)))
-        ) if _wait_topic(kafka, topic, config.partitions) else None
+        consumer = (
+            stack.enter_context(
+                ClickConsumer(
+                    kafka, ConsumerConfig(topic=topic, group_id=""), partitions=list(range(config.partitions))
+                )
+            )
+            if _wait_topic(kafka, topic, config.partitions)
+            else None
+        )
         if consumer is None:
             raise RuntimeError("the demo topic was not created")
         pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(1, "repartition"))
@@ -153,18 +159,29 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
                 buffered, n_buffered = [rest], rest.shape[0]
                 graph = placement or hash_placement
                 timeline.t.append(now - t0)
-                timeline.rr_hash.append(remote_rows_per_sample(step, route(step, hash_placement), hash_placement))
+                timeline.rr_hash.append(
+                    remote_rows_per_sample(step, route(step, hash_placement), hash_placement)
+                )
                 timeline.rr_graph.append(remote_rows_per_sample(step, route(step, graph), graph))
             if pending is not None and pending.done():
                 placement, seconds, rows, nbytes = pending.result()
                 timeline.repartitions.append(
-                    {"t": pending_since - t0, "version": placement.version, "seconds": seconds, "rows_moved": rows, "bytes_moved": nbytes}
+                    {
+                        "t": pending_since - t0,
+                        "version": placement.version,
+                        "seconds": seconds,
+                        "rows_moved": rows,
+                        "bytes_moved": nbytes,
+                    }
                 )
                 pending = None
             if pending is None and now >= next_repartition and len(window) >= config.global_batch:
                 graph_window = WindowGraph.from_dense(window.samples(), start=window.start)
                 which = full if placement is None else incremental
-                pending, pending_since = pool.submit(_repartition, which, graph_window, placement, config.workers), now
+                pending, pending_since = (
+                    pool.submit(_repartition, which, graph_window, placement, config.workers),
+                    now,
+                )
                 next_repartition = now + config.repartition_every_s
             if now - last_rate_t >= 1.0:
                 s = consumer.stats
@@ -200,7 +217,16 @@ def _mean_tail(values: list[float], n: int = 20) -> float:
     return float(np.mean(values[-n:])) if values else float("nan")
 
 
-def _view(out, tty: bool, elapsed: float, config: DemoConfig, consumer, timeline: _Timeline, placement, final: bool = False) -> None:
+def _view(
+    out,
+    tty: bool,
+    elapsed: float,
+    config: DemoConfig,
+    consumer,
+    timeline: _Timeline,
+    placement,
+    final: bool = False,
+) -> None:
     s = consumer.stats
     rate = timeline.throughput[-1] if timeline.throughput else 0.0
     rr_h, rr_g = _mean_tail(timeline.rr_hash), _mean_tail(timeline.rr_graph)
@@ -236,19 +262,44 @@ def _write(config: DemoConfig, tl: _Timeline, produced: ProduceReport, consumed:
         "remote_rows_per_sample_hash": round(rr_h, 3),
         "remote_rows_per_sample_graph": round(rr_g, 3),
         "saving_vs_hash_pct": round((1 - rr_g / rr_h) * 100, 1) if rr_h == rr_h and rr_h else None,
-        "mean_repartition_s": round(float(np.mean([r["seconds"] for r in tl.repartitions])), 3) if tl.repartitions else None,
+        "mean_repartition_s": round(float(np.mean([r["seconds"] for r in tl.repartitions])), 3)
+        if tl.repartitions
+        else None,
         "rows_moved_total": sum(r["rows_moved"] for r in tl.repartitions),
     }
     marks = [r["t"] + r["seconds"] for r in tl.repartitions]
     charts = [
-        Chart("Remote rows per sample", "seconds", "rows/sample",
-              [Series("hash placement", tl.t, tl.rr_hash), Series("graph placement", tl.t, tl.rr_graph)],
-              marks, "new placement"),
+        Chart(
+            "Remote rows per sample",
+            "seconds",
+            "rows/sample",
+            [Series("hash placement", tl.t, tl.rr_hash), Series("graph placement", tl.t, tl.rr_graph)],
+            marks,
+            "new placement",
+        ),
         Chart("Throughput", "seconds", "records/s", [Series("consumed", tl.throughput_t, tl.throughput)]),
-        Chart("Rows moved per repartition", "seconds", "rows",
-              [Series("rows moved", [r["t"] for r in tl.repartitions], [r["rows_moved"] for r in tl.repartitions])]),
-        Chart("Repartition time", "seconds", "seconds",
-              [Series("partitioner", [r["t"] for r in tl.repartitions], [r["seconds"] for r in tl.repartitions])]),
+        Chart(
+            "Rows moved per repartition",
+            "seconds",
+            "rows",
+            [
+                Series(
+                    "rows moved",
+                    [r["t"] for r in tl.repartitions],
+                    [r["rows_moved"] for r in tl.repartitions],
+                )
+            ],
+        ),
+        Chart(
+            "Repartition time",
+            "seconds",
+            "seconds",
+            [
+                Series(
+                    "partitioner", [r["t"] for r in tl.repartitions], [r["seconds"] for r in tl.repartitions]
+                )
+            ],
+        ),
     ]
     notes = [
         f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, produced at "

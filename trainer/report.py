@@ -55,25 +55,39 @@ def svg_chart(chart: Chart, width: int = 720, height: int = 260) -> str:
     sy = lambda y: height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)  # noqa: E731
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11">']
     out.append(f'<text x="{left}" y="16" font-size="13" font-weight="bold">{html.escape(chart.title)}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="none" stroke="#999"/>')
+    out.append(
+        f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="none" stroke="#999"/>'
+    )
     for t in _ticks(y0, y1):
         out.append(f'<text x="{left - 5}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>')
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
+        )
     for t in _ticks(x0, x1):
         out.append(f'<text x="{sx(t):.1f}" y="{height - bottom + 14}" text-anchor="middle">{t:.3g}</text>')
-    out.append(f'<text x="{(left + width - right) / 2}" y="{height - 6}" text-anchor="middle">{html.escape(chart.x_label)}</text>')
-    out.append(f'<text x="12" y="{(top + height - bottom) / 2}" transform="rotate(-90 12 {(top + height - bottom) / 2})" text-anchor="middle">{html.escape(chart.y_label)}</text>')
+    out.append(
+        f'<text x="{(left + width - right) / 2}" y="{height - 6}" text-anchor="middle">{html.escape(chart.x_label)}</text>'
+    )
+    out.append(
+        f'<text x="12" y="{(top + height - bottom) / 2}" transform="rotate(-90 12 {(top + height - bottom) / 2})" text-anchor="middle">{html.escape(chart.y_label)}</text>'
+    )
     for m in chart.marks:
         if x0 <= m <= x1:
-            out.append(f'<line x1="{sx(m):.1f}" x2="{sx(m):.1f}" y1="{top}" y2="{height - bottom}" stroke="#aaa" stroke-dasharray="3,3"/>')
+            out.append(
+                f'<line x1="{sx(m):.1f}" x2="{sx(m):.1f}" y1="{top}" y2="{height - bottom}" stroke="#aaa" stroke-dasharray="3,3"/>'
+            )
     for i, s in enumerate(chart.series):
         color = _COLORS[i % len(_COLORS)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(s.x, s.y))
         if path:
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{path}"/>')
-        out.append(f'<text x="{width - right + 8}" y="{top + 14 + 16 * i}" fill="{color}">{html.escape(s.name)}</text>')
+        out.append(
+            f'<text x="{width - right + 8}" y="{top + 14 + 16 * i}" fill="{color}">{html.escape(s.name)}</text>'
+        )
     if chart.marks and chart.mark_label:
-        out.append(f'<text x="{width - right + 8}" y="{top + 14 + 16 * len(chart.series)}" fill="#888">┊ {html.escape(chart.mark_label)}</text>')
+        out.append(
+            f'<text x="{width - right + 8}" y="{top + 14 + 16 * len(chart.series)}" fill="#888">┊ {html.escape(chart.mark_label)}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -105,7 +119,11 @@ def write_report(
         "summary": summary,
         "notes": notes,
         "charts": [
-            {"title": c.title, "marks": c.marks, "series": [{"name": s.name, "x": list(s.x), "y": list(s.y)} for s in c.series]}
+            {
+                "title": c.title,
+                "marks": c.marks,
+                "series": [{"name": s.name, "x": list(s.x), "y": list(s.y)} for s in c.series],
+            }
             for c in charts
         ],
     }

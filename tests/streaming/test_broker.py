@@ -60,7 +60,10 @@ def test_broker_dies_with_a_parent_killed_by_sigkill(tmp_path):
 
 def test_cli_prints_bootstrap_address_and_stops_on_sigterm():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer.cli", "broker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "trainer.cli", "broker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = proc.stdout.readline()
     assert line.startswith("bootstrap servers: 127.0.0.1:")

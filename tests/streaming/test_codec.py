@@ -133,7 +133,9 @@ def test_json_lines_decode_like_tsv():
 
 def test_json_rejects_non_objects_and_bad_labels():
     schema = Schema.parse("label=y;dense=a;sparse=u")
-    d = Decoder(schema, DecodeConfig("json")).decode([b"[1,2]", b'{"y": 3, "u": "a"}', b"{not json", b'{"y":0,"u":"a"}'])
+    d = Decoder(schema, DecodeConfig("json")).decode(
+        [b"[1,2]", b'{"y": 3, "u": "a"}', b"{not json", b'{"y":0,"u":"a"}']
+    )
     assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 3
 
 

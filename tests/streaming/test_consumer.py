@@ -25,7 +25,9 @@ PER_MESSAGE = 16
 def fill(kafka: KafkaSettings, topic: str, count: int, start: int = 0, partitions: int = 4) -> None:
     report = produce(
         kafka,
-        ProduceConfig(topic=topic, count=count, start=start, partitions=partitions, records_per_message=PER_MESSAGE),
+        ProduceConfig(
+            topic=topic, count=count, start=start, partitions=partitions, records_per_message=PER_MESSAGE
+        ),
         SyntheticConfig(seed=11),
     )
     assert report.records == count
@@ -117,7 +119,13 @@ def test_undecodable_records_are_dead_lettered_with_reason(kafka, unique):
     ensure_topic(kafka, topic, 1)
     good = SyntheticStream(SyntheticConfig(seed=1)).lines(0, 3)
     producer = KafkaProducer(**kafka.client_kwargs())
-    for value in [good[0], b"not\ta\trecord", good[1] + b"\n" + b"2" + good[2][1:], b"", b"\xff\xfe" + good[2]]:
+    for value in [
+        good[0],
+        b"not\ta\trecord",
+        good[1] + b"\n" + b"2" + good[2][1:],
+        b"",
+        b"\xff\xfe" + good[2],
+    ]:
         producer.send(topic, value=value, partition=0)
     producer.flush()
     producer.close()
@@ -126,7 +134,12 @@ def test_undecodable_records_are_dead_lettered_with_reason(kafka, unique):
         assert c.commit()
         stats = c.stats
     assert sum(len(b) for b in batches) == 2
-    assert dict(stats.rejected) == {"wrong_field_count": 1, "bad_label": 1, "empty_message": 1, "invalid_utf8": 1}
+    assert dict(stats.rejected) == {
+        "wrong_field_count": 1,
+        "bad_label": 1,
+        "empty_message": 1,
+        "invalid_utf8": 1,
+    }
     dlq = KafkaConsumer(
         f"{topic}.dlq", **kafka.client_kwargs(), auto_offset_reset="earliest", consumer_timeout_ms=5000
     )

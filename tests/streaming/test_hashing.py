@@ -30,8 +30,18 @@ def test_ids_are_non_negative_and_depend_on_field_and_value():
 
 def test_padding_bytes_after_a_span_do_not_change_its_id():
     # Same value followed by different bytes in the buffer: same id.
-    a = hash_spans(np.frombuffer(b"abc\xff\xff\xff\xff\xff\xff", np.uint8), np.array([0]), np.array([3]), field_seeds(["C1"]))
-    b = hash_spans(np.frombuffer(b"abc\x00\x01\x02\x03\x04\x05", np.uint8), np.array([0]), np.array([3]), field_seeds(["C1"]))
+    a = hash_spans(
+        np.frombuffer(b"abc\xff\xff\xff\xff\xff\xff", np.uint8),
+        np.array([0]),
+        np.array([3]),
+        field_seeds(["C1"]),
+    )
+    b = hash_spans(
+        np.frombuffer(b"abc\x00\x01\x02\x03\x04\x05", np.uint8),
+        np.array([0]),
+        np.array([3]),
+        field_seeds(["C1"]),
+    )
     assert a[0] == b[0] == feature_id("C1", b"abc")
 
 

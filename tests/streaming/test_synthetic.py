@@ -89,7 +89,9 @@ def test_labels_follow_the_ground_truth_and_the_ceiling_is_reported(stream):
     half = N // 2
     uniq, inv = np.unique(ids, return_inverse=True)
     inv = inv.reshape(ids.shape)
-    clicks = np.bincount(inv[:half].ravel(), weights=np.repeat(block.labels[:half], ids.shape[1]), minlength=uniq.size)
+    clicks = np.bincount(
+        inv[:half].ravel(), weights=np.repeat(block.labels[:half], ids.shape[1]), minlength=uniq.size
+    )
     seen = np.bincount(inv[:half].ravel(), minlength=uniq.size)
     prior = block.labels[:half].mean()
     rate = (clicks + 10 * prior) / (seen + 10)

@@ -24,7 +24,7 @@ def test_counts_decay_with_the_half_life():
     ids, counts = w.counts()
     got = dict(zip(ids.tolist(), counts.tolist()))
     assert got[7] == pytest.approx(0.5)  # two samples ago: half
-    assert got[8] == pytest.approx(1 + 2 ** -0.5)
+    assert got[8] == pytest.approx(1 + 2**-0.5)
 
 
 def test_tracked_ids_are_capped_keeping_the_most_used():

@@ -18,7 +18,11 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
 
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True, timeout=timeout, env=full_env
+        [sys.executable, "-m", "trainer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
     )
 
 
@@ -75,8 +79,13 @@ def test_unknown_flag_is_rejected():
 
 def test_missing_replay_file_is_reported(broker, unique):
     r = run_cli(
-        "produce", "--bootstrap-servers", broker.bootstrap_servers, "--topic", unique("t"),
-        "--source", "file:/nonexistent/day_0.gz",
+        "produce",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        unique("t"),
+        "--source",
+        "file:/nonexistent/day_0.gz",
     )
     assert r.returncode == 2 and "not found" in r.stderr
 
@@ -86,7 +95,17 @@ def test_produce_then_consume_through_the_cli(broker, unique, tmp_path):
     import gzip
 
     topic = unique("cli")
-    r = run_cli("produce", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic, "--count", "5000", "--seed", "3")
+    r = run_cli(
+        "produce",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--count",
+        "5000",
+        "--seed",
+        "3",
+    )
     assert r.returncode == 0, r.stderr
     assert "done: 5,000 records" in r.stdout and "ceiling) AUC" in r.stdout
     # Replay a gzip Criteo file into the same topic: two good lines and one bad one.
@@ -94,11 +113,30 @@ def test_produce_then_consume_through_the_cli(broker, unique, tmp_path):
     path = tmp_path / "day.gz"
     with gzip.open(path, "wt") as fh:
         fh.write(good + "\n" + "broken line\n" + good + "\n")
-    r = run_cli("produce", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
-                "--source", f"file:{path}", "--records-per-message", "1")
+    r = run_cli(
+        "produce",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--source",
+        f"file:{path}",
+        "--records-per-message",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
-    r = run_cli("consume", "--bootstrap-servers", broker.bootstrap_servers, "--consumer-topic", topic,
-                "--consumer-group-id", unique("g"), "--idle-exit", "3", "--commit")
+    r = run_cli(
+        "consume",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--consumer-topic",
+        topic,
+        "--consumer-group-id",
+        unique("g"),
+        "--idle-exit",
+        "3",
+        "--commit",
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["records"] == 5002

@@ -15,11 +15,27 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 def test_short_demo_finishes_and_writes_its_report(tmp_path):
     r = subprocess.run(
         [
-            sys.executable, "-m", "trainer.cli", "--log-level", "WARNING", "demo",
-            "--duration-s", "14", "--rate", "15000", "--window", "30000",
-            "--repartition-every-s", "3", "--report-dir", str(tmp_path), "--no-live",
+            sys.executable,
+            "-m",
+            "trainer.cli",
+            "--log-level",
+            "WARNING",
+            "demo",
+            "--duration-s",
+            "14",
+            "--rate",
+            "15000",
+            "--window",
+            "30000",
+            "--repartition-every-s",
+            "3",
+            "--report-dir",
+            str(tmp_path),
+            "--no-live",
         ],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     report = Path(r.stdout.strip().splitlines()[-2].split("report:", 1)[1].strip())
