@@ -86,6 +86,7 @@ def test_two_consumers_in_one_group_split_the_partitions(kafka, unique):
     fill(kafka, topic, 32_000)
     results: dict[int, list] = {}
     assignments: dict[int, set] = {}
+    retries: dict[int, int] = {}
 
     def run(i: int) -> None:
         with ClickConsumer(kafka, config(topic, group)) as c:
@@ -96,7 +97,10 @@ def test_two_consumers_in_one_group_split_the_partitions(kafka, unique):
                 if len(b):
                     batches.append(b)
                     assignments[i] = c.assignment
+                # Commit after every batch, rebalances included (the second member's join).
+                c.commit()
             results[i] = batches
+            retries[i] = c.stats.commit_retries
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for t in threads:
@@ -104,14 +108,15 @@ def test_two_consumers_in_one_group_split_the_partitions(kafka, unique):
         time.sleep(0.5)
     for t in threads:
         t.join()
-    counts = [sum(len(b) for b in results[i]) for i in range(2)]
-    assert sum(counts) >= 32_000
     seen = messages(results[0]) + messages(results[1])
     assert len(seen) == 32_000 // PER_MESSAGE  # nothing lost
     # Each member ends up owning a disjoint share of the partitions.
     assert assignments[0] and assignments[1]
     assert not (assignments[0] & assignments[1])
     assert assignments[0] | assignments[1] == {0, 1, 2, 3}
+    # Everything read was committed: a new member of the group finds nothing left to read.
+    with ClickConsumer(kafka, config(topic, group)) as c:
+        assert sum(len(b) for b in drain(c, 1, timeout=10)) == 0
 
 
 def test_undecodable_records_are_dead_lettered_with_reason(kafka, unique):
@@ -191,3 +196,41 @@ def test_broker_killed_and_restarted_mid_run(unique):
         assert sum(len(b) for b in after) == 2_000
     finally:
         broker.stop()
+
+
+class _RebalancingKafka:
+    """A stand-in for KafkaConsumer whose first commits hit a rebalance (Tansu rarely does)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.commits: list[dict] = []
+        self.polls = 0
+
+    def assignment(self):
+        from kafka import TopicPartition
+
+        return {TopicPartition("t", 0), TopicPartition("t", 1)}
+
+    def commit(self, offsets):
+        from kafka.errors import RebalanceInProgressError
+
+        if self.failures:
+            self.failures -= 1
+            raise RebalanceInProgressError()
+        self.commits.append({tp.partition: om.offset for tp, om in offsets.items()})
+
+    def poll(self, timeout_ms, max_records):
+        self.polls += 1
+        return {}
+
+
+@pytest.mark.parametrize("failures,ok", [(0, True), (3, True), (50, False)])
+def test_commit_retries_through_rebalances(failures, ok):
+    c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="t", commit_retries=5))
+    fake = _RebalancingKafka(failures)
+    c._consumer = fake
+    c._positions = {0: 10, 1: 20}
+    assert c.commit() is ok
+    assert fake.commits == ([{0: 10, 1: 20}] if ok else [])
+    assert c.stats.commit_retries == min(failures, 6)
+    assert fake.polls == min(failures, 6)  # each retry polls to let the rejoin complete
