@@ -115,6 +115,9 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 class EmbeddedBroker:
     """A Tansu broker child process on loopback, as a context manager.
 
+    Start it from a long-lived thread (normally the main one): Linux delivers the parent-death
+    signal when the thread that spawned the broker exits, not only when the process does.
+
     Example::
 
         with EmbeddedBroker() as broker:
