@@ -140,6 +140,8 @@ class SyntheticStream:
             self.vocab = np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
         # Inverse-CDF tables of each field's global Zipf over its vocabulary.
         self._cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab]
+        self._cdf_all = np.concatenate([f + cdf for f, cdf in enumerate(self._cdf)])
+        self._cdf_start = np.concatenate([[0], np.cumsum([cdf.size for cdf in self._cdf])[:-1]])
         self._segment_cdf = _zipf_cdf(c.segments, c.segment_zipf)
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._seeds = field_seeds(self.schema.sparse)
@@ -202,12 +204,14 @@ class SyntheticStream:
             segment[rows] = order[seg_rank[rows]]
             hot_pick[rows] = hot[segment[rows, None], np.arange(c.n_sparse), slot[rows]]
         values = hot_pick
-        for f, cdf in enumerate(self._cdf):  # per-field inverse CDF: one vector op per field
-            rows = np.flatnonzero(~use_hot[:, f])
-            rank = np.minimum(np.searchsorted(cdf, u_global[rows, f], side="right"), cdf.size - 1)
-            # Scatter ranks over the vocabulary with a fixed affine bijection (7919 is prime), so
-            # popular global values are not simply the smallest indices.
-            values[rows, f] = (rank * 7919 + 13) % self.vocab[f]
+        # Global Zipf draws of every field in one search: field f's CDF is stored shifted by f in
+        # one concatenated table, so (f + u) lands inside field f's segment of it.
+        rows, cols = np.nonzero(~use_hot)
+        pos = np.searchsorted(self._cdf_all, cols + u_global[rows, cols], side="right")
+        rank = np.minimum(pos - self._cdf_start[cols], self.vocab[cols] - 1)
+        # Scatter ranks over the vocabulary with a fixed affine bijection (7919 is prime), so
+        # popular global values are not simply the smallest indices.
+        values[rows, cols] = (rank * 7919 + 13) % self.vocab[cols]
         missing = rng.random((BLOCK, c.n_sparse)) < c.missing_prob
         # Counts like Criteo's; capped below 10**6 (the decimal table's range), far in the tail.
         dense = np.minimum(
