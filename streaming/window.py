@@ -11,7 +11,7 @@ Counts use the usual scaled-increment trick: an access at sample ``t`` adds ``g*
 ``g = 2**(1/half_life)`` and a count is read as ``stored / g**now``, so decay costs nothing per
 step; stored values are renormalised before they can overflow. Updates are buffered and merged
 into sorted arrays in bulk (one ``np.unique`` over the buffer, one sorted merge), so the cost per
-sample is a few vector operations.
+sample is a few vector operations (about 1 µs per 26-id sample on the 2-core dev machine).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class AccessWindow:
         self._ids = np.zeros(0, np.int64)  # sorted
         self._stored = np.zeros(0, np.float64)  # scaled counts, aligned with _ids
         self._offset = 0  # sample index that scale exponents are measured from
-        self._buffer: list[np.ndarray] = []
-        self._buffer_times: list[np.ndarray] = []
+        self._buffer: list[np.ndarray] = []  # unique ids of each add() call since the last merge
+        self._buffer_counts: list[tuple[int, np.ndarray]] = []  # (last sample, counts) per call
         self._buffered = 0
 
     def __len__(self) -> int:
@@ -66,7 +66,7 @@ class AccessWindow:
     @property
     def nbytes(self) -> int:
         """Bytes held by the window's arrays (ring, counts and the update buffer)."""
-        buffered = sum(b.nbytes for b in self._buffer) + 16 * len(self._buffer_times)
+        buffered = sum(b.nbytes for b in self._buffer) + sum(c.nbytes for _, c in self._buffer_counts)
         return self._ring.nbytes + self._ids.nbytes + self._stored.nbytes + buffered
 
     def add(self, ids: np.ndarray) -> None:
@@ -86,37 +86,32 @@ class AccessWindow:
         self._head = (self._head + k) % cap
         self._size = min(self._size + k, cap)
         # Every access of one add() call is stamped with the call's last sample: decay at batch
-        # granularity, which saves a timestamp per id and is exact to within one batch.
-        self._buffer.append(ids.reshape(-1))
-        self._buffer_times.append(np.array([self.samples_seen + b - 1, ids.size], dtype=np.int64))
+        # granularity, exact to within one batch. Each call is reduced to (unique ids, counts)
+        # at once, which shrinks the buffer several-fold on a skewed stream.
+        uniq, counts = _sorted_unique(ids.reshape(-1), counts=True)
+        self._buffer.append(uniq)
+        self._buffer_counts.append((self.samples_seen + b - 1, counts))
         self._buffered += b
         self.samples_seen += b
         if self._buffered >= self.config.merge_every:
             self._merge()
 
     def _merge(self) -> None:
+        # Only sorts of ids and binary searches: numpy sorts int64 an order of magnitude faster
+        # than it argsorts them (measured 22 ms vs 255 ms for 1.7M ids here).
         if not self._buffer:
             return
-        ids = np.concatenate(self._buffer)
-        stamps = np.stack(self._buffer_times)  # [calls, (time, n_ids)]
-        self._buffer, self._buffer_times, self._buffered = [], [], 0
-        self._rescale(int(stamps[:, 0].max()))
-        weights = np.repeat(np.exp((stamps[:, 0] - self._offset) * self._log_g), stamps[:, 1])
-        order = np.argsort(ids, kind="stable")
-        ids, weights = ids[order], weights[order]
-        starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
-        uniq = ids[starts]
-        add = np.add.reduceat(weights, starts)
-        pos = np.searchsorted(self._ids, uniq)
-        hit = pos < self._ids.size
-        hit[hit] = self._ids[pos[hit]] == uniq[hit]
-        self._stored[pos[hit]] += add[hit]
-        new = ~hit
-        if new.any():
-            all_ids = np.concatenate([self._ids, uniq[new]])
-            all_stored = np.concatenate([self._stored, add[new]])
-            order = np.argsort(all_ids, kind="stable")
-            self._ids, self._stored = all_ids[order], all_stored[order]
+        self._rescale(max(t for t, _ in self._buffer_counts))
+        new_ids, _ = _sorted_unique(np.concatenate(self._buffer))
+        add = np.zeros(new_ids.size)
+        for uniq, (t, counts) in zip(self._buffer, self._buffer_counts):
+            add[np.searchsorted(new_ids, uniq)] += counts * np.exp((t - self._offset) * self._log_g)
+        self._buffer, self._buffer_counts, self._buffered = [], [], 0
+        union, _ = _sorted_unique(np.concatenate([self._ids, new_ids]))
+        stored = np.zeros(union.size)
+        stored[np.searchsorted(union, self._ids)] = self._stored
+        stored[np.searchsorted(union, new_ids)] += add
+        self._ids, self._stored = union, stored
         if self._ids.size > self.config.max_ids:
             # Drop the least used ids (argpartition: deterministic for the same input).
             keep = np.sort(np.argpartition(-self._stored, self.config.max_ids - 1)[: self.config.max_ids])
@@ -147,3 +142,19 @@ class AccessWindow:
         samples = self.samples()
         indptr = np.arange(0, samples.size + 1, self.fields, dtype=np.int64)
         return indptr, samples.reshape(-1)
+
+
+def _sorted_unique(values: np.ndarray, counts: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Sorted distinct values (and their counts): sort + neighbour compare.
+
+    numpy 2.x's ``np.unique`` takes a hash-table path for plain unique values that is far slower
+    on high-entropy int64 ids than sorting (160 ms vs 20 ms for 1.7M ids here).
+    """
+    ordered = np.sort(values)
+    first = np.ones(ordered.size, dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    uniq = ordered[first]
+    if not counts:
+        return uniq, None
+    starts = np.flatnonzero(first)
+    return uniq, np.diff(np.append(starts, ordered.size))
