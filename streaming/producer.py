@@ -217,6 +217,7 @@ def produce(
     stop: threading.Event | None = None,
     progress: Callable[[ProduceReport], None] | None = None,
     clock: Clock | None = None,
+    report: ProduceReport | None = None,
 ) -> ProduceReport:
     """Produce ``config.count`` records (creating the topic if missing) and report.
 
@@ -227,6 +228,7 @@ def produce(
         stop: set it to end an endless (or long) run early; what was sent is flushed.
         progress: called every ``config.progress_every_s`` with the running report.
         clock: time source for pacing and reports.
+        report: filled in as the run goes (e.g. read by a metrics collector); a new one if None.
     """
     from kafka import KafkaProducer
 
@@ -264,7 +266,7 @@ def produce(
         kafka,
     )
     n_parts = max(len(producer.partitions_for(config.topic) or []), 1)
-    report = ProduceReport()
+    report = report if report is not None else ProduceReport()
     labels_kept: list[np.ndarray] = []
     probs_kept: list[np.ndarray] = []
     kept = 0

@@ -56,6 +56,12 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
+def _metrics_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("metrics", "Prometheus exposition")
+    group.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on this port (0: off)")
+    group.add_argument("--metrics-host", default="127.0.0.1", help="address to serve metrics on")
+
+
 # -- broker ----------------------------------------------------------------------------------
 
 
@@ -91,6 +97,15 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     config = build(ProduceConfig, args)
     synthetic = build(SyntheticConfig, args, "synthetic")
     stop = stop_on_signals()
+    report = ProduceReport()
+    if args.metrics_port:
+        from prometheus_client import CollectorRegistry
+
+        from streaming.metrics import ProducerCollector, serve
+
+        registry = CollectorRegistry()
+        registry.register(ProducerCollector(lambda: report, {"topic": config.topic}))
+        serve(registry, args.metrics_port, args.metrics_host)
 
     def progress(r: ProduceReport) -> None:
         print(
@@ -99,7 +114,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         )
 
     try:
-        report = produce(kafka, config, synthetic, stop=stop, progress=progress)
+        produce(kafka, config, synthetic, stop=stop, progress=progress, report=report)
     except (KafkaError, KafkaUnavailable, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -128,6 +143,14 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     t0 = last = time.monotonic()
     idle_since = time.monotonic()
     with ClickConsumer(kafka, config) as consumer:
+        if args.metrics_port:
+            from prometheus_client import CollectorRegistry
+
+            from streaming.metrics import ConsumerCollector, serve
+
+            registry = CollectorRegistry()
+            registry.register(ConsumerCollector(consumer, lag=args.report_lag))
+            serve(registry, args.metrics_port, args.metrics_host)
         while not stop.is_set():
             batch = consumer.next_batch(args.batch, timeout=0.5)
             now = time.monotonic()
@@ -230,6 +253,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prefix="synthetic",
         toml=toml,
     )
+    _metrics_flags(p)
     p.add_argument(
         "--seed", dest="synthetic_seed", type=int, default=argparse.SUPPRESS, help="alias of --synthetic-seed"
     )
@@ -247,6 +271,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--max-records", type=int, default=0, help="stop after this many records")
     p.add_argument("--idle-exit", type=float, default=0.0, help="stop after this many idle seconds")
     p.add_argument("--commit", action="store_true", help="commit the final offsets")
+    p.add_argument(
+        "--report-lag",
+        action="store_true",
+        help="export consumer lag (needs a broker whose end offsets are right: not the embedded one)",
+    )
+    _metrics_flags(p)
     p.set_defaults(func=_cmd_consume)
 
     p = sub.add_parser(
