@@ -1,0 +1,225 @@
+"""Communication benchmark of the placement strategies on the synthetic drifting stream.
+
+Protocol (one run, every strategy on the same records):
+
+* The stream is ``streaming.synthetic.SyntheticStream`` with its default shape (only ``--seed``
+  changes it). Period ``t`` covers records ``W + t*P .. W + (t+1)*P - 1``; its placement is
+  computed, before the period starts, from the window of the ``W`` records that precede it.
+  Scoring a placement on records it has not seen is what an online system lives with: ids first
+  seen in the period sit on their default owner, and the period after a drift is scored with a
+  placement from before it.
+* Strategies: ``hash`` (row-wise hash sharding as in TorchRec/HugeCTR: no explicit owners, no
+  replicas, samples split in arrival order), ``static`` (one full METIS partition of the first
+  window, never updated: HET-GMP's offline approach), ``full`` (a full repartition every
+  period: the quality ceiling) and ``incremental`` (ours: refine the current placement every
+  period, starting from the same first full partition).
+* Each period is cut into global batches of ``--global-batch`` samples; every non-hash strategy
+  routes each batch with ``partitioner.route`` (capacity 1.05 x the mean). Remote rows per
+  sample: per worker batch, the distinct ids neither owned nor replicated there, summed over
+  workers, over the samples (HET-GMP's measure).
+* Migration and time count the repartitions after the first placement (the first one, from the
+  hash placement, is the same job for static, full and incremental and is reported apart).
+  ``imbalance`` is the worst over periods of the step sample imbalance and of the rows stored
+  per worker (owned + replicas) over the ids the window uses.
+* ``after_drift``: the periods that start at or after the first drift boundary at or past the
+  first window's end, i.e. the periods no first-window partition has seen the like of.
+
+The last line printed is the JSON summary ``{"bench": "partition", "rows": [...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from partitioner import (
+    FullPartitioner,
+    IncrementalPartitioner,
+    PartitionConfig,
+    Placement,
+    WindowGraph,
+    imbalance,
+    plan_diff,
+    remote_rows,
+    route,
+    row_imbalance,
+)
+
+__all__ = ["main"]
+
+STRATEGIES = ("hash", "static", "full", "incremental")
+
+
+@dataclass
+class _Track:
+    """What one strategy accumulates over the periods of one worker count."""
+
+    remote: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    imbalance: list[float] = field(default_factory=list)
+    migrated: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    initial_rows: int = 0
+    initial_seconds: float = 0.0
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="hetgmp bench partition",
+        description="Remote rows per sample, imbalance, migration and repartition time of the "
+                    "hash, static, full and incremental placements on the synthetic stream.")
+    parser.add_argument("--workers", default="4,8", help="comma-separated worker counts")
+    parser.add_argument("--window", type=int, default=200_000, help="window samples (W)")
+    parser.add_argument("--global-batch", type=int, default=8192, help="samples per step")
+    parser.add_argument("--periods", type=int, default=10, help="periods scored (>= 1)")
+    parser.add_argument("--period-records", type=int, default=50_000,
+                        help="records per period (P)")
+    parser.add_argument("--seed", type=int, default=0, help="stream and partitioner seed")
+    parser.add_argument("--row-bytes", type=int, default=512,
+                        help="bytes per migrated row (e.g. 64 float32 + Adagrad state)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.window, args.period_records, args.periods = 50_000, 25_000, 4
+    if args.periods < 1 or args.window < 1 or args.period_records < 1:
+        parser.error("--periods, --window and --period-records must be positive")
+    args.worker_counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
+    return args
+
+
+def _score(records: np.ndarray, placement: Placement, global_batch: int,
+           split_in_order: bool) -> tuple[float, int, float]:
+    """Remote rows summed over the period, samples, and the worst step sample imbalance."""
+    n = placement.num_workers
+    total, worst = 0.0, 1.0
+    for lo in range(0, records.shape[0], global_batch):
+        batch = records[lo:lo + global_batch]
+        if split_in_order:
+            workers = (np.arange(batch.shape[0]) * n // batch.shape[0]).astype(np.int32)
+        else:
+            workers = route(batch, placement)
+        total += float(remote_rows(batch, workers, placement).sum())
+        worst = max(worst, imbalance(np.bincount(workers, minlength=n)))
+    return total, records.shape[0], worst
+
+
+def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace) -> dict[str, _Track]:
+    w, p = args.window, args.period_records
+    config = PartitionConfig(num_workers=n, global_batch=args.global_batch, seed=args.seed)
+    makers = {"static": FullPartitioner, "full": FullPartitioner,
+              "incremental": IncrementalPartitioner}
+    partitioners = {name: make(config) for name, make in makers.items()}
+    current = {name: Placement.hash(n) for name in STRATEGIES}
+    tracks = {name: _Track() for name in STRATEGIES}
+    print(f"\n== {n} workers: window {w}, {args.periods} periods of {p} records, "
+          f"global batch {args.global_batch} ==")
+    header = f"{'period':>6} {'start':>8} | " + " | ".join(
+        f"{name:>11} rr/s  red  imb  migrated   sec" for name in STRATEGIES)
+    print(header)
+    for t in range(args.periods):
+        start = w + t * p
+        window = WindowGraph.from_dense(ids[start - w:start], start=start - w)
+        records = ids[start:start + p]
+        cells = []
+        hash_rate = 0.0
+        for name in STRATEGIES:
+            old = current[name]
+            seconds, migrated = 0.0, 0
+            if name in partitioners and (t == 0 or name != "static"):
+                began = time.perf_counter()
+                new = partitioners[name].partition(window, None if t == 0 else old)
+                seconds = time.perf_counter() - began
+                migrated = plan_diff(old.with_version(new.version - 1), new,
+                                     args.row_bytes).rows_moved
+                current[name] = new
+            placement = current[name]
+            remote, samples, step_imb = _score(records, placement, args.global_batch,
+                                               split_in_order=(name == "hash"))
+            rows_imb = row_imbalance(placement, window.indices) if name != "hash" else 1.0
+            track = tracks[name]
+            if t == 0:
+                track.initial_rows, track.initial_seconds = migrated, seconds
+            else:
+                track.migrated.append(migrated)
+                track.seconds.append(seconds)
+            track.remote.append(remote)
+            track.samples.append(samples)
+            track.imbalance.append(max(step_imb, rows_imb))
+            rate = remote / samples
+            if name == "hash":
+                hash_rate = rate
+            red = 100.0 * (1.0 - rate / hash_rate) if hash_rate else 0.0
+            cells.append(f"{name:>11} {rate:5.2f} {red:4.0f}% {max(step_imb, rows_imb):4.2f} "
+                         f"{migrated:9d} {seconds:5.1f}")
+        print(f"{t:>6} {start:>8} | " + " | ".join(cells), flush=True)
+    return tracks
+
+
+def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
+             drift_every: int) -> list[dict[str, object]]:
+    w, p = args.window, args.period_records
+    boundary = -(-w // drift_every) * drift_every
+    after = [t for t in range(args.periods) if w + t * p >= boundary]
+    rows = []
+    hash_rate = sum(tracks["hash"].remote) / sum(tracks["hash"].samples)
+    print(f"\n-- {n} workers, whole run ({len(after)} periods after drift) --")
+    print(f"{'strategy':>12} {'rr/sample':>9} {'vs hash':>8} {'after drift':>11} "
+          f"{'imbalance':>9} {'migrated':>9} {'seconds':>8} {'initial rows/sec':>17}")
+    for name in STRATEGIES:
+        tr = tracks[name]
+        rate = sum(tr.remote) / sum(tr.samples)
+        after_rate: float | None = None  # null in the JSON when no period follows a drift
+        if after:
+            after_rate = sum(tr.remote[t] for t in after) / sum(tr.samples[t] for t in after)
+        init_rows, init_sec = tr.initial_rows, tr.initial_seconds
+        row = {
+            "workers": n,
+            "strategy": name,
+            "remote_rows_per_sample": round(rate, 4),
+            "remote_rows_per_sample_after_drift": (None if after_rate is None
+                                                   else round(after_rate, 4)),
+            "reduction_vs_hash": round(1.0 - rate / hash_rate, 4),
+            "rows_migrated": int(sum(tr.migrated)),
+            "repartition_seconds": round(sum(tr.seconds), 3),
+            "imbalance": round(max(tr.imbalance), 4),
+            "initial_rows_migrated": int(init_rows),
+            "initial_seconds": round(init_sec, 3),
+        }
+        rows.append(row)
+        after_text = "-" if after_rate is None else f"{after_rate:.3f}"
+        print(f"{name:>12} {rate:9.3f} {100 * (1 - rate / hash_rate):7.1f}% {after_text:>11} "
+              f"{row['imbalance']:9.3f} {row['rows_migrated']:9d} "
+              f"{row['repartition_seconds']:8.1f} {init_rows:>9d}/{init_sec:5.1f}s")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
+    args = _parse(argv)
+    try:
+        from streaming.synthetic import SyntheticConfig, SyntheticStream
+    except ImportError as exc:  # the generator is part of this project; say what is missing
+        print(f"bench partition needs streaming.synthetic: {exc}", file=sys.stderr)
+        return 2
+    stream_config = SyntheticConfig(seed=args.seed)
+    total = args.window + args.periods * args.period_records
+    began = time.perf_counter()
+    ids = SyntheticStream(stream_config).feature_ids(0, total)
+    print(f"generated {total} records x {ids.shape[1]} fields in "
+          f"{time.perf_counter() - began:.1f} s (drift every {stream_config.drift_every})")
+    rows: list[dict[str, object]] = []
+    for n in args.worker_counts:
+        tracks = _run_workers(n, ids, args)
+        rows.extend(_summary(n, tracks, args, stream_config.drift_every))
+    print(json.dumps({"bench": "partition", "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

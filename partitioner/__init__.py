@@ -1,0 +1,49 @@
+"""Placement of embedding rows from the stream's access graph.
+
+Pure algorithms on numpy arrays: full partition (METIS), incremental refinement, replica
+selection, sample routing, migration plans and the measures the benchmark reports. No Kafka, no
+torch, no I/O.
+"""
+
+from partitioner.full import FullPartitioner
+from partitioner.incremental import IncrementalPartitioner
+from partitioner.measures import (
+    imbalance,
+    migrated_bytes,
+    migrated_rows,
+    remote_rows,
+    remote_rows_per_sample,
+    row_imbalance,
+    sample_imbalance,
+)
+from partitioner.plan import plan_diff
+from partitioner.routing import route, route_window
+from partitioner.types import (
+    MigrationPlan,
+    PartitionConfig,
+    Partitioner,
+    Placement,
+    WindowGraph,
+    default_owner,
+)
+
+__all__ = [
+    "FullPartitioner",
+    "IncrementalPartitioner",
+    "MigrationPlan",
+    "PartitionConfig",
+    "Partitioner",
+    "Placement",
+    "WindowGraph",
+    "default_owner",
+    "imbalance",
+    "migrated_bytes",
+    "migrated_rows",
+    "plan_diff",
+    "remote_rows",
+    "remote_rows_per_sample",
+    "route",
+    "route_window",
+    "row_imbalance",
+    "sample_imbalance",
+]

@@ -1,0 +1,167 @@
+"""Steps shared by the partitioners: label matching, row balance, and building the placement."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from partitioner.graph import CompactWindow, per_worker_counts, route_compact, soft_batches
+from partitioner.replicas import choose_replicas
+from partitioner.types import PartitionConfig, Placement, default_owner
+
+__all__ = ["balance_rows", "build_placement", "match_labels", "replica_matrix"]
+
+
+def match_labels(parts: np.ndarray, current_owner: np.ndarray, num_workers: int) -> np.ndarray:
+    """Permutation of part labels that keeps the most rows where they are.
+
+    Graph partitioners number their parts arbitrarily; renaming part ``a`` to worker ``perm[a]``
+    so that the overlap with the current owners is largest turns most of a fresh partition's
+    apparent churn into rows that simply stay. Exact (dynamic programming over subsets) up to 12
+    workers, greedy on the overlap matrix beyond.
+
+    Args:
+        parts: Part of each row (0..N-1).
+        current_owner: Current owner of each row.
+        num_workers: N.
+
+    Returns:
+        int64 ``perm`` of length N.
+    """
+    n = num_workers
+    overlap = np.bincount(parts * n + current_owner, minlength=n * n).reshape(n, n)
+    if n > 12:
+        perm = np.full(n, -1, dtype=np.int64)
+        free_rows, free_cols = set(range(n)), set(range(n))
+        for flat in np.argsort(-overlap, axis=None, kind="stable"):
+            a, b = divmod(int(flat), n)
+            if a in free_rows and b in free_cols:
+                perm[a] = b
+                free_rows.discard(a)
+                free_cols.discard(b)
+        return perm
+    # best[mask]: largest overlap giving parts 0..popcount(mask)-1 the workers in mask.
+    size = 1 << n
+    best = np.full(size, -1, dtype=np.int64)
+    choice = np.zeros(size, dtype=np.int64)
+    best[0] = 0
+    for mask in range(size):
+        if best[mask] < 0:
+            continue
+        a = bin(mask).count("1")
+        if a == n:
+            continue
+        for b in range(n):
+            if not mask >> b & 1:
+                value = best[mask] + overlap[a, b]
+                if value > best[mask | 1 << b]:
+                    best[mask | 1 << b] = value
+                    choice[mask | 1 << b] = b
+    perm = np.zeros(n, dtype=np.int64)
+    mask = size - 1
+    for a in range(n - 1, -1, -1):
+        perm[a] = choice[mask]
+        mask &= ~(1 << int(choice[mask]))
+    return perm
+
+
+def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
+                 num_workers: int, epsilon: float, max_moves: int | None = None) -> np.ndarray:
+    """Move the rows that matter least until no worker owns more than ``(1 + eps)`` x the mean.
+
+    Only ``movable`` rows count and move. From the most loaded worker to the least loaded one, the
+    rows whose affinity to their owner exceeds their affinity to the receiver by the least are
+    moved first (for cold rows that difference is close to zero).
+
+    Args:
+        owner: int32 owner of each row (a copy is returned).
+        affinity: float ``[rows, N]``, e.g. soft fetch counts from each worker.
+        movable: bool mask of the rows that are balanced (and may move).
+        num_workers: N.
+        epsilon: Tolerance.
+        max_moves: Optional cap on the rows moved (balance may then stay partial).
+    """
+    owner = owner.copy()
+    rows = np.flatnonzero(movable)
+    if rows.size == 0:
+        return owner
+    cap = max(math.ceil(rows.size / num_workers), math.floor((1 + epsilon) * rows.size
+                                                             / num_workers))
+    left = rows.size if max_moves is None else max_moves
+    for _ in range(num_workers * num_workers):
+        load = np.bincount(owner[rows], minlength=num_workers)
+        src = int(np.argmax(load))
+        dst = int(np.argmin(load))
+        if load[src] <= cap:
+            break
+        amount = min(int(load[src] - cap), int(cap - load[dst]), left)
+        if amount <= 0:
+            break
+        left -= amount
+        candidates = rows[owner[rows] == src]
+        loss = affinity[candidates, src] - affinity[candidates, dst]
+        picked = candidates[np.argsort(loss, kind="stable")[:amount]]
+        owner[picked] = dst
+    return owner
+
+
+def replica_matrix(placement: Placement, cw: CompactWindow) -> np.ndarray:
+    """Which workers hold a replica of each compact id of the window: bool ``[G, N]``."""
+    out = np.zeros((cw.num_ids, placement.num_workers), dtype=bool)
+    for worker, ids in enumerate(placement.replicas):
+        if ids.size:
+            pos = np.minimum(np.searchsorted(cw.ids, ids), cw.num_ids - 1)
+            hit = cw.ids[pos] == ids
+            out[pos[hit], worker] = True
+    return out
+
+
+def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | None,
+                    config: PartitionConfig, version: int, budget_scale: float = 1.0,
+                    max_moves: int | None = None) -> Placement:
+    """Balance rows, pick replicas and write the explicit table of a new placement.
+
+    The explicit table keeps every entry of ``current`` for ids outside the window (rows nobody
+    touched recently stay where they are: moving them saves nothing) and takes ``owner`` for the
+    window's ids; entries equal to the default owner are left out, since they change nothing.
+
+    Args:
+        cw: The compacted window.
+        owner: int32 owner of each compact id (already the current owner for ids not decided).
+        current: The placement in force, if any.
+        config: Partitioner settings.
+        version: Version of the new placement.
+        budget_scale: Multiplies the replica budget, for a ``cw`` that is only part of the
+            window (the budget is defined on the rows touched in the whole window).
+        max_moves: Optional cap on the rows that row balancing may move.
+    """
+    n = config.num_workers
+    eligible = cw.degree >= config.min_count
+    # Rows are balanced over the ids the window actually uses enough to place.
+    first_route = route_compact(cw, owner, None, n, config.epsilon)
+    counts = per_worker_counts(cw, first_route, n)
+    loads = np.bincount(first_route, minlength=n)
+    affinity = soft_batches(counts, float(loads.mean()), config.batch_per_worker)
+    balanced = balance_rows(owner, affinity, eligible, n, config.epsilon, max_moves)
+    # Replicas are chosen against the routing the trainer will see without them.
+    routed = first_route
+    if not np.array_equal(balanced, owner):
+        routed = route_compact(cw, balanced, None, n, config.epsilon)
+    owner = balanced
+    replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * budget_scale,
+                               config.batch_per_worker)
+
+    window_ids = cw.ids
+    keep = owner != default_owner(window_ids, n)
+    ids = window_ids[keep]
+    owners = owner[keep]
+    if current is not None and current.ids.size:
+        pos = np.minimum(np.searchsorted(window_ids, current.ids), max(window_ids.size - 1, 0))
+        outside = window_ids[pos] != current.ids if window_ids.size else np.ones(
+            current.ids.size, dtype=bool)
+        ids = np.concatenate([ids, current.ids[outside]])
+        owners = np.concatenate([owners, current.owners[outside]])
+        order = np.argsort(ids, kind="stable")
+        ids, owners = ids[order], owners[order]
+    return Placement(version, n, ids, owners.astype(np.int32), replicas)

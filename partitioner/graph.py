@@ -1,0 +1,117 @@
+"""Window statistics shared by the partitioners: compact id numbering, access counts, soft cost.
+
+Private to the package (not exported): the partitioners build on it, users see only placements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from partitioner.routing import assign_with_capacity, capacity
+from partitioner.types import WindowGraph
+
+__all__ = [
+    "CompactWindow",
+    "compact",
+    "local_counts_compact",
+    "per_worker_counts",
+    "route_compact",
+    "soft_batches",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class CompactWindow:
+    """A window with its ids renumbered 0..G-1.
+
+    Attributes:
+        ids: Sorted distinct int64 ids of the window (G).
+        entry_id: Compact id of each CSR entry.
+        entry_sample: Sample of each CSR entry.
+        sample_weight: Weight of each sample.
+        degree: Weighted number of samples using each id (its decayed access count).
+        num_samples: Samples in the window.
+        indptr: The window's CSR row pointers (sample ``i``'s entries are
+            ``indptr[i]:indptr[i+1]`` of ``entry_id``).
+    """
+
+    ids: np.ndarray
+    entry_id: np.ndarray
+    entry_sample: np.ndarray
+    sample_weight: np.ndarray
+    degree: np.ndarray
+    num_samples: int
+    indptr: np.ndarray
+
+    @property
+    def num_ids(self) -> int:
+        """Distinct ids in the window."""
+        return int(self.ids.size)
+
+
+def compact(window: WindowGraph) -> CompactWindow:
+    """Renumber the window's ids densely and count their (weighted) accesses."""
+    ids, entry_id = np.unique(window.indices, return_inverse=True)
+    entry_id = entry_id.astype(np.int64, copy=False)
+    entry_sample = window.sample_of_entry()
+    sample_weight = window.sample_weights()
+    weights = None if window.weights is None else sample_weight[entry_sample]
+    degree = np.bincount(entry_id, weights=weights, minlength=ids.size).astype(np.float64)
+    return CompactWindow(ids, entry_id, entry_sample, sample_weight, degree,
+                         window.num_samples, window.indptr)
+
+
+def per_worker_counts(cw: CompactWindow, worker_of_sample: np.ndarray,
+                      num_workers: int) -> np.ndarray:
+    """Weighted accesses of each id from each worker: float64 ``[G, num_workers]``."""
+    key = cw.entry_id * num_workers + worker_of_sample[cw.entry_sample]
+    weights = None if bool(np.all(cw.sample_weight == 1.0)) else cw.sample_weight[cw.entry_sample]
+    flat = np.bincount(key, weights=weights, minlength=cw.num_ids * num_workers)
+    return flat.astype(np.float64, copy=False).reshape(cw.num_ids, num_workers)
+
+
+def soft_batches(count: np.ndarray, samples_on_worker: float, batch_per_worker: float) -> np.ndarray:
+    """Expected number of a worker's batches that contain an id it accesses ``count`` times.
+
+    HET-GMP's soft count: with M samples on the worker and b per batch, an id used by c of them
+    is in ``(M/b) * (1 - (1 - c/M) ** b)`` of its M/b batches. Lookups are deduplicated within a
+    batch, so this, not c, is the number of fetches a remote id costs.
+    """
+    m = max(float(samples_on_worker), 1.0)
+    b = max(float(batch_per_worker), 1.0)
+    frac = np.clip(np.asarray(count, dtype=np.float64) / m, 0.0, 1.0)
+    return (m / b) * -np.expm1(b * np.log1p(-np.minimum(frac, 1.0 - 1e-12)))
+
+
+def local_counts_compact(cw: CompactWindow, owner: np.ndarray, replica: np.ndarray | None,
+                         num_workers: int) -> np.ndarray:
+    """Per window sample and worker, how many of its ids the worker holds: int64 ``[S, N]``.
+
+    Works on compact ids (a gather per entry instead of a binary search), which is what makes a
+    routing pass over a 5M-entry window cost tens of milliseconds.
+
+    Args:
+        cw: The compacted window.
+        owner: Owner of each compact id.
+        replica: Optional bool ``[G, N]``: which workers hold a replica of each compact id.
+        num_workers: Number of workers.
+    """
+    n = num_workers
+    scores = np.bincount(cw.entry_sample * n + owner[cw.entry_id],
+                         minlength=cw.num_samples * n).reshape(cw.num_samples, n)
+    if replica is not None:
+        hit = np.any(replica, axis=1)[cw.entry_id]
+        samples = cw.entry_sample[hit]
+        held = replica[cw.entry_id[hit]]
+        for worker in range(n):
+            scores[:, worker] += np.bincount(samples[held[:, worker]], minlength=cw.num_samples)
+    return scores
+
+
+def route_compact(cw: CompactWindow, owner: np.ndarray, replica: np.ndarray | None,
+                  num_workers: int, epsilon: float) -> np.ndarray:
+    """Route every window sample as ``routing.route`` would, with capacity over the window."""
+    scores = local_counts_compact(cw, owner, replica, num_workers)
+    return assign_with_capacity(scores, capacity(cw.num_samples, num_workers, epsilon))

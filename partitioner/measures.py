@@ -1,0 +1,98 @@
+"""Measures of a placement: remote rows per sample, load imbalance, migration volume.
+
+Pure functions shared by the benchmark and, later, the trainer's metrics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from partitioner.routing import held_matrix
+from partitioner.types import MigrationPlan, Placement
+
+__all__ = [
+    "imbalance",
+    "migrated_bytes",
+    "migrated_rows",
+    "remote_rows",
+    "remote_rows_per_sample",
+    "row_imbalance",
+    "sample_imbalance",
+]
+
+
+def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
+                placement: Placement) -> np.ndarray:
+    """Remote rows of each worker for one step: unique ids of its batch it does not hold.
+
+    Args:
+        batch_ids: int64 ``[B, F]`` ids of the global batch.
+        worker_of_sample: int ``[B]`` worker that trains each sample.
+        placement: The placement in force.
+
+    Returns:
+        int64 ``[num_workers]``: per worker, the distinct ids its samples use that it neither
+        owns nor replicates (each fetched once per step, however many samples use it).
+    """
+    dense = np.asarray(batch_ids, dtype=np.int64)
+    if dense.ndim != 2:
+        raise ValueError("batch_ids must be [B, F]")
+    workers = np.asarray(worker_of_sample)
+    if workers.shape != (dense.shape[0],):
+        raise ValueError("worker_of_sample needs one entry per sample")
+    flat = dense.ravel()
+    entry_worker = np.repeat(workers, dense.shape[1])
+    held = held_matrix(placement, flat)[np.arange(flat.size), entry_worker]
+    out = np.zeros(placement.num_workers, dtype=np.int64)
+    missing_ids = flat[~held]
+    missing_workers = entry_worker[~held]
+    for worker in range(placement.num_workers):
+        out[worker] = np.unique(missing_ids[missing_workers == worker]).size
+    return out
+
+
+def remote_rows_per_sample(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
+                           placement: Placement) -> float:
+    """HET-GMP's measure for one step: remote rows summed over workers, divided by samples."""
+    samples = np.asarray(batch_ids).shape[0]
+    if samples == 0:
+        return 0.0
+    return float(remote_rows(batch_ids, worker_of_sample, placement).sum()) / samples
+
+
+def imbalance(loads: np.ndarray) -> float:
+    """Load imbalance: max over mean (1.0 is perfect; 1.0 for an all-zero load)."""
+    values = np.asarray(loads, dtype=np.float64)
+    mean = float(values.mean()) if values.size else 0.0
+    return float(values.max()) / mean if mean > 0 else 1.0
+
+
+def sample_imbalance(worker_of_sample: np.ndarray, num_workers: int) -> float:
+    """Imbalance of the samples per worker of one step."""
+    return imbalance(np.bincount(np.asarray(worker_of_sample), minlength=num_workers))
+
+
+def row_imbalance(placement: Placement, ids: np.ndarray | None = None) -> float:
+    """Imbalance of the rows stored per worker (owned plus replicas).
+
+    Args:
+        placement: The placement.
+        ids: The rows that exist (e.g. the window's distinct ids); by default the explicitly
+            placed ids. Rows outside the explicit table count on their default owner.
+    """
+    if ids is None:
+        owned = placement.rows_owned()
+    else:
+        owned = np.bincount(placement.owner_of(np.unique(np.asarray(ids, dtype=np.int64))),
+                            minlength=placement.num_workers)
+    return imbalance(owned + placement.replica_counts())
+
+
+def migrated_rows(plan: MigrationPlan) -> int:
+    """Rows a plan moves to a new owner."""
+    return plan.rows_moved
+
+
+def migrated_bytes(plan: MigrationPlan, include_replicas: bool = False) -> int:
+    """Bytes a plan moves: owner changes, plus new replica copies if asked."""
+    return plan.total_bytes if include_replicas else plan.bytes_moved

@@ -1,0 +1,90 @@
+"""The bipartite sample-id graph of a window, handed to METIS (pymetis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymetis
+
+from partitioner.graph import CompactWindow
+
+__all__ = ["bipartite_parts"]
+
+
+def bipartite_parts(cw: CompactWindow, keep: np.ndarray, nparts: int, *,
+                    id_edge_weight: np.ndarray, ufactor: int, seed: int,
+                    sample_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Partition samples and the kept ids together with METIS k-way.
+
+    Vertices are the samples (weight 1, or their window weight scaled) and the kept ids
+    (weight 0: rows are balanced afterwards, cheaply, by moving cold rows). Each (sample, id)
+    access is an edge whose weight is ``id_edge_weight[id]``.
+
+    Args:
+        cw: The compacted window.
+        keep: bool ``[G]``, the ids that enter the graph.
+        nparts: Number of parts.
+        id_edge_weight: Positive integer weight per compact id for its edges.
+        ufactor: METIS imbalance tolerance in thousandths (50 = 1.05).
+        seed: METIS random seed.
+        sample_mask: Optional bool ``[num_samples]``: only these samples enter the graph.
+
+    Returns:
+        (part of each sample, -1 for those left out; part of each compact id, -1 for ids left
+        out).
+    """
+    sample_part = np.full(cw.num_samples, -1, dtype=np.int64)
+    id_part = np.full(cw.num_ids, -1, dtype=np.int64)
+    entry_keep = keep[cw.entry_id]
+    if sample_mask is not None:
+        entry_keep &= sample_mask[cw.entry_sample]
+        samples = np.flatnonzero(sample_mask)
+    else:
+        samples = np.arange(cw.num_samples)
+    kept_ids = np.flatnonzero(keep)
+    if samples.size == 0:
+        return sample_part, id_part
+    sample_index = np.full(cw.num_samples, -1, dtype=np.int64)
+    sample_index[samples] = np.arange(samples.size)
+    id_index = np.full(cw.num_ids, -1, dtype=np.int64)
+    id_index[kept_ids] = samples.size + np.arange(kept_ids.size)
+
+    e_sample = sample_index[cw.entry_sample[entry_keep]]
+    e_id = id_index[cw.entry_id[entry_keep]]
+    # Id side: entries grouped by id (stable, so samples ascend within an id); repeated
+    # (sample, id) pairs become adjacent there and are dropped, as METIS wants a simple graph.
+    order = np.argsort(e_id, kind="stable")
+    by_id_sample = e_sample[order]
+    by_id_id = e_id[order]
+    dup = np.zeros(order.size, dtype=bool)
+    dup[1:] = (by_id_id[1:] == by_id_id[:-1]) & (by_id_sample[1:] == by_id_sample[:-1])
+    if dup.any():
+        by_id_sample, by_id_id = by_id_sample[~dup], by_id_id[~dup]
+        # Sample side must drop the same pairs: rebuild it from the deduplicated list.
+        back = np.argsort(by_id_sample, kind="stable")
+        e_sample, e_id = by_id_sample[back], by_id_id[back]
+
+    n_vertices = samples.size + kept_ids.size
+    src = np.concatenate([e_sample, by_id_id])
+    dst = np.concatenate([e_id, by_id_sample])
+    wts = id_edge_weight[kept_ids][np.concatenate([e_id, by_id_id]) - samples.size]
+    degree = np.bincount(src, minlength=n_vertices)
+    xadj = np.zeros(n_vertices + 1, dtype=np.int64)
+    np.cumsum(degree, out=xadj[1:])
+    # src is already grouped: sample rows first (entries are in sample order), then id rows.
+    adjncy = np.ascontiguousarray(dst, dtype=np.int64)
+    vweights = np.zeros(n_vertices, dtype=np.int64)
+    sw = cw.sample_weight[samples]
+    vweights[: samples.size] = np.maximum(1, np.round(sw / max(float(sw.mean()), 1e-12) * 16))
+    options = pymetis.Options(ufactor=int(ufactor), seed=int(seed))
+    result = pymetis.part_graph(
+        int(nparts),
+        adjacency=pymetis.CSRAdjacency(xadj, adjncy),
+        vweights=vweights,
+        eweights=np.ascontiguousarray(wts, dtype=np.int64),
+        options=options,
+        recursive=False,
+    )
+    parts = np.asarray(result.vertex_part, dtype=np.int64)
+    sample_part[samples] = parts[: samples.size]
+    id_part[kept_ids] = parts[samples.size:]
+    return sample_part, id_part

@@ -1,0 +1,413 @@
+"""Values and interfaces of the partitioner: the window graph, the placement, the migration plan.
+
+Everything here is a frozen dataclass over numpy arrays (made read-only on construction) or a
+small protocol. The algorithms that produce these values live in the sibling modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "MigrationPlan",
+    "PartitionConfig",
+    "Partitioner",
+    "Placement",
+    "WindowGraph",
+    "default_owner",
+    "fmix64",
+]
+
+_EMPTY_IDS = np.zeros(0, dtype=np.int64)
+
+
+def fmix64(ids: np.ndarray) -> np.ndarray:
+    """Mix 64-bit integers with the MurmurHash3 finaliser (fmix64).
+
+    Feature ids are themselves hashes, but their low bits need not be uniform (a producer might
+    use ``field << 40 | value``), so the default owner mixes them first. Python's ``hash()`` is
+    never used: it is salted per process and owners must agree across processes and runs.
+
+    Args:
+        ids: Integer array of any shape (int64 or uint64).
+
+    Returns:
+        A uint64 array of the same shape.
+    """
+    x = np.asarray(ids).astype(np.uint64, copy=True)
+    # uint64 arithmetic wraps modulo 2**64, which is exactly what the mixer needs.
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xFF51AFD7ED558CCD)
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xC4CEB9FE1A85EC53)
+        x ^= x >> np.uint64(33)
+    return x
+
+
+def default_owner(ids: np.ndarray, num_workers: int) -> np.ndarray:
+    """Owner of ids that no placement has placed explicitly: ``fmix64(id) mod num_workers``.
+
+    Args:
+        ids: int64 feature ids, any shape.
+        num_workers: Number of workers (> 0).
+
+    Returns:
+        int32 array of owners, same shape as ``ids``.
+    """
+    return (fmix64(ids) % np.uint64(num_workers)).astype(np.int32)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+def _as_id_set(values: np.ndarray, name: str) -> np.ndarray:
+    ids = np.ascontiguousarray(values, dtype=np.int64).ravel()
+    if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        raise ValueError(f"{name} must be sorted and unique")
+    return _frozen(ids)
+
+
+def _isin_sorted(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Membership of ``values`` in a sorted unique array (binary search, any shape)."""
+    if sorted_set.size == 0:
+        return np.zeros(np.shape(values), dtype=bool)
+    pos = np.searchsorted(sorted_set, values)
+    pos = np.minimum(pos, sorted_set.size - 1)
+    return sorted_set[pos] == values
+
+
+@dataclass(frozen=True, eq=False)
+class WindowGraph:
+    """The access window as a bipartite graph in CSR form: sample -> the feature ids it contains.
+
+    Attributes:
+        indptr: int64 ``[n_samples + 1]``; sample ``i`` has ids ``indices[indptr[i]:indptr[i+1]]``.
+        indices: int64 feature ids.
+        weights: Optional float64 ``[n_samples]``, a weight per sample (e.g. ``decay ** age``, so
+            recent samples count more). The decayed access count of an id is then the summed
+            weight of the samples that contain it, so per-id counts need not travel separately.
+            ``None`` means every sample weighs 1.
+        start: Optional stream position of the first sample (records consumed before it).
+            Consecutive windows of one stream then tell an incremental partitioner which samples
+            are new since its last call, so it can reuse the work it did on the overlap.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray | None = None
+    start: int | None = None
+
+    def __post_init__(self) -> None:
+        indptr = _frozen(np.ascontiguousarray(self.indptr, dtype=np.int64))
+        indices = _frozen(np.ascontiguousarray(self.indices, dtype=np.int64))
+        if indptr.ndim != 1 or indptr.size == 0 or indptr[0] != 0 or indptr[-1] != indices.size:
+            raise ValueError("indptr must start at 0 and end at len(indices)")
+        if indptr.size > 1 and bool(np.any(np.diff(indptr) < 0)):
+            raise ValueError("indptr must be non-decreasing")
+        object.__setattr__(self, "indptr", indptr)
+        object.__setattr__(self, "indices", indices)
+        if self.weights is not None:
+            weights = _frozen(np.ascontiguousarray(self.weights, dtype=np.float64))
+            if weights.shape != (indptr.size - 1,):
+                raise ValueError("weights must have one entry per sample")
+            if bool(np.any(weights < 0)):
+                raise ValueError("weights must be non-negative")
+            object.__setattr__(self, "weights", weights)
+        if self.start is not None and self.start < 0:
+            raise ValueError("start must be non-negative")
+
+    @classmethod
+    def from_dense(cls, ids: np.ndarray, weights: np.ndarray | None = None,
+                   start: int | None = None) -> WindowGraph:
+        """Build a window from a dense ``[n_samples, n_fields]`` id matrix (one id per field)."""
+        dense = np.ascontiguousarray(ids, dtype=np.int64)
+        if dense.ndim != 2:
+            raise ValueError("ids must be two-dimensional")
+        n, f = dense.shape
+        return cls(np.arange(n + 1, dtype=np.int64) * f, dense.ravel(), weights, start)
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples in the window."""
+        return int(self.indptr.size - 1)
+
+    def sample_of_entry(self) -> np.ndarray:
+        """int64 array mapping each entry of ``indices`` to its sample."""
+        return np.repeat(np.arange(self.num_samples, dtype=np.int64), np.diff(self.indptr))
+
+    def sample_weights(self) -> np.ndarray:
+        """Per-sample weights, ones when the window carries none."""
+        if self.weights is None:
+            return np.ones(self.num_samples, dtype=np.float64)
+        return np.asarray(self.weights)
+
+    def tail(self, count: int) -> WindowGraph:
+        """The last ``count`` samples as a window of their own (weights kept)."""
+        count = max(0, min(count, self.num_samples))
+        start = self.num_samples - count
+        base = self.indptr[start]
+        weights = None if self.weights is None else self.weights[start:]
+        position = None if self.start is None else self.start + start
+        return WindowGraph(self.indptr[start:] - base, self.indices[base:], weights, position)
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """Who owns each embedding row and who holds replicas of it.
+
+    Ids listed in ``ids`` have the owner in ``owners``; any other id (never seen by a partitioner)
+    belongs to ``default_owner(id, num_workers)``, so new ids need no coordination. A worker
+    never holds a replica of a row it owns.
+
+    Attributes:
+        version: Monotonic version of the placement.
+        num_workers: Number of workers.
+        ids: Sorted unique int64 ids placed explicitly.
+        owners: int32 owner of each of ``ids``.
+        replicas: One sorted unique int64 array per worker: the rows replicated there.
+    """
+
+    version: int
+    num_workers: int
+    ids: np.ndarray = field(default_factory=lambda: _EMPTY_IDS)
+    owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    replicas: tuple[np.ndarray, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.num_workers <= 0:
+            raise ValueError("num_workers must be positive")
+        ids = _as_id_set(self.ids, "ids")
+        owners = _frozen(np.ascontiguousarray(self.owners, dtype=np.int32).ravel())
+        if owners.shape != ids.shape:
+            raise ValueError("owners must have one entry per id")
+        if owners.size and (int(owners.min()) < 0 or int(owners.max()) >= self.num_workers):
+            raise ValueError("owners out of range")
+        replicas = self.replicas or tuple(_EMPTY_IDS for _ in range(self.num_workers))
+        if len(replicas) != self.num_workers:
+            raise ValueError("replicas needs one id array per worker")
+        frozen_replicas = tuple(_as_id_set(r, "replicas") for r in replicas)
+        object.__setattr__(self, "ids", ids)
+        object.__setattr__(self, "owners", owners)
+        object.__setattr__(self, "replicas", frozen_replicas)
+        for worker, rep in enumerate(frozen_replicas):
+            if rep.size and bool(np.any(self.owner_of(rep) == worker)):
+                raise ValueError(f"worker {worker} replicates rows it owns")
+
+    @classmethod
+    def hash(cls, num_workers: int, version: int = 0) -> Placement:
+        """The hash placement (row-wise sharding as in TorchRec/HugeCTR): no explicit ids."""
+        return cls(version=version, num_workers=num_workers)
+
+    def owner_of(self, ids: np.ndarray) -> np.ndarray:
+        """Owner of each id (vectorised; any shape): explicit owner, else the default owner."""
+        query = np.asarray(ids, dtype=np.int64)
+        result = default_owner(query, self.num_workers)
+        if self.ids.size:
+            pos = np.minimum(np.searchsorted(self.ids, query), self.ids.size - 1)
+            hit = self.ids[pos] == query
+            result[hit] = self.owners[pos[hit]]
+        return result
+
+    def is_replicated(self, worker: int, ids: np.ndarray) -> np.ndarray:
+        """Whether ``worker`` holds a replica of each id (bool array, shape of ``ids``)."""
+        return _isin_sorted(self.replicas[worker], np.asarray(ids, dtype=np.int64))
+
+    def holds(self, worker: int, ids: np.ndarray) -> np.ndarray:
+        """Whether ``worker`` owns or replicates each id (bool array, shape of ``ids``)."""
+        query = np.asarray(ids, dtype=np.int64)
+        return (self.owner_of(query) == worker) | self.is_replicated(worker, query)
+
+    def rows_owned(self) -> np.ndarray:
+        """Explicitly placed rows owned by each worker (int64 ``[num_workers]``)."""
+        return np.bincount(self.owners, minlength=self.num_workers).astype(np.int64)
+
+    def replica_counts(self) -> np.ndarray:
+        """Replicas held by each worker (int64 ``[num_workers]``)."""
+        return np.array([r.size for r in self.replicas], dtype=np.int64)
+
+    def with_version(self, version: int) -> Placement:
+        """The same placement under another version number."""
+        return Placement(version, self.num_workers, self.ids, self.owners, self.replicas)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Placement):
+            return NotImplemented
+        return (
+            self.version == other.version
+            and self.num_workers == other.num_workers
+            and np.array_equal(self.ids, other.ids)
+            and np.array_equal(self.owners, other.owners)
+            and all(np.array_equal(a, b) for a, b in zip(self.replicas, other.replicas))
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # arrays inside: equal values, no stable hash
+
+
+@dataclass(frozen=True, eq=False)
+class MigrationPlan:
+    """The difference between two placements, with what it costs to carry out.
+
+    ``moved_ids`` are the rows whose effective owner changes (``src`` -> ``dst``); they are what
+    the trainer transfers (row, optimizer state, version). ``assign_ids``/``assign_owners`` and
+    ``release_ids`` describe the change of the explicit id table itself (an id may enter the table
+    on the owner it already had by default, which moves nothing), so that ``apply`` rebuilds the
+    new placement exactly.
+
+    Attributes:
+        from_version: Version of the old placement.
+        to_version: Version of the new placement.
+        num_workers: Number of workers (equal in both placements).
+        row_bytes: Bytes per row used for the byte counts.
+        moved_ids: Sorted int64 ids that change owner.
+        src: int32 old owner of each moved id.
+        dst: int32 new owner of each moved id.
+        assign_ids: Sorted int64 ids whose explicit entry is added or changed.
+        assign_owners: int32 new explicit owner of each of ``assign_ids``.
+        release_ids: Sorted int64 ids dropped from the explicit table (back to the default).
+        replica_adds: Per worker, sorted ids that become replicas there.
+        replica_drops: Per worker, sorted ids that stop being replicas there.
+    """
+
+    from_version: int
+    to_version: int
+    num_workers: int
+    row_bytes: int
+    moved_ids: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    assign_ids: np.ndarray
+    assign_owners: np.ndarray
+    release_ids: np.ndarray
+    replica_adds: tuple[np.ndarray, ...]
+    replica_drops: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("moved_ids", "assign_ids", "release_ids"):
+            object.__setattr__(self, name, _as_id_set(getattr(self, name), name))
+        for name in ("src", "dst", "assign_owners"):
+            object.__setattr__(self, name, _frozen(np.ascontiguousarray(getattr(self, name),
+                                                                        dtype=np.int32)))
+        if not (self.src.shape == self.dst.shape == self.moved_ids.shape):
+            raise ValueError("src and dst need one entry per moved id")
+        if self.assign_owners.shape != self.assign_ids.shape:
+            raise ValueError("assign_owners needs one entry per assigned id")
+        for name in ("replica_adds", "replica_drops"):
+            arrays = tuple(_as_id_set(a, name) for a in getattr(self, name))
+            if len(arrays) != self.num_workers:
+                raise ValueError(f"{name} needs one array per worker")
+            object.__setattr__(self, name, arrays)
+
+    @property
+    def rows_moved(self) -> int:
+        """Rows that change owner."""
+        return int(self.moved_ids.size)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes of the rows that change owner."""
+        return self.rows_moved * self.row_bytes
+
+    @property
+    def replica_rows_added(self) -> int:
+        """Replica copies to ship (summed over workers)."""
+        return int(sum(a.size for a in self.replica_adds))
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of moved rows plus new replica copies."""
+        return (self.rows_moved + self.replica_rows_added) * self.row_bytes
+
+    def sends(self, worker: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``worker`` gives away: (ids, destination worker of each)."""
+        mask = self.src == worker
+        return self.moved_ids[mask], self.dst[mask]
+
+    def receives(self, worker: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``worker`` takes over: (ids, source worker of each)."""
+        mask = self.dst == worker
+        return self.moved_ids[mask], self.src[mask]
+
+    def apply(self, old: Placement) -> Placement:
+        """The new placement: ``plan_diff(a, b).apply(a) == b``.
+
+        Raises:
+            ValueError: If ``old`` is not the placement the plan was computed from.
+        """
+        if old.version != self.from_version or old.num_workers != self.num_workers:
+            raise ValueError("plan does not start from this placement")
+        drop = _isin_sorted(self.release_ids, old.ids) | _isin_sorted(self.assign_ids, old.ids)
+        ids = np.concatenate([old.ids[~drop], self.assign_ids])
+        owners = np.concatenate([old.owners[~drop], self.assign_owners])
+        order = np.argsort(ids, kind="stable")
+        replicas = []
+        for worker in range(self.num_workers):
+            kept = old.replicas[worker]
+            kept = kept[~_isin_sorted(self.replica_drops[worker], kept)]
+            replicas.append(np.union1d(kept, self.replica_adds[worker]).astype(np.int64))
+        return Placement(self.to_version, self.num_workers, ids[order], owners[order],
+                         tuple(replicas))
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """Settings shared by the partitioners (the incremental one reads the last four too).
+
+    Attributes:
+        num_workers: Number of workers.
+        epsilon: Balance tolerance: samples per worker per step and rows owned per worker stay
+            within ``(1 + epsilon)`` of the mean.
+        global_batch: Samples per training step over all workers; sets the per-worker batch in
+            the soft count of fetches (lookups are deduplicated within a batch).
+        replica_fraction: Replica budget per worker, as a fraction of the rows its samples touch.
+        min_count: Ids used by fewer window samples are not placed (they keep their current or
+            default owner): one sighting says nothing about where an id's future samples go.
+        hub_per_step: Ids used by more than this many samples per step are hubs: in every batch of
+            every worker that uses them, so the cut cannot save them; they stay out of the METIS
+            graph and are replicated or given to their heaviest user afterwards.
+        seed: Seed for METIS and every tie-break.
+        rounds: Refinement rounds of the incremental partitioner.
+        migration_cost: Fetches (in soft batches over the window) a move must save to be made;
+            one row move costs about one fetch of the row and its optimizer state.
+        max_move_fraction: Cap on the rows the incremental partitioner moves per call to improve
+            the placement, as a fraction of the distinct ids in the samples it looks at; row
+            balancing, a constraint, may move up to half as many again.
+    """
+
+    num_workers: int
+    epsilon: float = 0.05
+    global_batch: int = 8192
+    replica_fraction: float = 0.01
+    min_count: int = 2
+    hub_per_step: float = 20.0
+    seed: int = 0
+    rounds: int = 3
+    migration_cost: float = 1.0
+    max_move_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1 or self.global_batch < 1 or self.rounds < 0:
+            raise ValueError("num_workers and global_batch must be positive, rounds >= 0")
+        if self.epsilon < 0 or not 0 <= self.replica_fraction <= 1:
+            raise ValueError("epsilon must be >= 0 and replica_fraction in [0, 1]")
+        if self.min_count < 1 or self.max_move_fraction < 0 or self.migration_cost < 0:
+            raise ValueError("min_count >= 1, max_move_fraction >= 0, migration_cost >= 0")
+
+    @property
+    def batch_per_worker(self) -> float:
+        """Samples per worker per step."""
+        return self.global_batch / self.num_workers
+
+
+@runtime_checkable
+class Partitioner(Protocol):
+    """Computes a placement from the access window, optionally starting from the current one."""
+
+    def partition(self, window: WindowGraph, current: Placement | None) -> Placement:
+        """Return the next placement (version ``current.version + 1``, or 0 without one)."""
+        ...

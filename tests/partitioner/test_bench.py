@@ -1,0 +1,33 @@
+"""The partition benchmark end to end on a tiny stream: its JSON summary line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.partition import main
+
+pytest.importorskip("streaming.synthetic")
+
+
+def test_bench_prints_one_json_row_per_worker_count_and_strategy(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--workers", "2,3", "--window", "6000", "--period-records", "3000",
+                 "--periods", "2", "--global-batch", "512"])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    assert summary["bench"] == "partition"
+    rows = {(r["workers"], r["strategy"]): r for r in summary["rows"]}
+    assert set(rows) == {(n, s) for n in (2, 3)
+                         for s in ("hash", "static", "full", "incremental")}
+    keys = {"remote_rows_per_sample", "remote_rows_per_sample_after_drift", "rows_migrated",
+            "repartition_seconds", "imbalance"}
+    for row in rows.values():
+        assert keys <= set(row)
+    for n in (2, 3):
+        assert rows[(n, "incremental")]["remote_rows_per_sample"] < rows[(n, "hash")][
+            "remote_rows_per_sample"]
+        assert rows[(n, "static")]["rows_migrated"] == 0
+        assert rows[(n, "hash")]["imbalance"] < 1.01  # arrival-order split

@@ -1,0 +1,88 @@
+"""Full (METIS) partition: known answers, balance, determinism, default owners."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from partitioner import (
+    FullPartitioner,
+    PartitionConfig,
+    WindowGraph,
+    default_owner,
+    plan_diff,
+    remote_rows_per_sample,
+    route,
+)
+from partitioner.assemble import match_labels
+from partitioner.full import metis_owners
+from partitioner.graph import compact
+
+
+def test_two_disjoint_communities_on_two_workers_have_no_remote_rows(
+        two_communities: WindowGraph, config: Callable[..., PartitionConfig]) -> None:
+    placement = FullPartitioner(config(2)).partition(two_communities, None)
+    batch = two_communities.indices.reshape(200, 4)
+    workers = route(batch, placement)
+    assert remote_rows_per_sample(batch, workers, placement) == 0.0
+    # Each community's rows sit together, on different workers.
+    assert len(set(placement.owner_of(np.arange(1, 13)).tolist())) == 1
+    assert len(set(placement.owner_of(np.arange(101, 113)).tolist())) == 1
+    assert placement.owner_of(np.array([1]))[0] != placement.owner_of(np.array([101]))[0]
+
+
+def test_balance_holds_on_skewed_input(make_stream: Callable[..., np.ndarray],
+                                       config: Callable[..., PartitionConfig]) -> None:
+    ids = make_stream(4000, seed=1)
+    window = WindowGraph.from_dense(ids)
+    cfg = config(4, epsilon=0.05)
+    cw = compact(window)
+    sample_part, _, _ = metis_owners(cw, cfg)
+    samples = np.bincount(sample_part, minlength=4)
+    # METIS keeps samples within (1 + eps) of the mean, up to a vertex of slack.
+    assert samples.max() <= 1.05 * samples.mean() + 1
+    placement = FullPartitioner(cfg).partition(window, None)
+    eligible = cw.ids[cw.degree >= cfg.min_count]
+    rows = np.bincount(placement.owner_of(eligible), minlength=4)
+    assert rows.max() <= max(np.ceil(rows.mean()), np.floor(1.05 * rows.mean()))
+    workers = route(ids, placement)
+    assert np.bincount(workers, minlength=4).max() <= np.floor(1.05 * 1000)
+
+
+def test_same_seed_same_placement(make_stream: Callable[..., np.ndarray],
+                                  config: Callable[..., PartitionConfig]) -> None:
+    window = WindowGraph.from_dense(make_stream(2000, seed=2))
+    a = FullPartitioner(config(3, seed=5)).partition(window, None)
+    b = FullPartitioner(config(3, seed=5)).partition(window, None)
+    assert a == b
+
+
+def test_ids_never_seen_keep_their_default_owner(
+        two_communities: WindowGraph, config: Callable[..., PartitionConfig]) -> None:
+    placement = FullPartitioner(config(2)).partition(two_communities, None)
+    unseen = np.arange(10_000, 10_100, dtype=np.int64)
+    assert np.array_equal(placement.owner_of(unseen), default_owner(unseen, 2))
+    assert placement.version == 0
+
+
+def test_labels_are_matched_to_the_current_owners(
+        two_communities: WindowGraph, config: Callable[..., PartitionConfig]) -> None:
+    assert match_labels(np.array([0, 0, 1, 1, 2]), np.array([2, 2, 0, 0, 1]), 3).tolist() == [
+        2, 0, 1]
+    partitioner = FullPartitioner(config(2))
+    first = partitioner.partition(two_communities, None)
+    second = partitioner.partition(two_communities, first)
+    assert second.version == 1
+    assert plan_diff(first, second, row_bytes=4).rows_moved == 0
+
+
+def test_degenerate_windows_give_valid_placements(
+        config: Callable[..., PartitionConfig]) -> None:
+    empty = WindowGraph(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert FullPartitioner(config(3)).partition(empty, None).ids.size == 0
+    unique = WindowGraph.from_dense(np.arange(600).reshape(100, 6))  # every id seen once
+    placement = FullPartitioner(config(3)).partition(unique, None)
+    assert placement.ids.size == 0  # nothing worth placing: all keep their default owner
+    single = FullPartitioner(config(1)).partition(unique, None)
+    assert np.all(single.owner_of(np.arange(600)) == 0)

@@ -1,0 +1,95 @@
+"""Incremental repartition: moves nothing without news, follows drift, respects its cap."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from partitioner import (
+    FullPartitioner,
+    IncrementalPartitioner,
+    PartitionConfig,
+    Partitioner,
+    Placement,
+    WindowGraph,
+    plan_diff,
+    remote_rows_per_sample,
+    route,
+)
+
+
+def _rate(ids: np.ndarray, placement: Placement, batch: int = 64) -> float:
+    """Remote rows per sample over steps of ``batch`` samples (the config's global batch)."""
+    steps = [ids[lo:lo + batch] for lo in range(0, ids.shape[0], batch)]
+    total = sum(remote_rows_per_sample(s, route(s, placement), placement) * len(s) for s in steps)
+    return total / ids.shape[0]
+
+
+def test_both_partitioners_satisfy_the_protocol(config: Callable[..., PartitionConfig]) -> None:
+    assert isinstance(FullPartitioner(config(2)), Partitioner)
+    assert isinstance(IncrementalPartitioner(config(2)), Partitioner)
+
+
+def test_an_unchanged_window_moves_nothing(make_stream: Callable[..., np.ndarray],
+                                           config: Callable[..., PartitionConfig]) -> None:
+    window = WindowGraph.from_dense(make_stream(3000, seed=4), start=0)
+    partitioner = IncrementalPartitioner(config(4))
+    first = partitioner.partition(window, None)
+    second = partitioner.partition(window, first)
+    plan = plan_diff(first, second, row_bytes=8)
+    assert second.version == first.version + 1
+    assert plan.rows_moved == 0 and plan.replica_rows_added == 0
+
+
+def test_incremental_follows_drift_better_than_a_static_placement(
+        make_stream: Callable[..., np.ndarray], config: Callable[..., PartitionConfig]) -> None:
+    ids = make_stream(9000, seed=5, drift_at=4000)
+    cfg = config(4)
+    before = WindowGraph.from_dense(ids[:4000], start=0)
+    static = FullPartitioner(cfg).partition(before, None)
+    partitioner = IncrementalPartitioner(cfg)
+    partitioner.partition(before, None)
+    after = WindowGraph.from_dense(ids[2000:6000], start=2000)
+    updated = partitioner.partition(after, static)
+    future = ids[6000:9000]
+    assert _rate(future, updated) < 0.7 * _rate(future, static)
+
+
+def test_rows_outside_the_new_samples_never_move(make_stream: Callable[..., np.ndarray],
+                                                  config: Callable[..., PartitionConfig]) -> None:
+    ids = make_stream(6000, seed=6, drift_at=3000)
+    partitioner = IncrementalPartitioner(config(4), recent_fraction=0.25)
+    first = partitioner.partition(WindowGraph.from_dense(ids[:4000], start=0), None)
+    second = partitioner.partition(WindowGraph.from_dense(ids[1000:5000], start=1000), first)
+    new_ids = np.unique(ids[4000:5000])
+    plan = plan_diff(first, second, row_bytes=8)
+    assert plan.rows_moved > 0
+    assert np.all(np.isin(plan.moved_ids, new_ids))
+
+
+def test_the_move_cap_is_respected(make_stream: Callable[..., np.ndarray],
+                                   config: Callable[..., PartitionConfig]) -> None:
+    ids = make_stream(8000, seed=7, drift_at=4000)
+    static = FullPartitioner(config(4)).partition(WindowGraph.from_dense(ids[:4000]), None)
+    window = WindowGraph.from_dense(ids[2000:6000], start=2000)
+    for fraction in (0.0, 0.02):
+        partitioner = IncrementalPartitioner(config(4, max_move_fraction=fraction))
+        partitioner._last_end = 4000  # as if it had produced `static` from records 0..3999
+        updated = partitioner.partition(window, static)
+        distinct_new = np.unique(ids[4000:6000]).size
+        moved = plan_diff(static, updated, row_bytes=8).rows_moved
+        assert moved <= int(fraction * distinct_new)
+
+
+def test_same_seed_same_incremental_placement(make_stream: Callable[..., np.ndarray],
+                                              config: Callable[..., PartitionConfig]) -> None:
+    ids = make_stream(7000, seed=8, drift_at=3500)
+    results = []
+    for _ in range(2):
+        partitioner = IncrementalPartitioner(config(3, seed=11))
+        placement = partitioner.partition(WindowGraph.from_dense(ids[:4000], start=0), None)
+        placement = partitioner.partition(WindowGraph.from_dense(ids[2000:6000], start=2000),
+                                          placement)
+        results.append(placement)
+    assert results[0] == results[1] and results[0].version == 1

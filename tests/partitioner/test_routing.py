@@ -1,0 +1,47 @@
+"""Routing: locality first, capacity always."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from partitioner import Placement, route
+from partitioner.routing import capacity
+
+
+def test_sample_goes_where_most_of_its_rows_are() -> None:
+    placement = Placement(0, 3, np.arange(1, 10), np.array([0, 0, 0, 1, 1, 1, 2, 2, 2]))
+    batch = np.array([[1, 2, 4], [4, 5, 7], [7, 8, 1]])
+    assert route(batch, placement, capacity_epsilon=1.0).tolist() == [0, 1, 2]
+
+
+def test_replicas_count_as_local() -> None:
+    placement = Placement(0, 2, np.arange(1, 5), np.array([0, 0, 1, 1]),
+                          (np.array([], dtype=np.int64), np.array([1, 2])))
+    # Ids 1, 2 owned by 0 but replicated on 1, id 3 owned by 1: worker 1 holds all three.
+    assert route(np.array([[1, 2, 3]]), placement, capacity_epsilon=1.0).tolist() == [1]
+
+
+def test_capacity_is_respected_when_every_sample_prefers_one_worker() -> None:
+    placement = Placement(0, 4, np.arange(100), np.zeros(100, dtype=np.int32))
+    rng = np.random.default_rng(0)
+    batch = rng.integers(0, 100, size=(1000, 5))
+    workers = route(batch, placement, capacity_epsilon=0.05)
+    counts = np.bincount(workers, minlength=4)
+    assert workers.dtype == np.int32 and workers.shape == (1000,)
+    assert counts.max() <= capacity(1000, 4, 0.05) == 262
+    assert counts.sum() == 1000
+
+
+def test_overflow_sends_away_the_samples_that_lose_least() -> None:
+    # Worker 0 holds everything of sample 0 and half of sample 1; capacity 1 each.
+    placement = Placement(0, 2, np.array([1, 2, 3, 4]), np.array([0, 0, 0, 1]))
+    workers = route(np.array([[1, 2], [3, 4]]), placement, capacity_epsilon=0.0)
+    assert workers.tolist() == [0, 1]
+
+
+def test_routing_is_deterministic_and_spreads_ties() -> None:
+    placement = Placement.hash(4)
+    batch = np.arange(4000, dtype=np.int64).reshape(1000, 4)
+    a, b = route(batch, placement), route(batch, placement)
+    assert np.array_equal(a, b)
+    assert np.bincount(a, minlength=4).max() <= capacity(1000, 4, 0.05)
