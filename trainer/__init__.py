@@ -1,3 +1,60 @@
-"""Trainer processes and the ``hetgmp`` command line (the one package that imports the others)."""
+"""Trainer processes and the ``hetgmp`` command line (the one package that imports the others).
 
-__all__: list[str] = []
+The names below load on first use (PEP 562), so that ``hetgmp --help`` and the commands that
+need no torch do not pay for importing it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "DCN",
+    "DeepFM",
+    "EmbeddingStore",
+    "Job",
+    "LaunchConfig",
+    "ModelConfig",
+    "RankResult",
+    "ReplicaTable",
+    "RowExchange",
+    "StepCounters",
+    "StoreConfig",
+    "Totals",
+    "TrainConfig",
+    "Trainer",
+    "WideDeep",
+    "WorkerFailed",
+    "build_model",
+    "launch",
+    "run_rank",
+]
+
+_HOME = {
+    "DCN": "trainer.models",
+    "DeepFM": "trainer.models",
+    "WideDeep": "trainer.models",
+    "build_model": "trainer.models",
+    "EmbeddingStore": "trainer.store",
+    "ReplicaTable": "trainer.replicas",
+    "RowExchange": "trainer.exchange",
+    "StepCounters": "trainer.counters",
+    "Totals": "trainer.counters",
+    "LaunchConfig": "trainer.types",
+    "ModelConfig": "trainer.types",
+    "StoreConfig": "trainer.types",
+    "TrainConfig": "trainer.types",
+    "Trainer": "trainer.step",
+    "Job": "trainer.worker",
+    "RankResult": "trainer.worker",
+    "run_rank": "trainer.worker",
+    "WorkerFailed": "trainer.launch",
+    "launch": "trainer.launch",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOME[name]), name)

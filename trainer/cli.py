@@ -187,12 +187,18 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    names = ["ingest", "partition"] if args.which == "all" else [args.which]
+    names = ["ingest", "partition", "train"] if args.which == "all" else [args.which]
     status = 0
     for name in names:
         module = __import__(f"bench.{name}", fromlist=["main"])
         status |= module.main(args.extra)
     return status
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from trainer.train_cli import main as train_main
+
+    return train_main(args.extra)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -281,11 +287,23 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bench",
+        add_help=False,
         parents=[base],
-        help="benchmarks: ingest, partition, all (each prints ratios and a JSON summary)",
+        help="benchmarks: ingest, partition, train, all (each prints ratios and a JSON summary)",
     )
-    p.add_argument("which", choices=["ingest", "partition", "all"], help="benchmark; its own flags follow")
+    p.add_argument(
+        "which", choices=["ingest", "partition", "train", "all"], help="benchmark; its own flags follow"
+    )
     p.set_defaults(func=_cmd_bench, passthrough=True)
+
+    p = sub.add_parser(
+        "train",
+        parents=[base],
+        add_help=False,
+        help="train a CTR model on N ranks (gloo/NCCL) from Kafka or the synthetic stream "
+        "(`hetgmp train --help` lists its flags)",
+    )
+    p.set_defaults(func=_cmd_train, passthrough=True)
 
     p = sub.add_parser(
         "demo",

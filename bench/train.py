@@ -1,0 +1,170 @@
+"""Training benchmark: single process against 2 ranks with hash and graph placements.
+
+Protocol (one run, every configuration on the same records and the same model):
+
+* The stream is ``streaming.synthetic.SyntheticStream`` with its default shape (``--seed`` only).
+  Records ``0 .. W-1`` are the access window the graph placement is computed from (once, in
+  this process, with ``FullPartitioner``: METIS plus replicas); they are not trained on, so no
+  configuration trains on records its placement was fitted to. Records ``W .. W+T-1`` are
+  trained on in global batches of ``--global-batch``; records ``W+T .. W+T+H-1`` are held out.
+* ``single``: one process, one thread, the same code with a one-rank communicator (the
+  per-core ceiling). ``hash``: 2 ranks, rows sharded by id hash, each rank trains the samples
+  it reads (row-wise sharding as in TorchRec/HugeCTR). ``graph_sK``: 2 ranks, the graph
+  placement with replicas, samples routed to the rank holding most of their rows, staleness
+  bound ``s = K``.
+* samples/s: samples trained over the wall time of the training loop (slowest rank; sources
+  are materialised in memory before the clock starts). bytes/sample: every byte a rank sent to
+  another for the embedding path (routed samples, count headers, ids, versions, push counts,
+  rows, optimizer state of refreshed replicas, gradients), summed over ranks, over samples
+  trained. The dense all-reduce is reported apart (``dense_bytes_per_sample``): it is the same
+  for every placement. remote rows/sample: rows neither owned nor held fresh (fetches plus
+  replica refreshes), HET-GMP's measure, as the trainer counted them. AUC and log-loss: on the
+  held-out records, from the owners' rows after pending replica updates are pushed.
+
+The last line printed is the JSON summary ``{"bench": "train", "rows": [...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from partitioner import Placement
+from streaming.synthetic import SyntheticConfig, SyntheticStream
+from trainer.comm import LocalComm
+from trainer.counters import KINDS
+from trainer.launch import launch
+from trainer.sources import SyntheticSpec
+from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
+from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
+
+__all__ = ["main"]
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="hetgmp bench train",
+        description="Samples/s, bytes/sample, remote rows/sample and held-out AUC of "
+                    "single-process, hash-placed and graph-placed (s = 0, 10, 100) training.")
+    p.add_argument("--window", type=int, default=200_000, help="window records (W)")
+    p.add_argument("--records", type=int, default=600_000, help="training records (T)")
+    p.add_argument("--heldout", type=int, default=50_000, help="held-out records (H)")
+    p.add_argument("--global-batch", type=int, default=2048,
+                   help="samples per step (T / batch steps: s = 100 only bounds anything in "
+                        "runs much longer than 100 steps)")
+    p.add_argument("--workers", type=int, default=2, help="ranks of the distributed runs")
+    p.add_argument("--staleness", default="0,10,100", help="bounds of the graph runs")
+    p.add_argument("--model", default="deepfm", choices=["widedeep", "deepfm", "dcn"])
+    p.add_argument("--embed-dim", type=int, default=64, help="embedding dimension")
+    p.add_argument("--hidden", default="256,128", help="hidden layer sizes")
+    p.add_argument("--replica-fraction", type=float, default=0.05,
+                   help="replica budget per rank, a fraction of the rows it uses (HET-GMP "
+                        "replicates 1%%; with s = 10 a replica read costs ~1/7 of a fetch, "
+                        "so a larger budget pays)")
+    p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
+    p.add_argument("--quick", action="store_true",
+                   help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
+                        "steps: s = 100 never syncs a replica before the final push)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.window, args.records, args.heldout = 50_000, 100_000, 20_000
+    args.bounds = [int(x) for x in str(args.staleness).split(",") if x.strip()]
+    return args
+
+
+def _row(config: str, r: RankResult) -> dict[str, Any]:
+    t = r.job_totals
+    rows_not_held = t.counts["remote_rows"] + t.counts["replica_refreshes"]
+    by_kind = {k: t.traffic.sent[KINDS.index(k)] for k in
+               ("route", "header", "request", "response", "gradient", "flush")}
+    return {
+        "config": config,
+        "samples_per_s": round(r.samples_per_s, 1),
+        "bytes_per_sample": round(t.per_sample(t.embedding_bytes), 1),
+        "remote_rows_per_sample": round(t.per_sample(rows_not_held), 3),
+        "auc": round(float(r.heldout_auc or 0.0), 5),
+        "logloss": round(float(r.heldout_logloss or 0.0), 5),
+        "auc_local_view": round(float(r.heldout_auc_local or 0.0), 5),
+        "logloss_local_view": round(float(r.heldout_logloss_local or 0.0), 5),
+        "dense_bytes_per_sample": round(t.per_sample(t.dense_bytes), 1),
+        "max_staleness": t.max_staleness,
+        "steps": r.steps,
+        "replica_reads": t.counts["replica_reads"],
+        "replica_refreshes": t.counts["replica_refreshes"],
+        "replica_pushes": t.counts["replica_pushes"],
+        "seconds": round(r.seconds, 2),
+        "bytes_per_sample_by_kind": {k: round(t.per_sample(float(v)), 1)
+                                     for k, v in by_kind.items()},
+    }
+
+
+def _print(row: dict[str, Any]) -> None:
+    print(f"{row['config']:>11}: {row['samples_per_s']:>9,.0f} samples/s  "
+          f"{row['bytes_per_sample']:>8,.0f} B/sample  "
+          f"(+{row['dense_bytes_per_sample']:,.0f} dense)  "
+          f"{row['remote_rows_per_sample']:>6.3f} remote rows/sample  AUC {row['auc']:.4f} "
+          f"(own view {row['auc_local_view']:.4f})  log-loss {row['logloss']:.4f}  "
+          f"max staleness {row['max_staleness']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a line per configuration, ratios and the JSON summary."""
+    args = _parse(argv)
+    w, t, h = args.window, args.records, args.heldout
+    syn = SyntheticConfig(seed=args.seed)
+    model = ModelConfig(model=args.model, embed_dim=args.embed_dim, seed=args.seed,
+                        hidden=tuple(int(x) for x in args.hidden.split(",") if x.strip()))
+    train = TrainConfig(global_batch=args.global_batch, replica_fraction=args.replica_fraction,
+                        log_every=0)
+    base = dict(source=SyntheticSpec(syn, w, t), model=model, store=StoreConfig(seed=args.seed),
+                heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
+    print(f"== train bench: {args.model}, dim {args.embed_dim}, window {w:,}, train {t:,}, "
+          f"held-out {h:,} records, global batch {args.global_batch}, {args.workers} ranks",
+          flush=True)
+
+    t0 = time.perf_counter()
+    ids = SyntheticStream(syn).feature_ids(0, w)
+    graph = graph_placement(ids, args.workers, train, args.seed)
+    print(f"graph placement: {graph.ids.size:,} ids placed, replicas per rank "
+          f"{graph.replica_counts().tolist()}, {time.perf_counter() - t0:.1f}s", flush=True)
+
+    torch.set_num_threads(1)
+    rows = [_row("single", run_rank(LocalComm(), Job(**base, placement=Placement.hash(1),
+                                                     train=train)))]
+    _print(rows[-1])
+    jobs = [Job(**base, placement=Placement.hash(args.workers),
+                train=replace(train, placement="hash", route="off"))]
+    jobs += [Job(**base, placement=graph, train=replace(train, staleness=s, route="on"))
+             for s in args.bounds]
+    results = launch(run_jobs, jobs, LaunchConfig(workers=args.workers, timeout_s=600))
+    names = ["hash"] + [f"graph_s{s}" for s in args.bounds]
+    for name, result in zip(names, results[0]):
+        rows.append(_row(name, result))
+        _print(rows[-1])
+
+    by = {r["config"]: r for r in rows}
+    ratios: dict[str, float] = {}
+    if "graph_s10" in by:
+        g, hsh = by["graph_s10"], by["hash"]
+        ratios["bytes_graph_s10_over_hash"] = round(
+            float(g["bytes_per_sample"]) / max(float(hsh["bytes_per_sample"]), 1e-9), 3)
+        ratios["speed_graph_s10_over_hash"] = round(
+            float(g["samples_per_s"]) / max(float(hsh["samples_per_s"]), 1e-9), 3)
+    if "graph_s0" in by and "graph_s100" in by:
+        ratios["auc_loss_s100_vs_s0"] = round(
+            float(by["graph_s0"]["auc"]) - float(by["graph_s100"]["auc"]), 5)
+    ratios["auc_single_minus_graph_s0"] = round(
+        float(by["single"]["auc"]) - float(by.get("graph_s0", by["single"])["auc"]), 5)
+    for k, v in ratios.items():
+        print(f"{k}: {v}", flush=True)
+    print(json.dumps({"bench": "train", "rows": rows, "ratios": ratios}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

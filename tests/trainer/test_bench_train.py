@@ -1,0 +1,32 @@
+"""``hetgmp bench train`` on a tiny configuration: every row is there and the contract holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.train import main
+
+pytestmark = pytest.mark.distributed
+
+
+def test_train_bench_prints_one_row_per_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--window", "6000", "--records", "6144", "--heldout", "2000",
+                 "--embed-dim", "8", "--hidden", "16", "--global-batch", "1024"])
+    assert code == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["bench"] == "train"
+    rows = {r["config"]: r for r in last["rows"]}
+    assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100"]
+    for r in rows.values():
+        assert {"samples_per_s", "bytes_per_sample", "remote_rows_per_sample", "auc"} <= set(r)
+        assert r["samples_per_s"] > 0 and 0.4 < r["auc"] < 1.0
+    assert rows["single"]["bytes_per_sample"] == 0 and rows["hash"]["bytes_per_sample"] > 0
+    # s = 0 is synchronous training, whatever the placement (invariant 3) ...
+    assert abs(rows["graph_s0"]["auc"] - rows["single"]["auc"]) < 1e-4
+    assert abs(rows["hash"]["auc"] - rows["single"]["auc"]) < 1e-4
+    # ... and the bound holds at every replica read.
+    for s in (0, 10, 100):
+        assert rows[f"graph_s{s}"]["max_staleness"] <= s
+    assert "bytes_graph_s10_over_hash" in last["ratios"]

@@ -1,0 +1,208 @@
+"""Multi-rank training with gloo against single-process training (invariants 2 and 3).
+
+The ranks of one launch run several jobs in a row (one process group), since starting ranks is
+what costs the most here; the single-process references run in the test process through the
+very same code (``run_rank`` with a ``LocalComm``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from partitioner import Placement
+from streaming.synthetic import SyntheticConfig, SyntheticStream
+from trainer.comm import LocalComm
+from trainer.launch import launch
+from trainer.sources import SyntheticSpec
+from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
+from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
+
+pytestmark = pytest.mark.distributed
+
+SYN = SyntheticConfig(vocab_max=20_000, seed=3)
+WINDOW = SyntheticSpec(SYN, start=0, records=20_000)
+BATCH = 240  # divisible by 2, 3 and 4 ranks
+STEPS = 50
+SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
+EXACT = dict(
+    model=ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), dtype="float64"),
+    store=StoreConfig(optimizer="adagrad", lr=0.05),
+    train=TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_every=0),
+)
+DCN_SGD = dict(
+    model=ModelConfig(model="dcn", embed_dim=8, hidden=(16,), cross_layers=2, dtype="float64"),
+    store=StoreConfig(optimizer="sgd", lr=0.1),
+    train=EXACT["train"],
+)
+STALE_S = 3
+
+# The AUC comparison runs on the default synthetic stream (the benchmark's), small model.
+AUC_SYN = SyntheticConfig(seed=7)
+AUC_WINDOW = SyntheticSpec(AUC_SYN, 0, 30_000)
+AUC_JOB = dict(
+    source=SyntheticSpec(AUC_SYN, 30_000, 80_000),
+    heldout=SyntheticSpec(AUC_SYN, 110_000, 20_000),
+    model=ModelConfig(model="deepfm", embed_dim=8, hidden=(32, 16)),
+    store=StoreConfig(),
+    train=TrainConfig(staleness=10, global_batch=1024, log_every=0),
+)
+
+
+def _placement(world: int) -> Placement:
+    ids = SyntheticStream(SYN).feature_ids(WINDOW.start, WINDOW.records)
+    placement = graph_placement(ids, world, EXACT["train"])
+    assert placement.replica_counts().min() > 0  # the test is about replicas too
+    return placement
+
+
+def _jobs(world: int) -> list[Job]:
+    graph = _placement(world)
+    jobs = [
+        Job(SOURCE, **EXACT, placement=Placement.hash(world), return_state=True),
+        Job(SOURCE, **EXACT, placement=graph, return_state=True),
+        Job(SOURCE, **DCN_SGD, placement=graph, return_state=True),
+    ]
+    if world == 2:
+        stale = replace(EXACT["train"], staleness=STALE_S)
+        jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], stale, placement=graph,
+                        audit=True, record_steps=True))
+        auc_ids = SyntheticStream(AUC_SYN).feature_ids(AUC_WINDOW.start, AUC_WINDOW.records)
+        auc_graph = graph_placement(auc_ids, 2, AUC_JOB["train"])  # type: ignore[arg-type]
+        jobs.append(Job(**AUC_JOB, placement=auc_graph))  # type: ignore[arg-type]
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> list[list[RankResult]]:
+    """Results by job, then by rank, of one 2-rank launch."""
+    per_rank = launch(run_jobs, _jobs(2), LaunchConfig(workers=2, timeout_s=120))
+    return [list(r) for r in zip(*per_rank)]
+
+
+@pytest.fixture(scope="module")
+def single() -> dict[str, RankResult]:
+    torch.set_num_threads(1)
+    one = Placement.hash(1)
+    return {
+        "deepfm": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, return_state=True)),
+        "dcn": run_rank(LocalComm(), Job(SOURCE, **DCN_SGD, placement=one, return_state=True)),
+        "auc": run_rank(LocalComm(), Job(**AUC_JOB, placement=one)),  # type: ignore[arg-type]
+    }
+
+
+@pytest.fixture(scope="module")
+def three_ranks() -> list[list[RankResult]]:
+    """Results by job, then by rank, of one 3-rank launch (s = 0 jobs only)."""
+    per_rank = launch(run_jobs, _jobs(3), LaunchConfig(workers=3, timeout_s=120))
+    return [list(r) for r in zip(*per_rank)]
+
+
+def _max_diff(reference: RankResult, ranks: list[RankResult]) -> tuple[float, float]:
+    """Largest difference of dense parameters and of embedding rows."""
+    ref = reference.state
+    assert ref is not None
+    rows: dict[int, torch.Tensor] = {}
+    for r in ranks:
+        assert r.state is not None
+        for i, row in zip(r.state.ids.tolist(), r.state.rows):
+            assert i not in rows, "a row owned by two ranks"
+            rows[i] = row
+        for name, value in r.state.dense.items():  # every rank holds the same dense copy
+            assert torch.equal(value, ranks[0].state.dense[name])  # type: ignore[union-attr]
+    assert set(rows) == set(ref.ids.tolist())
+    emb = max(float((rows[i] - row).abs().max()) for i, row in zip(ref.ids.tolist(), ref.rows))
+    dense = max(float((ranks[0].state.dense[k] - v).abs().max())  # type: ignore[union-attr]
+                for k, v in ref.dense.items())
+    return dense, emb
+
+
+@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn")],
+                         ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd"])
+def test_two_ranks_s0_equal_single_process(two_ranks, single, job: int, model: str) -> None:
+    ranks = two_ranks[job]
+    dense, emb = _max_diff(single[model], ranks)
+    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
+    totals = ranks[0].job_totals
+    assert totals.steps == STEPS and totals.samples == BATCH * STEPS
+    assert totals.counts["remote_rows"] > 0  # rows did cross ranks
+    if job > 0:
+        assert totals.counts["replica_reads"] > 0 and totals.counts["replica_pushes"] > 0
+        assert totals.max_staleness == 0
+
+
+@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn")],
+                         ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd"])
+def test_three_ranks_s0_equal_single_process(three_ranks, single, job: int, model: str) -> None:
+    dense, emb = _max_diff(single[model], three_ranks[job])
+    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
+
+
+def _true_lags(result: RankResult, applied: np.ndarray) -> np.ndarray:
+    """Updates by other ranks that each replica read missed, from the owners' logs alone."""
+    assert result.audit is not None
+    reads = np.concatenate(result.audit.reads)
+    others = applied[applied[:, 2] != result.rank]
+    by_id: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for i in np.unique(others[:, 1]):
+        rows = others[others[:, 1] == i]
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        by_id[int(i)] = rows[:, 0], np.concatenate([[0], np.cumsum(rows[:, 3])])
+    last_refresh: dict[int, int] = {}
+    lags = np.zeros(len(reads), np.int64)
+    for k, (step, i, refreshed) in enumerate(reads.tolist()):
+        if refreshed:
+            last_refresh[i] = step
+            continue
+        steps, csum = by_id.get(i, (np.zeros(0, np.int64), np.zeros(1, np.int64)))
+        # The copy has every update applied before its refresh step; it misses the others'
+        # updates applied from that step up to (not including) this one.
+        lo, hi = np.searchsorted(steps, last_refresh[i]), np.searchsorted(steps, step)
+        lags[k] = csum[hi] - csum[lo]
+    return lags
+
+
+def test_staleness_never_exceeds_bound(two_ranks) -> None:
+    ranks = two_ranks[3]
+    totals = ranks[0].job_totals
+    hist = totals.staleness
+    assert totals.max_staleness <= STALE_S
+    assert hist[1:].sum() > 0 and hist[STALE_S] > 0  # reads did use lagging copies, up to s
+    assert totals.counts["replica_refreshes"] < totals.counts["replica_reads"]
+    assert 0 < totals.counts["replica_pushes"] < totals.counts["replica_reads"]
+    for r in ranks:  # per step, too
+        assert r.step_counters is not None
+        assert all(c.staleness.size <= STALE_S + 1 for c in r.step_counters)
+    # Independent check: recount from what owners applied, not from versions.
+    applied = np.concatenate([a for r in ranks for a in r.audit.applied])  # type: ignore[union-attr]
+    for r in ranks:
+        lags = _true_lags(r, applied)
+        assert lags.size > 0 and lags.max() <= STALE_S
+    # The reader-side histogram (from versions) and the owners' log tell the same story.
+    recount = sum(np.bincount(_true_lags(r, applied), minlength=hist.size) for r in ranks)
+    assert np.array_equal(recount, hist)
+
+
+def test_two_ranks_s10_reach_single_process_auc(two_ranks, single) -> None:
+    ranks, reference = two_ranks[4], single["auc"]
+    totals = ranks[0].job_totals
+    assert totals.samples == reference.job_totals.samples == 80_000
+    assert totals.max_staleness == 10 and totals.counts["replica_pushes"] > 0
+    assert reference.heldout_auc is not None and reference.heldout_auc > 0.7  # it learned
+    assert ranks[0].heldout_auc is not None
+    assert abs(ranks[0].heldout_auc - reference.heldout_auc) <= 0.005
+
+
+def test_counters_add_up(two_ranks) -> None:
+    for ranks in two_ranks:
+        t = ranks[0].job_totals
+        c = t.counts
+        assert c["owned_reads"] + c["replica_reads"] + c["remote_rows"] == c["unique_ids"]
+        assert c["rows_served"] == c["remote_rows"] + c["replica_refreshes"]
+        assert c["samples_read"] == c["samples_trained"] == t.counts["global_samples"]
+        assert t.embedding_bytes > 0 and t.dense_bytes > 0
+        # Bytes sent by all ranks = bytes received by all ranks.
+        assert int(t.traffic.sent.sum()) == int(t.traffic.received.sum())

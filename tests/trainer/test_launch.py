@@ -1,0 +1,41 @@
+"""The launcher: results come back by rank, and a failing or dying rank ends the job quickly."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.launch import WorkerFailed, launch
+from trainer.types import LaunchConfig
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture()
+def targets(monkeypatch: pytest.MonkeyPatch):
+    # Spawned ranks inherit sys.path, so they can import the target module by its plain name.
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import launch_targets
+
+    return launch_targets
+
+
+def test_results_come_back_in_rank_order(targets) -> None:
+    results = launch(targets.gather_ranks, "x", LaunchConfig(workers=2, device="cpu"))
+    assert results == [("x", [0, 1], "cpu"), ("x", [0, 1], "cpu")]
+    assert launch(targets.gather_ranks, "y", LaunchConfig(workers=1)) == [("y", [0], "cpu")]
+
+
+@pytest.mark.parametrize("target,expected", [("raise_on", "ValueError: boom on rank 1"),
+                                             ("die_on", "exited with code 3")])
+def test_a_failing_rank_stops_the_job_without_hanging(targets, target: str, expected: str) -> None:
+    t0 = time.monotonic()
+    # The collective timeout is far away: only the launcher's watch can end this quickly.
+    with pytest.raises(WorkerFailed) as info:
+        launch(getattr(targets, target), 1, LaunchConfig(workers=2, timeout_s=600))
+    assert time.monotonic() - t0 < 60
+    assert info.value.rank == 1 and expected in str(info.value)
+    assert not mp.active_children()  # the surviving rank was stopped, not left behind

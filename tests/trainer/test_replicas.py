@@ -1,0 +1,45 @@
+"""The replica copy's bookkeeping (HET's read and write rules act on these fields)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainer.replicas import ReplicaTable
+from trainer.store import RowOptimizer
+from trainer.types import StoreConfig
+
+
+def _table() -> ReplicaTable:
+    opt = RowOptimizer(StoreConfig(optimizer="adagrad", lr=0.1))
+    return ReplicaTable(np.array([30, 10, 20], dtype=np.int64), 2, opt, dtype=torch.float64)
+
+
+def test_copies_start_missing_and_refresh_sets_value_state_and_seen() -> None:
+    t = _table()
+    slots = t.slots(np.array([10, 20, 99], dtype=np.int64))
+    assert slots[2] == -1 and (t.seen[slots[:2]] == -1).all()
+    rows = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    t.refresh(slots[:2], rows, torch.ones(2, 1, dtype=torch.float64), np.array([5, 7]))
+    assert torch.equal(t.read(slots[:2]), rows) and list(t.seen[slots[:2]]) == [5, 7]
+
+
+def test_local_updates_are_read_back_survive_a_refresh_and_push_once() -> None:
+    t = _table()
+    s = t.slots(np.array([10], dtype=np.int64))
+    zero = torch.zeros(1, 2, dtype=torch.float64)
+    t.refresh(s, zero, torch.zeros(1, 1, dtype=torch.float64), np.array([3]))
+    g = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    t.update(s, g)
+    t.update(s, g)
+    mine = t.read(s).clone()
+    assert mine[0, 0] < 0 < mine[0, 1] and t.pending[s[0]] == 2  # reads its own writes
+    # The owner moved on (someone else's update): the refresh keeps the unpushed changes.
+    owner_row = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    t.refresh(s, owner_row, torch.full((1, 1), 0.25, dtype=torch.float64), np.array([4]))
+    assert torch.allclose(t.read(s), owner_row + mine)
+    assert float(t.state[s[0], 0]) == 0.25 + 2.0  # owner's accumulator + two local mean(g^2)
+    push, counts = t.take_push(s)
+    assert list(counts) == [2] and t.seen[s[0]] == 6 and t.pending[s[0]] == 0
+    assert torch.equal(push, torch.tensor([[2.0, -2.0, 2.0]], dtype=torch.float64))
+    assert t.pending_slots().size == 0

@@ -1,0 +1,179 @@
+"""The collectives the trainer uses, behind one small interface that counts every byte.
+
+:class:`DistComm` wraps ``torch.distributed`` (gloo on CPU, NCCL on CUDA); :class:`LocalComm` is
+the one-rank case (single-process training runs the very same code path with it, which is what
+makes the ``s = 0`` equivalence test meaningful). Byte counts are per purpose
+(:data:`trainer.counters.KINDS`) and exclude a rank's messages to itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from trainer.counters import Traffic
+
+__all__ = ["Comm", "Counts", "LocalComm", "DistComm"]
+
+Counts = Sequence[int] | np.ndarray  # rows per rank (numpy arrays straight from the headers)
+
+
+class Comm(Protocol):
+    """Collectives among the ranks of one job, with byte accounting."""
+
+    rank: int
+    world: int
+    device: torch.device
+    traffic: Traffic
+
+    def all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> torch.Tensor:
+        """Rows ``send[...]`` grouped by destination in, rows grouped by source out (dim 0)."""
+        ...
+
+    def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
+        """int64 ``[world, k]``: row ``d`` goes to rank ``d``; returns row ``s`` from rank ``s``."""
+        ...
+
+    def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+        """Sum ``tensor`` over ranks, in place (every rank gets the same bits)."""
+        ...
+
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
+        """Overwrite ``tensor`` with rank ``src``'s (set-up only; not counted)."""
+        ...
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """``obj`` of rank ``src`` on every rank (control-plane data; not counted)."""
+        ...
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (control-plane data; not counted)."""
+        ...
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        ...
+
+    def stop_requested(self) -> bool:
+        """Whether the job was asked to stop (SIGINT/SIGTERM in the launcher)."""
+        ...
+
+
+class _Flag(Protocol):
+    """A stop flag: ``threading.Event`` or a ``multiprocessing`` event."""
+
+    def is_set(self) -> bool: ...
+
+
+def _row_bytes(t: torch.Tensor) -> int:
+    return int(t.element_size() * (t[0].numel() if t.dim() > 1 else 1))
+
+
+class LocalComm:
+    """The one-rank job: every collective is the identity and nothing is sent."""
+
+    def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None) -> None:
+        self.rank = 0
+        self.world = 1
+        self.device = torch.device(device)
+        self.traffic = Traffic()
+        self._stop = stop
+
+    def stop_requested(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> torch.Tensor:
+        return send
+
+    def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
+        return np.asarray(counts, dtype=np.int64).copy()
+
+    def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+        return None
+
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
+        return None
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def barrier(self) -> None:
+        return None
+
+
+class DistComm:
+    """Collectives of the default ``torch.distributed`` process group."""
+
+    def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialised (see trainer.launch)")
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.device = torch.device(device)
+        self.traffic = Traffic()
+        self._stop = stop
+
+    def stop_requested(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> torch.Tensor:
+        send_counts = [int(c) for c in send_counts]
+        recv_counts = [int(c) for c in recv_counts]
+        out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
+        self._dist.all_to_all_single(
+            out, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts
+        )
+        row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
+        me = self.rank
+        self.traffic.add(kind, (sum(send_counts) - send_counts[me]) * row,
+                         (sum(recv_counts) - recv_counts[me]) * row)
+        return out
+
+    def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        if counts.shape[0] != self.world:
+            raise ValueError("counts needs one row per rank")
+        send = torch.from_numpy(counts).to(self.device)
+        ones = [1] * self.world
+        out = self.all_to_all(send, ones, ones, kind)
+        return out.cpu().numpy()
+
+    def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+        self._dist.all_reduce(tensor)
+        # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
+        n = self.world
+        moved = int(2 * (n - 1) * tensor.numel() * tensor.element_size() // n)
+        self.traffic.add(kind, moved, moved)
+
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
+        self._dist.broadcast(tensor, src=src)
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=src, device=self._object_device())
+        return box[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world
+        self._dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def _object_device(self) -> torch.device | None:
+        return self.device if self.device.type == "cuda" else None

@@ -1,0 +1,194 @@
+"""What the trainer really does, counted per step: rows, replicas, staleness, bytes by purpose.
+
+Bytes are what crosses between ranks (a rank's messages to itself are free and not counted),
+by purpose (:data:`KINDS`): ``route`` (samples sent to the rank holding their rows), ``header``
+(the per-step count exchanges), ``request`` (ids, replica versions and push counts sent to
+owners), ``response`` (rows, optimizer state of refreshed replicas, owner versions),
+``gradient`` (gradients of remote rows and replica pushes), ``flush`` (pushes of pending
+replica updates at evaluation/checkpoint time), ``eval`` (read-only row fetches for evaluation),
+``dense`` (the all-reduce of the dense gradients, counted as ring all-reduce traffic).
+:attr:`Totals.embedding_bytes` is everything but ``dense`` and ``eval``: the traffic a placement
+changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+__all__ = ["KINDS", "PHASES", "Traffic", "StepCounters", "Totals"]
+
+KINDS = ("route", "header", "request", "response", "gradient", "flush", "eval", "dense")
+PHASES = ("route", "read", "compute", "write", "dense")
+_EMBEDDING_KINDS = tuple(k for k in KINDS if k not in ("dense", "eval"))
+
+
+@dataclass
+class Traffic:
+    """Bytes sent and received by one rank, per purpose (cumulative)."""
+
+    sent: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), np.int64))
+    received: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), np.int64))
+
+    def add(self, kind: str, sent: int, received: int) -> None:
+        """Count one exchange."""
+        i = KINDS.index(kind)
+        self.sent[i] += sent
+        self.received[i] += received
+
+    def copy(self) -> Traffic:
+        """A snapshot."""
+        return Traffic(self.sent.copy(), self.received.copy())
+
+    def __sub__(self, other: Traffic) -> Traffic:
+        return Traffic(self.sent - other.sent, self.received - other.received)
+
+
+@dataclass
+class StepCounters:
+    """One rank's counts for one step.
+
+    Attributes:
+        samples_read: Samples this rank took from its source.
+        samples_trained: Samples this rank trained on (after routing).
+        samples_routed_out: Samples sent to another rank.
+        global_samples: Samples of the step over all ranks.
+        unique_ids: Distinct ids in this rank's batch (each looked up once).
+        owned_reads: Of those, rows this rank owns.
+        replica_reads: Rows read from a local replica (fresh enough or refreshed).
+        replica_refreshes: Replica reads that the owner answered with a new value.
+        replica_pushes: Replicas that pushed their accumulated updates to the owner.
+        remote_rows: Rows fetched from owners without a local copy.
+        rows_served: Rows this rank sent as owner (fetches and refreshes).
+        staleness: Histogram of the lag seen at replica reads: entry ``k`` counts reads whose
+            local copy was ``k`` updates behind the owner (refreshed reads count as 0). Its
+            length is not capped, so a lag above the bound would show rather than be clipped.
+        traffic: Bytes by purpose.
+        loss_sum: Summed log-loss of the global batch (same on every rank).
+        seconds: Wall time by phase (:data:`PHASES`): routing, row reads, forward/backward,
+            row writes, dense all-reduce and update. Waiting for peers counts in the phase
+            whose collective waited.
+    """
+
+    samples_read: int = 0
+    samples_trained: int = 0
+    samples_routed_out: int = 0
+    global_samples: int = 0
+    unique_ids: int = 0
+    owned_reads: int = 0
+    replica_reads: int = 0
+    replica_refreshes: int = 0
+    replica_pushes: int = 0
+    remote_rows: int = 0
+    rows_served: int = 0
+    staleness: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    traffic: Traffic = field(default_factory=Traffic)
+    loss_sum: float = 0.0
+    seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(PHASES)))
+
+    @property
+    def rows_not_held(self) -> int:
+        """Rows neither owned nor held fresh: HET-GMP's remote rows (fetches + refreshes)."""
+        return self.remote_rows + self.replica_refreshes
+
+
+_SCALARS = tuple(
+    f.name for f in fields(StepCounters)
+    if f.name not in ("staleness", "traffic", "loss_sum", "seconds")
+)
+
+
+@dataclass
+class Totals:
+    """Counters summed over steps (and, with :meth:`merge`, over ranks)."""
+
+    steps: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_SCALARS, 0))
+    staleness: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    traffic: Traffic = field(default_factory=Traffic)
+    loss_sum: float = 0.0
+    loss_samples: int = 0
+    seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(PHASES)))
+
+    def add(self, c: StepCounters) -> None:
+        """Add one step of one rank."""
+        self.steps += 1
+        for name in _SCALARS:
+            self.counts[name] += int(getattr(c, name))
+        self.staleness = _add_hist(self.staleness, c.staleness)
+        self.traffic = Traffic(self.traffic.sent + c.traffic.sent,
+                               self.traffic.received + c.traffic.received)
+        self.loss_sum += c.loss_sum
+        self.loss_samples += c.global_samples
+        self.seconds = self.seconds + c.seconds
+
+    def merge(self, other: Totals) -> Totals:
+        """Totals of two ranks over the same steps (step-level values are not doubled)."""
+        out = Totals(steps=max(self.steps, other.steps))
+        out.counts = {k: self.counts[k] + other.counts[k] for k in self.counts}
+        # Every rank sees the whole global batch and the same loss: keep one rank's figure.
+        out.counts["global_samples"] = max(self.counts["global_samples"],
+                                           other.counts["global_samples"])
+        out.staleness = _add_hist(self.staleness, other.staleness)
+        out.traffic = Traffic(self.traffic.sent + other.traffic.sent,
+                              self.traffic.received + other.traffic.received)
+        out.loss_sum, out.loss_samples = self.loss_sum, self.loss_samples
+        # Ranks run their phases side by side: the slower rank's time is the job's.
+        out.seconds = np.maximum(self.seconds, other.seconds)
+        return out
+
+    @property
+    def samples(self) -> int:
+        """Samples trained (over all ranks, when merged)."""
+        return self.counts["samples_trained"]
+
+    @property
+    def embedding_bytes(self) -> int:
+        """Bytes sent for the embedding path: routing, headers, requests, rows, gradients."""
+        idx = [KINDS.index(k) for k in _EMBEDDING_KINDS]
+        return int(self.traffic.sent[idx].sum())
+
+    @property
+    def dense_bytes(self) -> int:
+        """Bytes sent for the dense all-reduce."""
+        return int(self.traffic.sent[KINDS.index("dense")])
+
+    @property
+    def max_staleness(self) -> int:
+        """Largest lag seen at a replica read (-1 when no replica was read)."""
+        nz = np.flatnonzero(self.staleness)
+        return int(nz[-1]) if nz.size else -1
+
+    def per_sample(self, value: float) -> float:
+        """``value`` divided by the samples trained (0 without samples)."""
+        return value / self.samples if self.samples else 0.0
+
+    def summary(self) -> dict[str, float | int | list[int]]:
+        """A flat dict for reports and JSON lines."""
+        out: dict[str, float | int | list[int]] = dict(self.counts)
+        out.update(
+            steps=self.steps,
+            embedding_bytes=self.embedding_bytes,
+            dense_bytes=self.dense_bytes,
+            bytes_per_sample=self.per_sample(self.embedding_bytes),
+            dense_bytes_per_sample=self.per_sample(self.dense_bytes),
+            remote_rows_per_sample=self.per_sample(
+                self.counts["remote_rows"] + self.counts["replica_refreshes"]),
+            staleness_histogram=[int(x) for x in self.staleness],
+            max_staleness=self.max_staleness,
+            mean_loss=self.loss_sum / self.loss_samples if self.loss_samples else float("nan"),
+        )
+        for kind, sent in zip(KINDS, self.traffic.sent):
+            out[f"bytes_{kind}"] = int(sent)
+        for phase, secs in zip(PHASES, self.seconds):
+            out[f"seconds_{phase}"] = round(float(secs), 4)
+        return out
+
+
+def _add_hist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n = max(a.size, b.size)
+    out = np.zeros(n, np.int64)
+    out[: a.size] += a
+    out[: b.size] += b
+    return out

@@ -1,0 +1,488 @@
+"""Row exchange of one step: owners serve rows, replicas follow bounded staleness, gradients return.
+
+Read phase (:meth:`RowExchange.read`), for the distinct ids of a rank's batch, each once:
+
+* owned rows are read from the local store;
+* replicated rows are requested as ``(id, seen version)``; the owner answers every such request
+  with its current version and, only where the copy is missing or more than ``s`` versions
+  behind, with the row and its optimizer state (HET's read rule);
+* all other rows are fetched from their owner (id out, row back).
+
+Write phase (:meth:`RowExchange.write`): the owner sums, per row, its own gradient and the
+gradients of ranks that fetched the row, and applies the row optimizer once with the sum; the
+version advances by the number of gradients summed. A replica applies its gradient to its copy
+at once and, when more than ``s`` updates are pending (HET's write rule), pushes their summed
+gradient and optimizer-state increments, which the owner folds into that step (version +=
+pushed count). With ``s = 0`` a push is a single update, sent as the gradient itself and summed
+with the others. Whether a replica pushes in this step is known at
+read time (it pushes iff ``pending + 1 > s``), so the read request announces it and the owner
+knows the size of every gradient message without another count exchange.
+
+Collectives per step: counts, requests, versions, rows, gradients (five all-to-alls; the counts
+one is tiny). With ``s = 0`` every replica pushes every step and is refreshed whenever anyone
+else updated the row, so training is synchronous.
+
+Message layouts (int64 unless noted), per destination owner, ids sorted within each part:
+
+* request: ``fetch ids | push ids | keep ids | seen of push+keep | counts of push``;
+* versions reply: owner version of each push and keep id;
+* rows reply (float): fetched rows, then ``row | optimizer state`` of each refreshed replica;
+* gradients (float): gradients of fetched rows, then the pushes (``s = 0``: gradients;
+  ``s > 0``: ``summed gradient | summed optimizer-state increments``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from partitioner import Placement
+from trainer.comm import Comm
+from trainer.counters import StepCounters
+from trainer.replicas import ReplicaTable
+from trainer.store import EmbeddingStore
+
+__all__ = ["RowExchange", "ReadPlan", "Audit"]
+
+_FETCH, _PUSH, _KEEP = 0, 1, 2
+
+
+@dataclass
+class Audit:
+    """Logs for checking the staleness bound independently of the version arithmetic.
+
+    Attributes:
+        applied: int64 ``[k, 4]`` chunks ``(step, id, source rank, updates)``: every update an
+            owner applied to a replicated row.
+        reads: int64 ``[k, 3]`` chunks ``(step, id, refreshed)``: every replica read.
+    """
+
+    applied: list[np.ndarray]
+    reads: list[np.ndarray]
+
+
+@dataclass
+class ReadPlan:
+    """What the read phase leaves for the write phase of the same step.
+
+    Attributes:
+        uniq: Sorted distinct ids of the rank's batch.
+        values: ``[U, row_dim]`` row of each id, as read.
+        own: Positions (in ``uniq``) of owned ids.
+        replica: Positions of replicated ids, and ``replica_slots`` their copies.
+        order: Positions of non-owned ids grouped by owner, then fetch / push / keep.
+        kind: Kind of each entry of ``order``.
+        sent: int64 ``[world, 3]`` fetch / push / keep counts sent to each owner.
+        received: int64 ``[world, 3]`` counts received from each requester.
+        in_fetch: Ids other ranks fetched from this rank, by requester.
+        in_push: Ids other ranks push to this rank, by requester, and ``in_push_counts``.
+        push_counts: Update counts of this rank's pushes (entries of ``order`` of kind push).
+        step: The step.
+    """
+
+    uniq: np.ndarray
+    values: torch.Tensor
+    own: np.ndarray
+    replica: np.ndarray
+    replica_slots: np.ndarray
+    order: np.ndarray
+    kind: np.ndarray
+    sent: np.ndarray
+    received: np.ndarray
+    in_fetch: list[np.ndarray]
+    in_push: list[np.ndarray]
+    in_push_counts: list[np.ndarray]
+    push_counts: np.ndarray
+    step: int
+
+
+@dataclass
+class _Requests:
+    """A rank's requests of one step (entries of ``order`` grouped by owner, then kind)."""
+
+    own: np.ndarray
+    order: np.ndarray
+    kind: np.ndarray
+    slots: np.ndarray
+    owner: np.ndarray
+    sent: np.ndarray
+    seen: np.ndarray
+    push_counts: np.ndarray
+    message: np.ndarray
+    sizes: list[int]
+
+
+@dataclass
+class _Served:
+    """What a rank serves as owner in one step's read."""
+
+    own_values: torch.Tensor
+    in_fetch: list[np.ndarray]
+    in_push: list[np.ndarray]
+    in_push_counts: list[np.ndarray]
+    versions: list[np.ndarray]
+    rows: list[torch.Tensor]
+    row_sizes: list[int]
+
+
+class RowExchange:
+    """Reads and writes rows of one rank's batches against the owners of a placement."""
+
+    def __init__(
+        self,
+        comm: Comm,
+        store: EmbeddingStore,
+        replicas: ReplicaTable,
+        placement: Placement,
+        staleness: int,
+    ) -> None:
+        """Bind a rank's store and replicas to the job's placement.
+
+        Args:
+            comm: Collectives of the job.
+            store: This rank's primaries.
+            replicas: This rank's copies (``placement.replicas[rank]``).
+            placement: Owners and replicas of every row.
+            staleness: The bound ``s``.
+        """
+        if placement.num_workers != comm.world:
+            raise ValueError(f"placement for {placement.num_workers} ranks, job has {comm.world}")
+        self.comm = comm
+        self.store = store
+        self.replicas = replicas
+        self.placement = placement
+        self.s = staleness
+        self.dim = store.dim
+        self.state_width = store.optimizer.state_width
+        self.audit: Audit | None = None
+        reps = [r for r in placement.replicas if r.size]
+        self._replicated = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
+
+    def start_audit(self) -> Audit:
+        """Log replica reads and owner updates of replicated rows from now on (tests)."""
+        self.audit = Audit([], [])
+        return self.audit
+
+    # -- read --------------------------------------------------------------------------------
+
+    def read(self, uniq: np.ndarray, step: int, counters: StepCounters) -> ReadPlan:
+        """Rows of the distinct ids ``uniq`` (sorted) for ``step``; owners serve requests."""
+        comm, world = self.comm, self.comm.world
+        req = self._requests(uniq)
+        received = comm.exchange_counts(req.sent)
+        recv_sizes = received[:, 0] + 3 * received[:, 1] + 2 * received[:, 2]
+        request = comm.all_to_all(self._ints(req.message), req.sizes, recv_sizes, "request")
+        srv = self._serve(received, request.cpu().numpy(), uniq[req.own], step, counters)
+        # Versions first: both ends derive the same refresh decisions from them, so the rows
+        # reply needs no count exchange of its own.
+        versions_in = comm.all_to_all(
+            self._ints(np.concatenate(srv.versions)), [v.size for v in srv.versions],
+            req.sent[:, 1] + req.sent[:, 2], "response").cpu().numpy()
+        is_r = req.kind != _FETCH
+        rep_seen = req.seen[is_r]
+        refresh = _refresh(versions_in, rep_seen, self.s)
+        n_ref = np.bincount(req.owner[is_r][refresh], minlength=world)
+        row_w = self.dim + self.state_width
+        rows_in = comm.all_to_all(torch.cat(srv.rows), srv.row_sizes,
+                                  req.sent[:, 0] * self.dim + n_ref * row_w, "response")
+
+        values = torch.empty((uniq.size, self.dim), dtype=srv.own_values.dtype,
+                             device=srv.own_values.device)
+        values[self._t(req.own)] = srv.own_values
+        fetch_pos, rep_pos = req.order[req.kind == _FETCH], req.order[is_r]
+        rep_slots = req.slots[is_r]
+        fetched_rows, fresh_rows = _split_rows(rows_in, req.sent[:, 0], n_ref, self.dim, row_w)
+        if fetch_pos.size:
+            values[self._t(fetch_pos)] = fetched_rows
+        if refresh.any():
+            self.replicas.refresh(rep_slots[refresh], fresh_rows[:, :self.dim],
+                                  fresh_rows[:, self.dim:], versions_in[refresh])
+        if rep_pos.size:
+            values[self._t(rep_pos)] = self.replicas.read(rep_slots)
+
+        lag = np.where(refresh, 0, versions_in - rep_seen)
+        counters.staleness = np.bincount(lag, minlength=1).astype(np.int64)
+        counters.unique_ids += int(uniq.size)
+        counters.owned_reads += int(req.own.size)
+        counters.replica_reads += int(rep_pos.size)
+        counters.replica_refreshes += int(refresh.sum())
+        counters.remote_rows += int(fetch_pos.size)
+        if self.audit is not None:
+            self.audit.reads.append(np.stack(
+                [np.full(rep_pos.size, step), uniq[rep_pos], refresh.astype(np.int64)], 1))
+        return ReadPlan(uniq, values, req.own, rep_pos, rep_slots, req.order, req.kind,
+                        req.sent, received, srv.in_fetch, srv.in_push, srv.in_push_counts,
+                        req.push_counts, step)
+
+    def _requests(self, uniq: np.ndarray) -> _Requests:
+        """Sort the batch's non-owned ids by owner and kind, and build the request message."""
+        me, world = self.comm.rank, self.comm.world
+        owner = self.placement.owner_of(uniq)
+        own = np.flatnonzero(owner == me)
+        other = np.flatnonzero(owner != me)
+        slots = self.replicas.slots(uniq[other])
+        is_rep = slots >= 0
+        kind = np.full(other.size, _FETCH, dtype=np.int64)
+        # A replica pushes in this step iff its pending count passes s with this step's update.
+        kind[is_rep] = np.where(self.replicas.pending[slots[is_rep]] + 1 > self.s, _PUSH, _KEEP)
+        perm = np.lexsort((kind, owner[other]))
+        order, kind, slots = other[perm], kind[perm], slots[perm]
+        sent = np.zeros((world, 3), dtype=np.int64)
+        np.add.at(sent, (owner[order], kind), 1)
+        seen = np.full(order.size, -1, dtype=np.int64)
+        seen[kind != _FETCH] = self.replicas.seen[slots[kind != _FETCH]]
+        counts = np.zeros(order.size, dtype=np.int64)
+        counts[kind == _PUSH] = self.replicas.pending[slots[kind == _PUSH]] + 1
+        bounds = np.concatenate([[0], np.cumsum(sent.sum(axis=1))])
+        ids = uniq[order]
+        parts, sizes = [], []
+        for o in range(world):  # per owner: ids of every kind | seen of replicas | push counts
+            a, b = bounds[o], bounds[o + 1]
+            k = kind[a:b]
+            piece = [ids[a:b], seen[a:b][k != _FETCH], counts[a:b][k == _PUSH]]
+            parts += piece
+            sizes.append(sum(x.size for x in piece))
+        return _Requests(own, order, kind, slots, owner[order], sent, seen,
+                         counts[kind == _PUSH], np.concatenate(parts), sizes)
+
+    def _serve(self, received: np.ndarray, request: np.ndarray, own_ids: np.ndarray,
+               step: int, counters: StepCounters) -> _Served:
+        """Owner side of the read: this rank's own rows, and answers to every requester."""
+        in_fetch, in_push, in_push_counts, in_rep, in_seen = self._parse(received, request)
+        served_ids = np.unique(np.concatenate([own_ids, *in_fetch, *in_rep]))
+        served, state = self.store.lookup(served_ids, step, with_state=True)
+        assert state is not None
+        own_values = served[self._t(np.searchsorted(served_ids, own_ids))]
+        versions = [self.store.versions(ids) for ids in in_rep]
+        rows, row_sizes = [], []
+        for src in range(self.comm.world):
+            fetched = self._t(np.searchsorted(served_ids, in_fetch[src]))
+            fresh = _refresh(versions[src], in_seen[src], self.s)
+            t = self._t(np.searchsorted(served_ids, in_rep[src])[fresh])
+            rows += [served[fetched].reshape(-1),
+                     torch.cat([served[t], state[t]], dim=1).reshape(-1)]
+            row_sizes.append(in_fetch[src].size * self.dim
+                             + int(fresh.sum()) * (self.dim + self.state_width))
+            if src != self.comm.rank:
+                counters.rows_served += int(in_fetch[src].size + fresh.sum())
+        return _Served(own_values, in_fetch, in_push, in_push_counts, versions, rows, row_sizes)
+
+    def _parse(
+        self, received: np.ndarray, request: np.ndarray
+    ) -> tuple[list[np.ndarray], ...]:
+        """Split the requests by requester: fetch ids, push ids, push counts, replica ids, seen."""
+        in_fetch, in_push, in_counts, in_rep, in_seen = [], [], [], [], []
+        pos = 0
+        for n_fetch, n_push, n_keep in received:
+            n_rep = n_push + n_keep
+            ids = request[pos:pos + n_fetch + n_rep]
+            in_fetch.append(ids[:n_fetch])
+            in_push.append(ids[n_fetch:n_fetch + n_push])
+            in_rep.append(ids[n_fetch:])
+            pos += n_fetch + n_rep
+            in_seen.append(request[pos:pos + n_rep])
+            pos += n_rep
+            in_counts.append(request[pos:pos + n_push])
+            pos += n_push
+        return in_fetch, in_push, in_counts, in_rep, in_seen
+
+    # -- write -------------------------------------------------------------------------------
+
+    def write(self, plan: ReadPlan, grads: torch.Tensor, counters: StepCounters) -> None:
+        """Send gradients to owners, update replicas, and apply the updates this rank owns."""
+        comm, world = self.comm, self.comm.world
+        self.replicas.update(plan.replica_slots, grads[self._t(plan.replica)])
+        push_pos = plan.order[plan.kind == _PUSH]
+        summed, counts = self.replicas.take_push(self.replicas.slots(plan.uniq[push_pos]))
+        if not np.array_equal(counts, plan.push_counts):
+            raise RuntimeError("replica push counts changed between read and write")
+        # s = 0: a push is this step's gradient, summed by the owner with everyone else's.
+        pushes = grads[self._t(push_pos)] if self.s == 0 else summed
+        counters.replica_pushes += int(push_pos.size)
+        # Per owner: gradients of fetched rows, then the pushes (both in request order).
+        fetch_grads = grads[self._t(plan.order[plan.kind == _FETCH])]
+        f_bounds = np.concatenate([[0], np.cumsum(plan.sent[:, 0])])
+        p_bounds = np.concatenate([[0], np.cumsum(plan.sent[:, 1])])
+        out = []
+        for o in range(world):
+            out += [fetch_grads[f_bounds[o]:f_bounds[o + 1]].reshape(-1),
+                    pushes[p_bounds[o]:p_bounds[o + 1]].reshape(-1)]
+        push_w = self._push_width()
+        send_sizes = plan.sent[:, 0] * self.dim + plan.sent[:, 1] * push_w
+        recv_sizes = plan.received[:, 0] * self.dim + plan.received[:, 1] * push_w
+        incoming = comm.all_to_all(torch.cat(out), send_sizes, recv_sizes, "gradient")
+
+        # Owner: one optimizer step per row with this step's gradients (own, fetched, s = 0
+        # pushes) plus the replicas' summed gradients and state increments (s > 0).
+        g_ids, g_rows, g_src = [plan.uniq[plan.own]], [grads[self._t(plan.own)]], [
+            np.full(plan.own.size, comm.rank, np.int64)]
+        p_ids, p_rows, p_counts, p_src = [], [], [], []
+        pos = 0
+        for src in range(world):
+            n_fetch, n_push = plan.in_fetch[src].size, plan.in_push[src].size
+            g_ids.append(plan.in_fetch[src])
+            g_rows.append(incoming[pos:pos + n_fetch * self.dim].view(-1, self.dim))
+            g_src.append(np.full(n_fetch, src, np.int64))
+            pos += n_fetch * self.dim
+            block = incoming[pos:pos + n_push * push_w].view(-1, push_w)
+            pos += n_push * push_w
+            if self.s == 0:
+                g_ids.append(plan.in_push[src])
+                g_rows.append(block)
+                g_src.append(np.full(n_push, src, np.int64))
+            else:
+                p_ids.append(plan.in_push[src])
+                p_rows.append(block)
+                p_counts.append(plan.in_push_counts[src])
+                p_src.append(np.full(n_push, src, np.int64))
+        ids = np.concatenate(g_ids)
+        self._log(plan.step, ids, np.concatenate(g_src), np.ones(ids.size, np.int64))
+        pushed = None
+        if p_ids:
+            pushed = (np.concatenate(p_ids), torch.cat(p_rows), np.concatenate(p_counts))
+            self._log(plan.step, pushed[0], np.concatenate(p_src), pushed[2])
+        self._apply(ids, torch.cat(g_rows), pushed)
+
+    def _push_width(self) -> int:
+        return self.dim if self.s == 0 else self.dim + self.state_width
+
+    def _log(self, step: int, ids: np.ndarray, src: np.ndarray, counts: np.ndarray) -> None:
+        if self.audit is None:
+            return
+        keep = np.isin(ids, self._replicated)
+        self.audit.applied.append(np.stack(
+            [np.full(int(keep.sum()), step), ids[keep], src[keep], counts[keep]], 1))
+
+    def _apply(
+        self,
+        ids: np.ndarray,
+        grads: torch.Tensor,
+        pushed: tuple[np.ndarray, torch.Tensor, np.ndarray] | None = None,
+    ) -> None:
+        """One optimizer step per row: the sum of its gradients plus its replicas' pushes.
+
+        Args:
+            ids: Ids of single-update gradients (may repeat: one per contributor).
+            grads: ``[len(ids), dim]`` those gradients.
+            pushed: Replica pushes ``(ids, [k, dim + state_width] summed gradient | summed
+                state increments, update counts)``.
+        """
+        width = self.dim + self.state_width
+        p_ids = pushed[0] if pushed is not None else np.zeros(0, np.int64)
+        uniq, inverse = np.unique(np.concatenate([ids, p_ids]), return_inverse=True)
+        if uniq.size == 0:
+            return
+        direct = torch.zeros((uniq.size, self.dim), dtype=grads.dtype, device=grads.device)
+        direct.index_add_(0, self._t(inverse[:ids.size]), grads)
+        counts = np.bincount(inverse[:ids.size], minlength=uniq.size).astype(np.int64)
+        if pushed is None:
+            self.store.apply(uniq, direct, counts)
+            return
+        extra = torch.zeros((uniq.size, width), dtype=grads.dtype, device=grads.device)
+        extra.index_add_(0, self._t(inverse[ids.size:]), pushed[1])
+        counts += np.bincount(inverse[ids.size:], weights=pushed[2],
+                              minlength=uniq.size).astype(np.int64)
+        # Rows without a direct gradient this step add nothing but the pushed increments.
+        has_direct = torch.from_numpy(np.bincount(inverse[:ids.size], minlength=uniq.size) > 0)
+        inc = self.store.optimizer.increments(direct) * has_direct.to(direct.device).unsqueeze(1)
+        self.store.apply(uniq, direct + extra[:, :self.dim], counts,
+                         increments=inc + extra[:, self.dim:])
+
+    # -- flush and read-only -----------------------------------------------------------------
+
+    def flush(self, step: int = -1) -> int:
+        """Push every pending replica change to its owner (before evaluation or a checkpoint).
+
+        Args:
+            step: The step the changes are applied at (for the audit log).
+
+        Returns:
+            The number of replica rows pushed by this rank.
+        """
+        comm, world = self.comm, self.comm.world
+        slots = self.replicas.pending_slots()
+        ids = self.replicas.ids[slots]
+        owner = self.placement.owner_of(ids)
+        perm = np.argsort(owner, kind="stable")
+        slots, ids, owner = slots[perm], ids[perm], owner[perm]
+        summed, counts = self.replicas.take_push(slots)
+        width = self.dim + self.state_width
+        sent = np.bincount(owner, minlength=world).astype(np.int64)[:, None]
+        received = comm.exchange_counts(sent, "flush")[:, 0]
+        bounds = np.concatenate([[0], np.cumsum(sent[:, 0])])
+        msg = np.concatenate([np.concatenate([ids[bounds[o]:bounds[o + 1]],
+                                              counts[bounds[o]:bounds[o + 1]]])
+                              for o in range(world)])
+        req = comm.all_to_all(self._ints(msg), 2 * sent[:, 0], 2 * received, "flush").cpu().numpy()
+        rows_in = comm.all_to_all(summed.reshape(-1), sent[:, 0] * width, received * width,
+                                  "flush").view(-1, width)
+        in_ids, in_counts, in_src, pos = [], [], [], 0
+        for src, n in enumerate(received):
+            in_ids.append(req[pos:pos + n])
+            in_counts.append(req[pos + n:pos + 2 * n])
+            in_src.append(np.full(n, src, np.int64))
+            pos += 2 * n
+        pushed = (np.concatenate(in_ids), rows_in, np.concatenate(in_counts))
+        self._log(step, pushed[0], np.concatenate(in_src), pushed[2])
+        self._apply(np.zeros(0, np.int64), rows_in[:, :0].reshape(0, self.dim), pushed)
+        return int(slots.size)
+
+    def read_only(self, uniq: np.ndarray, *, replicas: bool = False) -> torch.Tensor:
+        """Rows of ``uniq`` (sorted) for evaluation, creating and touching nothing.
+
+        Args:
+            uniq: Sorted distinct ids.
+            replicas: Read replicated rows from this rank's copies (the rank's own view, as it
+                trains) instead of from their owners (after :meth:`flush`, the owners hold
+                every update).
+        """
+        comm, me, world = self.comm, self.comm.rank, self.comm.world
+        owner = self.placement.owner_of(uniq)
+        local = owner == me
+        slots = self.replicas.slots(uniq) if replicas else np.full(uniq.size, -1)
+        local |= slots >= 0
+        perm = np.argsort(owner, kind="stable")
+        perm = perm[~local[perm]]
+        sent = np.bincount(owner[perm], minlength=world).astype(np.int64)
+        received = comm.exchange_counts(sent[:, None], "eval")[:, 0]
+        req = comm.all_to_all(self._ints(uniq[perm]), sent, received, "eval").cpu().numpy()
+        rows = self.store.peek(req).reshape(-1)
+        rows_in = comm.all_to_all(rows, received * self.dim, sent * self.dim, "eval")
+        values = self.store.peek(uniq)  # owned rows (and placeholders for the rest)
+        if perm.size:
+            values[self._t(perm)] = rows_in.view(-1, self.dim)
+        copies = np.flatnonzero(slots >= 0)
+        if copies.size:
+            values[self._t(copies)] = self.replicas.read(slots[copies])
+        return values
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _t(self, index: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64)).to(self.comm.device)
+
+    def _ints(self, values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self.comm.device)
+
+    def _floats(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=self.store.dtype, device=self.comm.device)
+
+
+def _refresh(versions: np.ndarray, seen: np.ndarray, s: int) -> np.ndarray:
+    """HET's read rule: the owner sends the row if the copy is missing or more than s behind."""
+    return (seen < 0) | (versions - seen > s)
+
+
+def _split_rows(
+    rows: torch.Tensor, n_fetch: np.ndarray, n_fresh: np.ndarray, dim: int, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split the rows reply (per owner: fetched rows, then refreshed rows with state)."""
+    fetched, fresh, pos = [], [], 0
+    for nf, nr in zip(n_fetch, n_fresh):
+        fetched.append(rows[pos:pos + nf * dim].view(-1, dim))
+        pos += nf * dim
+        fresh.append(rows[pos:pos + nr * width].view(-1, width))
+        pos += nr * width
+    return torch.cat(fetched), torch.cat(fresh)

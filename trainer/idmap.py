@@ -1,0 +1,145 @@
+"""A vectorised map from int64 feature ids to dense slots (open addressing, linear probing).
+
+The embedding store has no fixed vocabulary: ids are 63-bit hashes, so rows live in dense arrays
+and this index maps an id to its row's slot. A Python dict would cost ~100 bytes and a
+Python-level call per id; this table costs 16 bytes per bucket (two int64 arrays at load <= 1/2)
+and resolves a whole batch of ids with a few numpy operations per probe round (one or two rounds
+at that load).
+
+Deletion is by rebuild (:meth:`IdIndex.rebuild`): eviction happens in bulk every few steps, and
+rebuilding from the survivors is simpler and faster than tombstones that would lengthen probes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streaming.hashing import fmix64
+
+__all__ = ["IdIndex"]
+
+_EMPTY = np.int64(-1)
+
+
+class IdIndex:
+    """int64 id -> int64 slot for non-negative ids.
+
+    Attributes:
+        size: Number of ids stored.
+    """
+
+    def __init__(self, capacity: int = 1024, max_load: float = 0.5) -> None:
+        """Create an empty index.
+
+        Args:
+            capacity: Initial bucket count (rounded up to a power of two).
+            max_load: The table doubles before holding more than this fraction of its buckets.
+        """
+        if not 0.0 < max_load < 1.0:
+            raise ValueError("max_load must lie in (0, 1)")
+        self._max_load = max_load
+        self.size = 0
+        self._alloc(_pow2(capacity))
+
+    def _alloc(self, buckets: int) -> None:
+        self._keys = np.full(buckets, _EMPTY, dtype=np.int64)
+        self._vals = np.zeros(buckets, dtype=np.int64)
+        self._mask = np.uint64(buckets - 1)
+
+    @property
+    def buckets(self) -> int:
+        """Current number of buckets."""
+        return int(self._keys.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the table."""
+        return int(self._keys.nbytes + self._vals.nbytes)
+
+    def _home(self, ids: np.ndarray) -> np.ndarray:
+        return (fmix64(ids.view(np.uint64)) & self._mask).astype(np.int64)
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id, -1 where absent (any shape; returns the same shape)."""
+        query = np.ascontiguousarray(ids, dtype=np.int64)
+        flat = query.ravel()
+        out = np.full(flat.size, -1, dtype=np.int64)
+        if flat.size == 0 or self.size == 0:
+            return out.reshape(query.shape)
+        pos = self._home(flat)
+        active = np.arange(flat.size)
+        mask = np.int64(self._mask)
+        while active.size:
+            p = pos[active]
+            k = self._keys[p]
+            hit = k == flat[active]
+            out[active[hit]] = self._vals[p[hit]]
+            # A miss continues past occupied buckets; an empty bucket ends the probe (absent).
+            go_on = ~hit & (k != _EMPTY)
+            active = active[go_on]
+            pos[active] = (p[go_on] + 1) & mask
+        return out.reshape(query.shape)
+
+    def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Add ids (unique, non-negative, not yet present) with their slots."""
+        new = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        vals = np.ascontiguousarray(slots, dtype=np.int64).ravel()
+        if new.shape != vals.shape:
+            raise ValueError("ids and slots must have the same length")
+        if new.size == 0:
+            return
+        if int(new.min()) < 0:
+            raise ValueError("ids must be non-negative (negative values are sentinels)")
+        if (self.size + new.size) > self._max_load * self.buckets:
+            self._grow(self.size + new.size)
+        self._place(new, vals)
+        self.size += int(new.size)
+
+    def _place(self, new: np.ndarray, vals: np.ndarray) -> None:
+        pos = self._home(new)
+        active = np.arange(new.size)
+        mask = np.int64(self._mask)
+        while active.size:
+            p = pos[active]
+            free = self._keys[p] == _EMPTY
+            # Several new ids may probe the same empty bucket in one round: the first of each
+            # bucket takes it, the others move on like any id that met an occupied bucket.
+            buckets, first = np.unique(p[free], return_index=True)
+            winners = active[free][first]
+            self._keys[buckets] = new[winners]
+            self._vals[buckets] = vals[winners]
+            placed = np.zeros(new.size, dtype=bool)
+            placed[winners] = True
+            active = active[~placed[active]]
+            pos[active] = (pos[active] + 1) & mask
+
+    def _grow(self, needed: int) -> None:
+        keys, vals = self.items()
+        buckets = self.buckets
+        while needed > self._max_load * buckets:
+            buckets *= 2
+        self._alloc(buckets)
+        self._place(keys, vals)
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, slots) of every entry, in bucket order."""
+        used = self._keys != _EMPTY
+        return self._keys[used].copy(), self._vals[used].copy()
+
+    def rebuild(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Replace the content with exactly these entries (how removal is done)."""
+        keep = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        self.size = 0
+        buckets = 16
+        while keep.size > self._max_load * buckets:
+            buckets *= 2
+        # Shrink too, so that a burst of ids does not pin memory after it has been evicted.
+        self._alloc(max(buckets, 16))
+        self.insert(keep, slots)
+
+
+def _pow2(n: int) -> int:
+    p = 16
+    while p < n:
+        p *= 2
+    return p

@@ -1,0 +1,129 @@
+"""Local copies of rows owned elsewhere, under HET's bounded-staleness protocol (per row).
+
+A copy carries what the protocol needs:
+
+* ``seen``: the owner's version that the copy reflects (-1: no copy yet). The copy's lag is the
+  owner's version minus ``seen``: updates applied at the owner that the copy has not got.
+* pending updates: the rank applies its own gradients to the copy at once (it reads its own
+  writes) with its copy of the optimizer state, and accumulates the gradients
+  (``pending_grad``), the optimizer-state increments they made (``pending_state``, Adagrad's
+  ``mean(g**2)`` per update), the value change they made (``pending_delta``) and their count
+  (``pending``).
+
+Read rule: a copy is used while its lag is at most ``s``; otherwise the owner's row replaces it
+(plus the pending changes: updates not yet pushed stay applied). Write rule: when more than
+``s`` updates are pending, the summed gradient and the summed state increments go to the owner,
+whose optimizer applies them (for SGD this is HET's "the owner adds deltas"); ``seen`` then
+advances by the pushed count, since the owner applies exactly those updates, which the copy
+already has.
+
+Why the state increments travel: one Adagrad step on the sum of ``p`` gradients would grow the
+accumulator by ``mean((sum g)**2)``, up to ``p**2`` times what ``p`` steps add, and all but
+freeze the row; with the increments the owner's accumulator grows as ``p`` steps would. (Adding
+the replica's value changes instead would let two ranks each take full-size steps from their
+own smaller accumulators: a larger effective learning rate on exactly the hottest rows.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainer.idmap import IdIndex
+from trainer.store import RowOptimizer
+
+__all__ = ["ReplicaTable"]
+
+
+class ReplicaTable:
+    """The replicas one rank holds (a fixed id set, from the placement)."""
+
+    def __init__(
+        self,
+        ids: np.ndarray,
+        dim: int,
+        optimizer: RowOptimizer,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        """Create empty copies (``seen = -1``) of ``ids``.
+
+        Args:
+            ids: Unique int64 ids replicated on this rank.
+            dim: Row width.
+            optimizer: The row optimizer (the owner's, applied locally for read-your-writes).
+            dtype: Float type.
+            device: Where copies live.
+        """
+        self.ids = np.unique(np.asarray(ids, dtype=np.int64))
+        n = self.ids.size
+        self.device = torch.device(device)
+        self.optimizer = optimizer
+        self._index = IdIndex(2 * max(n, 8))
+        self._index.insert(self.ids, np.arange(n, dtype=np.int64))
+        zeros = lambda width: torch.zeros((n, width), dtype=dtype, device=self.device)  # noqa: E731
+        self.values = zeros(dim)
+        self.state = zeros(optimizer.state_width)
+        self.pending_grad = zeros(dim)
+        self.pending_state = zeros(optimizer.state_width)
+        self.pending_delta = zeros(dim)
+        self.seen = np.full(n, -1, dtype=np.int64)
+        self.pending = np.zeros(n, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id, -1 for ids not replicated here."""
+        return self._index.find(ids)
+
+    def _t(self, slots: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)).to(self.device)
+
+    def refresh(
+        self, slots: np.ndarray, values: torch.Tensor, state: torch.Tensor, versions: np.ndarray
+    ) -> None:
+        """Replace copies with the owner's rows (at ``versions``), keeping unpushed updates."""
+        if slots.size == 0:
+            return
+        t = self._t(slots)
+        self.values[t] = values + self.pending_delta[t]
+        self.state[t] = state + self.pending_state[t]
+        self.seen[slots] = versions
+
+    def read(self, slots: np.ndarray) -> torch.Tensor:
+        """Current values of the copies."""
+        return self.values[self._t(slots)]
+
+    def update(self, slots: np.ndarray, grads: torch.Tensor) -> None:
+        """Apply this rank's gradients to its copies and record them as pending."""
+        if slots.size == 0:
+            return
+        t = self._t(slots)
+        values, state = self.values[t], self.state[t]
+        before = state.clone()  # the increment actually applied, whatever the optimizer
+        delta = self.optimizer.step(values, state, grads)
+        self.values[t] = values
+        self.state[t] = state
+        self.pending_grad[t] += grads
+        self.pending_state[t] += state - before
+        self.pending_delta[t] += delta
+        self.pending[slots] += 1
+
+    def take_push(self, slots: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """What the copies pushed now send: ``[k, dim + state_width]`` (summed gradient, then
+        summed state increments) and update counts; their pending is reset, ``seen`` advanced."""
+        t = self._t(slots)
+        push = torch.cat([self.pending_grad[t], self.pending_state[t]], dim=1)
+        counts = self.pending[slots].copy()
+        self.seen[slots] += counts
+        self.pending[slots] = 0
+        self.pending_grad[t] = 0
+        self.pending_state[t] = 0
+        self.pending_delta[t] = 0
+        return push, counts
+
+    def pending_slots(self) -> np.ndarray:
+        """Slots with updates not yet pushed."""
+        return np.flatnonzero(self.pending > 0)

@@ -1,0 +1,248 @@
+"""One rank's training step: route samples, read rows, forward/backward, write rows, average dense.
+
+:class:`Trainer` is the same object in single-process training (with
+:class:`~trainer.comm.LocalComm`) and in every rank of a job (with
+:class:`~trainer.comm.DistComm`); only the placement and the communicator differ. That is what
+makes invariant 3 testable: with ``s = 0``, N ranks compute what one process computes on the
+same global batches, up to float summation order.
+
+The loss of a step is the summed log-loss of the global batch divided by its size, whatever
+rank a sample lands on; so the dense gradients summed over ranks (one all-reduce) are the
+global batch's gradient, and each rank applies the same dense optimizer step to the same
+values (all-reduce gives every rank the same bits), keeping the dense copies identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from partitioner import Placement, route
+from streaming.types import ClickBatch, Clock, SystemClock
+from trainer.comm import Comm
+from trainer.counters import StepCounters, Totals
+from trainer.dense import DenseOptimizer, FlatParameters
+from trainer.exchange import RowExchange
+from trainer.models import build_model
+from trainer.replicas import ReplicaTable
+from trainer.store import EmbeddingStore
+from trainer.types import ModelConfig, StoreConfig, TrainConfig
+
+__all__ = ["Trainer", "ModelState"]
+
+# Eviction scans every row, so it runs every few steps rather than every step; rows then live
+# up to this many steps past ``evict_after``.
+_MAINTAIN_EVERY = 16
+
+
+@dataclass
+class ModelState:
+    """A rank's part of the model: dense parameters (replicated) and the rows it owns."""
+
+    dense: dict[str, torch.Tensor]
+    ids: np.ndarray
+    rows: torch.Tensor
+    versions: np.ndarray
+
+
+def _pack(batch: ClickBatch) -> torch.Tensor:
+    """int64 ``[B, F + W]``: ids, then label and dense float32 bits (routing message)."""
+    floats = np.concatenate([batch.labels[:, None], batch.dense], axis=1).astype(np.float32)
+    if floats.shape[1] % 2:
+        floats = np.concatenate([floats, np.zeros((floats.shape[0], 1), np.float32)], axis=1)
+    packed = np.concatenate([batch.ids, np.ascontiguousarray(floats).view(np.int64)], axis=1)
+    return torch.from_numpy(np.ascontiguousarray(packed))
+
+
+def _unpack(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
+    ids = np.ascontiguousarray(packed[:, :n_fields])
+    floats = np.ascontiguousarray(packed[:, n_fields:]).view(np.float32)
+    n = packed.shape[0]
+    return ClickBatch(
+        labels=floats[:, 0].copy(),
+        dense=floats[:, 1:1 + n_dense].copy(),
+        ids=ids,
+        partitions=np.full(n, -1, np.int32),
+        offsets=np.full(n, -1, np.int64),
+        timestamps_ms=np.full(n, -1, np.int64),
+    )
+
+
+class Trainer:
+    """A rank's model, embedding store, replicas and step loop state."""
+
+    def __init__(
+        self,
+        comm: Comm,
+        placement: Placement,
+        n_fields: int,
+        n_dense: int,
+        *,
+        model: ModelConfig | None = None,
+        store: StoreConfig | None = None,
+        train: TrainConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Build the rank's state; every rank of a job must construct it with equal arguments.
+
+        Args:
+            comm: Collectives of the job (``LocalComm`` for single-process training).
+            placement: Owners and replicas of rows, for ``comm.world`` ranks.
+            n_fields: Sparse fields per sample.
+            n_dense: Dense features per sample.
+            model: Model settings.
+            store: Embedding store settings.
+            train: Loop settings (staleness, routing, dense optimizer).
+            clock: Time source of the per-phase step timings.
+        """
+        self.comm = comm
+        self._clock = clock or SystemClock()
+        self.placement = placement
+        self.model_config = mc = model or ModelConfig()
+        self.train_config = tc = train or TrainConfig()
+        self.n_fields, self.n_dense = n_fields, n_dense
+        self.dtype = torch.float64 if mc.dtype == "float64" else torch.float32
+        device = comm.device
+        self.model: nn.Module = build_model(mc, n_fields, n_dense).to(device)
+        self.dense = FlatParameters(self.model)
+        # Same seed gives the same values; the broadcast makes it so even across machines
+        # whose torch builds might draw differently.
+        comm.broadcast_(self.dense.flat, src=0)
+        self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
+        replicated = [r for r in placement.replicas if r.size]
+        if replicated:
+            self.store.pin(np.unique(np.concatenate(replicated)))
+        self.replicas = ReplicaTable(placement.replicas[comm.rank], mc.row_dim,
+                                     self.store.optimizer, dtype=self.dtype, device=device)
+        self.exchange = RowExchange(comm, self.store, self.replicas, placement, tc.staleness)
+        self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat)
+        self.loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
+        self.step_index = 0
+        self.totals = Totals()
+        self.routes = tc.routes and comm.world > 1
+        self.last_logits = torch.zeros(0)
+        self.last_labels = np.zeros(0, np.float32)
+
+    # -- training ----------------------------------------------------------------------------
+
+    def step(self, batch: ClickBatch, exhausted: bool = False) -> StepCounters | None:
+        """Train one step on this rank's share of the global batch.
+
+        Every rank calls it once per step (a rank with nothing to train passes an empty batch).
+
+        Args:
+            batch: The samples this rank read for the step (may be empty).
+            exhausted: This rank's source has ended.
+
+        Returns:
+            The step's counters (``global_samples == 0``: no rank had samples, nothing was
+            trained and the step does not count), or None when moreover every rank's source
+            has ended (the job is over).
+        """
+        c = StepCounters(samples_read=len(batch))
+        before = self.comm.traffic.copy()
+        tick = self._clock.monotonic
+        t0 = tick()
+        routed = self._route(batch, exhausted, c)
+        if routed is None:
+            return None
+        local, global_n = routed
+        if global_n == 0:
+            return c
+        t1 = tick()
+        uniq, inverse = np.unique(local.ids, return_inverse=True)
+        plan = self.exchange.read(uniq, self.step_index, c)
+        t2 = tick()
+        # The batch's rows are the leaf: its gradient is each row's gradient summed over its
+        # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
+        index = torch.from_numpy(inverse.reshape(-1)).to(plan.values.device)
+        emb = plan.values[index].view(*local.ids.shape, -1).requires_grad_(True)
+        logits = self.model(emb, self._dense_tensor(local.dense))
+        labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
+        loss = self.loss_fn(logits, labels) / global_n
+        grads = torch.autograd.grad(loss, [emb, *self.dense.params], allow_unused=True)
+        row_grads = torch.zeros_like(plan.values)
+        if grads[0] is not None:
+            row_grads.index_add_(0, index, grads[0].reshape(-1, plan.values.shape[1]))
+        t3 = tick()
+        self.exchange.write(plan, row_grads, c)
+        t4 = tick()
+        # One all-reduce carries the dense gradients and the loss (for reporting).
+        flat = torch.cat([*self.dense.flat_grads(grads[1:]), (loss.detach() * global_n).reshape(1)])
+        self.comm.all_reduce_sum(flat)
+        self.optimizer.step(self.dense.flat, flat[:-1])
+        c.seconds = np.array([t1 - t0, t2 - t1, t3 - t2, t4 - t3, tick() - t4])
+        c.loss_sum = float(flat[-1])
+        self.step_index += 1
+        cfg = self.store.config
+        if (cfg.evict_after or cfg.max_rows) and self.step_index % _MAINTAIN_EVERY == 0:
+            self.store.maintain(self.step_index)
+        c.traffic = self.comm.traffic - before
+        self.totals.add(c)
+        self.last_logits = logits.detach()
+        self.last_labels = local.labels
+        return c
+
+    def _route(
+        self, batch: ClickBatch, exhausted: bool, c: StepCounters
+    ) -> tuple[ClickBatch, int] | None:
+        """Send samples to the rank that holds most of their rows (when routing is on)."""
+        comm, me, world = self.comm, self.comm.rank, self.comm.world
+        n = len(batch)
+        if self.routes and n:
+            dest = route(batch.ids, self.placement)
+        else:
+            dest = np.full(n, me, dtype=np.int32)
+        counts = np.bincount(dest, minlength=world).astype(np.int64)
+        header = np.stack([counts, np.full(world, n), np.full(world, int(exhausted))], axis=1)
+        heard = comm.exchange_counts(header, "header")
+        global_n = int(heard[:, 1].sum())
+        if global_n == 0:
+            return None if bool(heard[:, 2].all()) else (batch, 0)
+        c.global_samples = global_n
+        c.samples_routed_out = int(n - counts[me])
+        if not self.routes:
+            c.samples_trained = n
+            return batch, global_n
+        perm = np.argsort(dest, kind="stable")
+        packed = _pack(batch.take(perm)).to(comm.device)
+        received = comm.all_to_all(packed, counts, heard[:, 0], "route").cpu().numpy()
+        local = _unpack(received, self.n_fields, self.n_dense)
+        c.samples_trained = len(local)
+        return local, global_n
+
+    def _dense_tensor(self, dense: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(dense)).to(device=self.comm.device,
+                                                                dtype=self.dtype)
+
+    # -- evaluation and state ----------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Push pending replica updates so that owners hold every update (collective)."""
+        return self.exchange.flush(self.step_index)
+
+    @torch.no_grad()
+    def predict(self, batch: ClickBatch, *, local_view: bool = False) -> np.ndarray:
+        """Click probabilities of this rank's samples (collective: every rank calls it the
+        same number of times).
+
+        Args:
+            batch: Samples to score.
+            local_view: Use this rank's replicas for the rows it replicates (the view it trains
+                with) rather than the owners' rows; call :meth:`flush` first for the latter to
+                include every update.
+        """
+        uniq, inverse = np.unique(batch.ids, return_inverse=True)
+        rows = self.exchange.read_only(uniq, replicas=local_view)
+        index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
+        logits = self.model(rows[index].view(*batch.ids.shape, -1), self._dense_tensor(batch.dense))
+        return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
+
+    def state(self) -> ModelState:
+        """This rank's dense parameters and owned rows (flush first for a complete picture)."""
+        ids, rows, _, versions = self.store.export()
+        dense = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        return ModelState(dense, ids, rows.cpu(), versions)

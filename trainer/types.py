@@ -1,0 +1,160 @@
+"""Values of the trainer: one frozen config dataclass per component, and what a rank reports.
+
+Each config's fields carry a ``help`` text, so :func:`streaming.config.add_flags` turns it into
+command-line flags with environment fallbacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "StoreConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "LaunchConfig",
+]
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The embedding store of a rank: initial values, row optimizer, admission, eviction."""
+
+    optimizer: Literal["adagrad", "sgd"] = field(
+        default="adagrad", metadata={"help": "row optimizer: row-wise Adagrad or plain SGD"}
+    )
+    lr: float = field(default=0.02, metadata={"help": "embedding learning rate"})
+    init_scale: float = field(
+        default=0.05, metadata={"help": "initial row values are uniform in [-scale, scale)"}
+    )
+    adagrad_eps: float = field(default=1e-8, metadata={"help": "Adagrad denominator epsilon"})
+    adagrad_init: float = field(
+        default=0.0, metadata={"help": "initial value of the row-wise Adagrad accumulator"}
+    )
+    seed: int = field(
+        default=0, metadata={"help": "seed of the initial row values (same on every rank)"}
+    )
+    admit_after: int = field(
+        default=0,
+        metadata={"help": "an id gets a trainable row after being used in this many steps "
+                  "(0 or 1 = at first use); before that it reads its initial value"},
+    )
+    evict_after: int = field(
+        default=0, metadata={"help": "evict rows unused for this many steps (0 = never)"}
+    )
+    max_rows: int = field(
+        default=0, metadata={"help": "cap on rows per rank, least recently used go first (0 = none)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.init_scale < 0 or self.adagrad_eps <= 0:
+            raise ValueError("lr and adagrad_eps must be positive, init_scale non-negative")
+        if self.admit_after < 0 or self.evict_after < 0 or self.max_rows < 0:
+            raise ValueError("admit_after, evict_after and max_rows must be non-negative")
+
+    @property
+    def state_width(self) -> int:
+        """Optimizer state values per row (one accumulator for row-wise Adagrad)."""
+        return 1 if self.optimizer == "adagrad" else 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The CTR model: architecture, embedding dimension, layer sizes, float type."""
+
+    model: Literal["widedeep", "deepfm", "dcn"] = field(
+        default="deepfm", metadata={"help": "CTR model"}
+    )
+    embed_dim: int = field(default=16, metadata={"help": "embedding dimension"})
+    hidden: tuple[int, ...] = field(
+        default=(128, 64), metadata={"help": "hidden layer sizes of the deep part"}
+    )
+    cross_layers: int = field(default=2, metadata={"help": "cross layers of DCN"})
+    dtype: Literal["float32", "float64"] = field(
+        default="float32", metadata={"help": "parameter and exchange float type"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the dense parameters"})
+
+    def __post_init__(self) -> None:
+        if self.embed_dim < 1 or self.cross_layers < 0 or any(h < 1 for h in self.hidden):
+            raise ValueError("embed_dim and hidden sizes must be positive, cross_layers >= 0")
+
+    @property
+    def first_order(self) -> bool:
+        """Whether each row carries a first-order (linear) weight in front of its vector.
+
+        Wide&Deep's wide part and DeepFM's first-order term are per-id scalars; keeping them as
+        column 0 of the same row means one lookup, one exchange and one optimizer per id.
+        """
+        return self.model in ("widedeep", "deepfm")
+
+    @property
+    def row_dim(self) -> int:
+        """Width of a stored embedding row."""
+        return self.embed_dim + (1 if self.first_order else 0)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop of every rank: batches, staleness, placement, dense optimizer."""
+
+    staleness: int = field(
+        default=10, metadata={"help": "replica staleness bound s (0 = synchronous training)"}
+    )
+    global_batch: int = field(default=4096, metadata={"help": "samples per step over all ranks"})
+    steps: int = field(default=0, metadata={"help": "steps to train (0 = until the source ends)"})
+    placement: Literal["hash", "graph"] = field(
+        default="graph",
+        metadata={"help": "hash: rows sharded by id hash; graph: partitioned from a warm-up window"},
+    )
+    route: Literal["auto", "on", "off"] = field(
+        default="auto",
+        metadata={"help": "send samples to the rank holding most of their rows "
+                  "(auto: on for graph placement, off for hash)"},
+    )
+    warmup: int = field(
+        default=50_000,
+        metadata={"help": "records whose access graph gives the graph placement (they are "
+                  "trained on too)"},
+    )
+    replica_fraction: float = field(
+        default=0.01, metadata={"help": "replica budget per rank (fraction of the rows it uses)"}
+    )
+    dense_optimizer: Literal["adam", "adagrad", "sgd"] = field(
+        default="adam", metadata={"help": "optimizer of the dense (MLP) parameters"}
+    )
+    dense_lr: float = field(default=1e-3, metadata={"help": "dense learning rate"})
+    log_every: int = field(default=50, metadata={"help": "steps between progress lines (0 = off)"})
+
+    def __post_init__(self) -> None:
+        if self.staleness < 0 or self.global_batch < 1 or self.steps < 0 or self.warmup < 0:
+            raise ValueError("staleness, steps, warmup >= 0 and global_batch >= 1 required")
+        if not 0.0 <= self.replica_fraction <= 1.0 or self.dense_lr <= 0:
+            raise ValueError("replica_fraction in [0, 1] and dense_lr > 0 required")
+
+    @property
+    def routes(self) -> bool:
+        """Whether samples are routed to the rank holding their rows."""
+        if self.route == "auto":
+            return self.placement == "graph"
+        return self.route == "on"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How ranks are started and how long a collective may wait before the job is failed."""
+
+    workers: int = field(default=2, metadata={"help": "ranks on this machine"})
+    device: Literal["auto", "cpu", "cuda"] = field(
+        default="auto", metadata={"help": "auto: CUDA (NCCL) if available, else CPU (gloo)"}
+    )
+    timeout_s: float = field(
+        default=120.0,
+        metadata={"help": "a collective waiting longer fails the job (a peer is gone)"},
+    )
+    threads: int = field(default=1, metadata={"help": "torch threads per rank"})
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.timeout_s <= 0 or self.threads < 1:
+            raise ValueError("workers, timeout_s and threads must be positive")

@@ -1,0 +1,269 @@
+"""What one rank of a training job does, from its source to its report.
+
+:func:`run_rank` is the function :func:`trainer.launch.launch` runs on every rank (and the one
+single-process training runs with a ``LocalComm``):
+
+1. open the rank's source (its share of the synthetic stream or of the topic's partitions);
+2. settle the placement: the one given, the hash placement, or a graph placement computed on
+   rank 0 from an access window and broadcast (torchrec's planner pattern). The window is
+   either a range of synthetic records before the training range (``Job.window``), or the
+   first ``warmup`` records the ranks read, which are then trained on too;
+3. step until every rank's source has ended (or ``steps``), counting everything;
+4. push pending replica updates, score the held-out records, gather the counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
+from streaming.synthetic import SyntheticStream, auc
+from streaming.types import ClickBatch, Clock, SystemClock
+from trainer.comm import Comm
+from trainer.counters import StepCounters, Totals
+from trainer.exchange import Audit
+from trainer.sources import KafkaSpec, Source, SyntheticShard, SyntheticSpec, open_source
+from trainer.step import ModelState, Trainer
+from trainer.types import ModelConfig, StoreConfig, TrainConfig
+
+__all__ = ["Job", "RankResult", "run_rank", "run_jobs", "graph_placement"]
+
+log = logging.getLogger(__name__)
+
+_EVAL_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a rank needs (picklable: it travels to spawned ranks).
+
+    Attributes:
+        source: The training records.
+        model: Model settings.
+        store: Embedding store settings.
+        train: Loop settings.
+        placement: A fixed placement (overrides ``train.placement``).
+        window: Records (not trained) whose access graph gives the graph placement; None = the
+            first ``train.warmup`` records of the source (trained on too).
+        heldout: Records scored after training (AUC, log-loss).
+        progressive: Recent training samples (over all ranks) scored before their update, for
+            the progressive AUC.
+        return_state: Return the rank's model (dense parameters and owned rows).
+        record_steps: Return every step's counters.
+        audit: Return the replica read and owner update logs (:class:`trainer.exchange.Audit`).
+        seed: Seed of the partitioner.
+    """
+
+    source: SyntheticSpec | KafkaSpec
+    model: ModelConfig = field(default_factory=ModelConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    placement: Placement | None = None
+    window: SyntheticSpec | None = None
+    heldout: SyntheticSpec | None = None
+    progressive: int = 0
+    return_state: bool = False
+    record_steps: bool = False
+    audit: bool = False
+    seed: int = 0
+
+
+@dataclass
+class RankResult:
+    """What a rank reports when the job ends.
+
+    Attributes:
+        rank: The rank.
+        world: Ranks in the job.
+        totals: This rank's counters.
+        job_totals: Counters summed over ranks (equal on every rank).
+        seconds: Wall time of the training loop (the slowest rank's, equal on every rank).
+        steps: Steps trained.
+        heldout_auc: AUC on the held-out records (None without them), from the owners' rows
+            after pending replica updates were pushed: the model a checkpoint holds.
+        heldout_logloss: Mean log-loss on the held-out records, likewise.
+        heldout_auc_local: AUC with each rank's own view (its replicas for replicated rows,
+            before the final push): what the ranks trained with. Equal to ``heldout_auc`` at
+            ``s = 0``; the two part when a merge of stale copies has not been trained through.
+        heldout_logloss_local: Log-loss with each rank's own view.
+        progressive_auc: AUC of the last training samples, scored before their update.
+        placement: Explicit ids, replicas per rank and the partition time.
+        state: The rank's model, when asked for.
+        step_counters: Every step's counters, when asked for.
+        audit: The replica read and owner update logs, when asked for.
+    """
+
+    rank: int
+    world: int
+    totals: Totals
+    job_totals: Totals
+    seconds: float
+    steps: int
+    heldout_auc: float | None = None
+    heldout_logloss: float | None = None
+    heldout_auc_local: float | None = None
+    heldout_logloss_local: float | None = None
+    progressive_auc: float | None = None
+    placement: dict[str, object] = field(default_factory=dict)
+    state: ModelState | None = None
+    step_counters: list[StepCounters] | None = None
+    audit: Audit | None = None
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples trained per second over the job."""
+        return self.job_totals.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+def graph_placement(ids: np.ndarray, world: int, train: TrainConfig, seed: int = 0) -> Placement:
+    """The graph placement (METIS partition plus replicas) of an access window ``[n, F]``."""
+    config = PartitionConfig(num_workers=world, global_batch=train.global_batch,
+                             replica_fraction=train.replica_fraction, seed=seed)
+    return FullPartitioner(config).partition(WindowGraph.from_dense(ids), None)
+
+
+def _settle_placement(
+    job: Job, comm: Comm, source: Source, clock: Clock
+) -> tuple[Placement, list[ClickBatch], dict[str, object]]:
+    """The job's placement, the batches read to compute it (to train first), and a summary."""
+    world, train = comm.world, job.train
+    buffered: list[ClickBatch] = []
+    info: dict[str, object] = {"kind": "given" if job.placement else train.placement}
+    if job.placement is not None:
+        placement = job.placement
+    elif train.placement == "hash" or world == 1:
+        placement = Placement.hash(world)
+    else:
+        t0 = clock.monotonic()
+        if job.window is not None:
+            ids = None
+            if comm.rank == 0:
+                w = job.window
+                ids = SyntheticStream(w.config).feature_ids(w.start, w.records)
+        else:
+            share = math.ceil(train.warmup / world)
+            got = 0
+            while got < share and not source.exhausted and not comm.stop_requested():
+                batch = source.next()
+                buffered.append(batch)
+                got += len(batch)
+            local = ClickBatch.concat(buffered).ids if buffered else np.zeros((0, 0), np.int64)
+            gathered = comm.all_gather_object(local)
+            ids = np.concatenate([g for g in gathered if g.size]) if comm.rank == 0 else None
+        computed: Placement | None = None
+        if comm.rank == 0:
+            assert ids is not None
+            computed = graph_placement(ids, world, train, job.seed)
+        placement = comm.broadcast_object(computed)
+        info["partition_s"] = clock.monotonic() - t0
+    info["explicit_ids"] = int(placement.ids.size)
+    info["replicas"] = [int(r.size) for r in placement.replicas]
+    return placement, buffered, info
+
+
+def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
+    """Train one rank of ``job`` (every rank of the job calls it) and report."""
+    clock = clock or SystemClock()
+    train = job.train
+    source = open_source(job.source, train.global_batch, comm.rank, comm.world)
+    try:
+        placement, buffered, info = _settle_placement(job, comm, source, clock)
+        schema = source.schema
+        trainer = Trainer(comm, placement, len(schema.sparse), len(schema.dense),
+                          model=job.model, store=job.store, train=train, clock=clock)
+        audit = trainer.exchange.start_audit() if job.audit else None
+        steps_log: list[StepCounters] = []
+        recent: list[tuple[np.ndarray, np.ndarray]] = []
+        kept = 0
+        comm.barrier()
+        t0 = clock.monotonic()
+        while not train.steps or trainer.step_index < train.steps:
+            stopping = comm.stop_requested()
+            if stopping:  # an exhausted source: the ranks end together at a common step
+                batch, done = ClickBatch.empty(source.schema), True
+            else:
+                batch = buffered.pop(0) if buffered else source.next()
+                done = not buffered and source.exhausted
+            c = trainer.step(batch, exhausted=done)
+            if c is None:
+                break
+            if c.global_samples == 0:
+                continue
+            if job.record_steps:
+                steps_log.append(c)
+            if job.progressive:
+                recent.append((trainer.last_labels, trainer.last_logits.cpu().numpy()))
+                kept += len(trainer.last_labels)
+                while recent and kept - len(recent[0][0]) >= job.progressive // comm.world:
+                    kept -= len(recent.pop(0)[0])
+            if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
+                _log_progress(trainer, clock.monotonic() - t0)
+        seconds = max(comm.all_gather_object(clock.monotonic() - t0))
+    finally:
+        source.close()
+    result = RankResult(comm.rank, comm.world, trainer.totals, Totals(), seconds,
+                        trainer.step_index, placement=info)
+    # A job-wide condition (a per-rank one would leave ranks in different collectives).
+    if job.heldout is not None and placement.replica_counts().sum() > 0:
+        result.heldout_auc_local, result.heldout_logloss_local = _score_heldout(
+            trainer, job.heldout, comm, local_view=True)
+    trainer.flush()
+    if job.heldout is not None:
+        result.heldout_auc, result.heldout_logloss = _score_heldout(trainer, job.heldout, comm)
+        if result.heldout_auc_local is None:
+            result.heldout_auc_local = result.heldout_auc
+            result.heldout_logloss_local = result.heldout_logloss
+    if job.progressive:
+        result.progressive_auc = _progressive_auc(recent, comm)
+    job_totals = Totals()
+    for t in comm.all_gather_object(trainer.totals):
+        job_totals = job_totals.merge(t) if job_totals.steps else t
+    result.job_totals = job_totals
+    if job.return_state:
+        result.state = trainer.state()
+    if job.record_steps:
+        result.step_counters = steps_log
+    result.audit = audit
+    return result
+
+
+def run_jobs(comm: Comm, jobs: list[Job]) -> list[RankResult]:
+    """Run several jobs one after the other on the same ranks (one launch, one group)."""
+    return [run_rank(comm, job) for job in jobs]
+
+
+def _log_progress(trainer: Trainer, seconds: float) -> None:
+    t = trainer.totals
+    log.info(
+        "step %d: %.0f samples/s (rank 0), loss %.4f, %.0f bytes/sample sent (rank 0), "
+        "max staleness %d",
+        trainer.step_index, t.samples / max(seconds, 1e-9),
+        t.loss_sum / max(t.loss_samples, 1), t.per_sample(t.embedding_bytes), t.max_staleness,
+    )
+
+
+def _score_heldout(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
+                   local_view: bool = False) -> tuple[float, float]:
+    """AUC and mean log-loss of the held-out records, each rank scoring its share."""
+    shard = SyntheticShard(spec, _EVAL_CHUNK, comm.rank, comm.world)
+    labels, scores = [], []
+    while not shard.exhausted:
+        batch = shard.next()
+        labels.append(batch.labels)
+        scores.append(trainer.predict(batch, local_view=local_view))
+    parts = comm.all_gather_object((np.concatenate(labels), np.concatenate(scores)))
+    y = np.concatenate([p[0] for p in parts])
+    p = np.clip(np.concatenate([p[1] for p in parts]), 1e-7, 1 - 1e-7)
+    logloss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    return auc(y, p), logloss
+
+
+def _progressive_auc(recent: list[tuple[np.ndarray, np.ndarray]], comm: Comm) -> float:
+    mine = (np.concatenate([r[0] for r in recent]) if recent else np.zeros(0),
+            np.concatenate([r[1] for r in recent]) if recent else np.zeros(0))
+    parts = comm.all_gather_object(mine)
+    return auc(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
