@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench clean help
+.PHONY: setup tools demo test bench clean help
 
 help:
 	@echo "make demo   - embedded Kafka broker + synthetic click stream + training, ends with a report"
@@ -34,7 +34,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/hetgmp demo $(DEMO_ARGS)
 
-test: $(STAMP)
+# Debian tools the deployment tests use (docker-compose validates offline, promtool checks the
+# Prometheus config). Installed when running as root with apt-get (CI); otherwise those tests skip.
+tools:
+	@if command -v promtool >/dev/null && command -v docker-compose >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages: prometheus docker-compose"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; \
+	else echo "note: install Debian's prometheus and docker-compose to run the deployment tests"; fi
+
+test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
