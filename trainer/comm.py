@@ -73,18 +73,25 @@ def _row_bytes(t: torch.Tensor) -> int:
     return int(t.element_size() * (t[0].numel() if t.dim() > 1 else 1))
 
 
-class LocalComm:
-    """The one-rank job: every collective is the identity and nothing is sent."""
+class _CommState:
+    """What every communicator holds: its place in the job, device, traffic and stop flag."""
 
-    def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None) -> None:
-        self.rank = 0
-        self.world = 1
+    def __init__(self, rank: int, world: int, device: torch.device | str, stop: _Flag | None) -> None:
+        self.rank = rank
+        self.world = world
         self.device = torch.device(device)
         self.traffic = Traffic()
         self._stop = stop
 
     def stop_requested(self) -> bool:
         return self._stop is not None and self._stop.is_set()
+
+
+class LocalComm(_CommState):
+    """The one-rank job: every collective is the identity and nothing is sent."""
+
+    def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None) -> None:
+        super().__init__(0, 1, device, stop)
 
     def all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
@@ -110,7 +117,7 @@ class LocalComm:
         return None
 
 
-class DistComm:
+class DistComm(_CommState):
     """Collectives of the default ``torch.distributed`` process group."""
 
     def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None) -> None:
@@ -119,14 +126,7 @@ class DistComm:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised (see trainer.launch)")
         self._dist = dist
-        self.rank = dist.get_rank()
-        self.world = dist.get_world_size()
-        self.device = torch.device(device)
-        self.traffic = Traffic()
-        self._stop = stop
-
-    def stop_requested(self) -> bool:
-        return self._stop is not None and self._stop.is_set()
+        super().__init__(dist.get_rank(), dist.get_world_size(), device, stop)
 
     def all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
