@@ -82,7 +82,8 @@ class FullPartitioner:
         n = self.config.num_workers
         if current is not None and current.num_workers != n:
             raise ValueError("current placement has a different worker count")
-        version = 0 if current is None else current.version + 1
+        # Version 0 is the hash placement every job starts from; the first computed one is 1.
+        version = 1 if current is None else current.version + 1
         if window.num_samples == 0:
             base = current or Placement.hash(n)
             return base.with_version(version)
