@@ -112,10 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--repeats", type=int, default=3, help="alternating runs; the best of each is kept")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="50k records per layout, best of 2 (a smoke run)")
     p.add_argument(
         "--bootstrap-servers", default="", help="use this Kafka instead of starting the embedded broker"
     )
     args = p.parse_args(argv)
+    if args.quick:
+        args.records, args.repeats = min(args.records, 50_000), min(args.repeats, 2)
 
     with contextlib.ExitStack() as stack:
         if args.bootstrap_servers:
