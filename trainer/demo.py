@@ -240,7 +240,8 @@ def _view(
         + (f" last: {last['seconds']:.2f}s, {last['rows_moved']:,} rows moved" if last else ""),
     ]
     if tty:
-        prefix = "" if final or not getattr(_view, "drawn", False) else f"\x1b[{len(lines)}F"
+        # Move back over the previous frame (the final frame too, so it replaces the last one).
+        prefix = f"\x1b[{len(lines)}F" if getattr(_view, "drawn", False) else ""
         out.write(prefix + "\n".join(line + "\x1b[K" for line in lines) + "\n")
         _view.drawn = not final  # type: ignore[attr-defined]
     else:
