@@ -106,10 +106,9 @@ class Decoder:
         kept_idx = np.asarray(kept, dtype=np.int64)
         lines = self._split([payloads[i] for i in kept], kept_idx, meta, rejects)  # type: ignore[misc]
         if self.config.format == "tsv":
-            batch, rows = self._decode_tsv(lines, meta, rejects)
+            batch = self._decode_tsv(lines, meta, rejects)
         else:
-            batch, rows = self._decode_json(lines, meta, rejects)
-        del rows
+            batch = self._decode_json(lines, meta, rejects)
         return Decoded(batch, rejects)
 
     # -- common line handling ------------------------------------------------------------------
@@ -204,7 +203,7 @@ class Decoder:
 
     def _decode_tsv(
         self, lines: _Lines, meta: list[np.ndarray], rejects: list[Reject]
-    ) -> tuple[ClickBatch, np.ndarray]:
+    ) -> ClickBatch:
         buf, starts, ends = lines.buf, lines.starts, lines.ends
         n_fields = self.schema.num_fields
         n_dense = len(self.schema.dense)
@@ -232,7 +231,7 @@ class Decoder:
             )
             rows = np.flatnonzero(~wrong)
             if rows.size == 0:
-                return ClickBatch.empty(self.schema), rows
+                return ClickBatch.empty(self.schema)
             t = tabs[first[rows, None] + np.arange(n_fields - 1)]
         else:
             rows = np.arange(n)
@@ -256,13 +255,13 @@ class Decoder:
             dense_int, label_byte = dense_int[good], label_byte[good]
         ids = hash_spans(buf, f_starts[:, 1 + n_dense :], f_ends[:, 1 + n_dense :], self._seeds, slack=True)
         labels = (label_byte - _ZERO).astype(np.float32)
-        return self._assemble(lines, rows, labels, dense_int, ids, meta), rows
+        return self._assemble(lines, rows, labels, dense_int, ids, meta)
 
     # -- JSON lines ------------------------------------------------------------------------------
 
     def _decode_json(
         self, lines: _Lines, meta: list[np.ndarray], rejects: list[Reject]
-    ) -> tuple[ClickBatch, np.ndarray]:
+    ) -> ClickBatch:
         # Each line is parsed by the json module; what follows (integer checks, hashing) is
         # vectorised like the TSV path, over one buffer holding every categorical value.
         schema = self.schema
@@ -291,13 +290,13 @@ class Decoder:
             values.extend(row_values)
         rows = np.flatnonzero(ok)
         if rows.size == 0:
-            return ClickBatch.empty(schema), rows
+            return ClickBatch.empty(schema)
         sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
         v_ends = np.cumsum(sizes).reshape(rows.size, len(schema.sparse))
         v_starts = v_ends - sizes.reshape(v_ends.shape)
         vbuf = np.frombuffer(b"".join(values) or b"\0", dtype=np.uint8)
         ids = hash_spans(vbuf, v_starts, v_ends, self._seeds)
-        return self._assemble(lines, rows, labels[rows], dense[rows], ids, meta), rows
+        return self._assemble(lines, rows, labels[rows], dense[rows], ids, meta)
 
 
 def _json_int(v: object) -> int:
