@@ -6,8 +6,11 @@ Python-level call per id; this table costs 16 bytes per bucket (two int64 arrays
 and resolves a whole batch of ids with a few numpy operations per probe round (one or two rounds
 at that load).
 
-Deletion is by rebuild (:meth:`IdIndex.rebuild`): eviction happens in bulk every few steps, and
-rebuilding from the survivors is simpler and faster than tombstones that would lengthen probes.
+Bulk deletion is by rebuild (:meth:`IdIndex.rebuild`): eviction happens in bulk every few steps,
+and rebuilding from the survivors is simpler and faster than tombstones that would lengthen probes.
+Small deletions between steps (rows migrating away, a chunk at a time) use tombstones
+(:meth:`IdIndex.remove`) so that they cost what they delete, not the whole table; tombstones are
+dropped at the next growth or rebuild.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from streaming.hashing import fmix64
 __all__ = ["IdIndex"]
 
 _EMPTY = np.int64(-1)
+_DEAD = np.int64(-2)  # a removed entry: probes go on past it, inserts do not reuse it
 
 
 class IdIndex:
@@ -39,6 +43,7 @@ class IdIndex:
             raise ValueError("max_load must lie in (0, 1)")
         self._max_load = max_load
         self.size = 0
+        self._dead = 0
         self._alloc(_pow2(capacity))
 
     def _alloc(self, buckets: int) -> None:
@@ -62,10 +67,15 @@ class IdIndex:
     def find(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where absent (any shape; returns the same shape)."""
         query = np.ascontiguousarray(ids, dtype=np.int64)
-        flat = query.ravel()
+        buckets = self._locate(query.ravel())
+        out = np.where(buckets >= 0, self._vals[np.maximum(buckets, 0)], -1)
+        return out.reshape(query.shape)
+
+    def _locate(self, flat: np.ndarray) -> np.ndarray:
+        """Bucket of each id, -1 where absent."""
         out = np.full(flat.size, -1, dtype=np.int64)
         if flat.size == 0 or self.size == 0:
-            return out.reshape(query.shape)
+            return out
         pos = self._home(flat)
         active = np.arange(flat.size)
         mask = np.int64(self._mask)
@@ -73,12 +83,21 @@ class IdIndex:
             p = pos[active]
             k = self._keys[p]
             hit = k == flat[active]
-            out[active[hit]] = self._vals[p[hit]]
-            # A miss continues past occupied buckets; an empty bucket ends the probe (absent).
+            out[active[hit]] = p[hit]
+            # A miss continues past occupied (or removed) buckets; an empty one ends the probe.
             go_on = ~hit & (k != _EMPTY)
             active = active[go_on]
             pos[active] = (p[go_on] + 1) & mask
-        return out.reshape(query.shape)
+        return out
+
+    def remove(self, ids: np.ndarray) -> int:
+        """Remove ids (absent ones are ignored); returns how many were present."""
+        buckets = self._locate(np.ascontiguousarray(ids, dtype=np.int64).ravel())
+        buckets = np.unique(buckets[buckets >= 0])
+        self._keys[buckets] = _DEAD
+        self.size -= int(buckets.size)
+        self._dead += int(buckets.size)
+        return int(buckets.size)
 
     def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
         """Add ids (unique, non-negative, not yet present) with their slots."""
@@ -90,7 +109,7 @@ class IdIndex:
             return
         if int(new.min()) < 0:
             raise ValueError("ids must be non-negative (negative values are sentinels)")
-        if (self.size + new.size) > self._max_load * self.buckets:
+        if (self.size + self._dead + new.size) > self._max_load * self.buckets:
             self._grow(self.size + new.size)
         self._place(new, vals)
         self.size += int(new.size)
@@ -119,17 +138,19 @@ class IdIndex:
         while needed > self._max_load * buckets:
             buckets *= 2
         self._alloc(buckets)
+        self._dead = 0
         self._place(keys, vals)
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, slots) of every entry, in bucket order."""
-        used = self._keys != _EMPTY
+        used = self._keys >= 0
         return self._keys[used].copy(), self._vals[used].copy()
 
     def rebuild(self, ids: np.ndarray, slots: np.ndarray) -> None:
         """Replace the content with exactly these entries (how removal is done)."""
         keep = np.ascontiguousarray(ids, dtype=np.int64).ravel()
         self.size = 0
+        self._dead = 0
         buckets = 16
         while keep.size > self._max_load * buckets:
             buckets *= 2

@@ -269,6 +269,10 @@ class EmbeddingStore:
         self._state[t] = state
         self._version[s] += np.asarray(counts, dtype=np.int64)[have]
 
+    def ids(self) -> np.ndarray:
+        """Ids that have a row, sorted."""
+        return np.sort(self._index.items()[0])
+
     def export(self) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Every row: (ids sorted, values, optimizer state, versions)."""
         ids, slots = self._index.items()
@@ -276,6 +280,51 @@ class EmbeddingStore:
         ids, slots = ids[order], slots[order]
         t = self._t(slots)
         return ids, self._values[t].clone(), self._state[t].clone(), self._version[slots].copy()
+
+    # -- migration ---------------------------------------------------------------------------
+
+    def take(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
+        """Remove the rows of ``ids`` that exist and return them (to hand to a new owner).
+
+        Returns:
+            (ids that had a row, values, optimizer state, versions), in the order of ``ids``.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        slots = self._index.find(ids)
+        have = slots >= 0
+        ids, slots = ids[have], slots[have]
+        t = self._t(slots)
+        values, state = self._values[t].clone(), self._state[t].clone()
+        versions = self._version[slots].copy()
+        self._index.remove(ids)
+        self._ids[slots] = -1
+        self._free = np.concatenate([self._free, slots[::-1]])
+        return ids, values, state, versions
+
+    def put(self, ids: np.ndarray, values: torch.Tensor, state: torch.Tensor,
+            versions: np.ndarray, step: int) -> None:
+        """Install rows handed over by their previous owner (replacing any row of those ids).
+
+        Args:
+            ids: Unique int64 ids.
+            values: ``[n, dim]`` their values.
+            state: ``[n, state_width]`` their optimizer state.
+            versions: int64 ``[n]`` their versions (updates applied so far).
+            step: The current step (counts as their last use).
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            return
+        slots = self._index.find(ids)
+        new = np.flatnonzero(slots < 0)
+        if new.size:
+            slots[new] = self._create(ids[new])
+            self.stats.created -= int(new.size)  # moved in, not created
+        t = self._t(slots)
+        self._values[t] = values.to(device=self.device, dtype=self.dtype)
+        self._state[t] = state.to(device=self.device, dtype=self.dtype)
+        self._version[slots] = np.asarray(versions, dtype=np.int64)
+        self._last_used[slots] = step
 
     # -- memory bound ------------------------------------------------------------------------
 
