@@ -6,9 +6,12 @@ by purpose (:data:`KINDS`): ``route`` (samples sent to the rank holding their ro
 owners), ``response`` (rows, optimizer state of refreshed replicas, owner versions),
 ``gradient`` (gradients of remote rows and replica pushes), ``flush`` (pushes of pending
 replica updates at evaluation/checkpoint time), ``eval`` (read-only row fetches for evaluation),
-``dense`` (the all-reduce of the dense gradients, counted as ring all-reduce traffic).
-:attr:`Totals.embedding_bytes` is everything but ``dense`` and ``eval``: the traffic a placement
-changes.
+``dense`` (the all-reduce of the dense gradients, counted as ring all-reduce traffic), and the
+online loop's own traffic between steps: ``control`` (the per-step control all-reduce),
+``window`` (access-window samples gathered for the partitioner), ``placement`` (new placements
+broadcast) and ``migrate`` (rows handed to new owners).
+:attr:`Totals.embedding_bytes` is the training path only (``route`` to ``flush``): the traffic
+a placement changes, comparable between static and online runs.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-__all__ = ["KINDS", "PHASES", "Traffic", "StepCounters", "Totals"]
+__all__ = ["KINDS", "ONLINE_KINDS", "PHASES", "Traffic", "StepCounters", "Totals"]
 
-KINDS = ("route", "header", "request", "response", "gradient", "flush", "eval", "dense")
+KINDS = ("route", "header", "request", "response", "gradient", "flush", "eval", "dense",
+         "control", "window", "placement", "migrate")
+ONLINE_KINDS = ("control", "window", "placement", "migrate")
 PHASES = ("route", "read", "compute", "write", "dense")
-_EMBEDDING_KINDS = tuple(k for k in KINDS if k not in ("dense", "eval"))
+_EMBEDDING_KINDS = ("route", "header", "request", "response", "gradient", "flush")
 
 
 @dataclass

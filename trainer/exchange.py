@@ -160,6 +160,10 @@ class RowExchange:
         reps = [r for r in placement.replicas if r.size]
         self._replicated = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
 
+    def set_replicated(self, ids: np.ndarray) -> None:
+        """Rows some rank replicates now (what the audit log follows)."""
+        self._replicated = np.asarray(ids, dtype=np.int64)
+
     def start_audit(self) -> Audit:
         """Log replica reads and owner updates of replicated rows from now on (tests)."""
         self.audit = Audit([], [])
@@ -392,17 +396,21 @@ class RowExchange:
 
     # -- flush and read-only -----------------------------------------------------------------
 
-    def flush(self, step: int = -1) -> int:
-        """Push every pending replica change to its owner (before evaluation or a checkpoint).
+    def flush(self, step: int = -1, ids: np.ndarray | None = None) -> int:
+        """Push pending replica changes to their owners (before evaluation, a checkpoint, or a
+        row's move to this rank). Collective: every rank calls it, each with its own ``ids``.
 
         Args:
             step: The step the changes are applied at (for the audit log).
+            ids: Push only the copies of these ids (None: every copy with pending updates).
 
         Returns:
             The number of replica rows pushed by this rank.
         """
         comm, world = self.comm, self.comm.world
         slots = self.replicas.pending_slots()
+        if ids is not None:
+            slots = slots[np.isin(self.replicas.ids[slots], ids)]
         ids = self.replicas.ids[slots]
         owner = self.placement.owner_of(ids)
         perm = np.argsort(owner, kind="stable")

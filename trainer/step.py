@@ -218,6 +218,48 @@ class Trainer:
         return torch.from_numpy(np.ascontiguousarray(dense)).to(device=self.comm.device,
                                                                 dtype=self.dtype)
 
+    # -- placement changes (between steps) ---------------------------------------------------
+
+    def set_placement(self, placement: Placement) -> None:
+        """Route and read by ``placement``'s owners from the next step on.
+
+        The store must already hold the rows ``placement`` gives this rank (see
+        :mod:`trainer.migrate`); replica sets are changed by :meth:`replace_replicas`.
+        """
+        if placement.num_workers != self.comm.world:
+            raise ValueError(f"placement for {placement.num_workers} ranks, job has "
+                             f"{self.comm.world}")
+        self.placement = placement
+        self.exchange.placement = placement
+
+    def replace_replicas(self, replicas: tuple[np.ndarray, ...]) -> None:
+        """Hold the copies ``replicas[rank]`` from now on (every rank's set given).
+
+        Copies in both the old and the new set are kept with their values, optimizer state
+        and ``seen`` versions; new ones start empty (filled at first read). Every pending
+        update must have been pushed first (:meth:`flush`), or it would be lost.
+        """
+        old = self.replicas
+        if old.pending_slots().size:
+            raise RuntimeError("replica updates still pending: flush before replacing replicas")
+        mine = replicas[self.comm.rank]
+        table = ReplicaTable(mine, self.model_config.row_dim, self.store.optimizer,
+                             dtype=self.dtype, device=self.comm.device)
+        keep_old = old.slots(table.ids)
+        kept = np.flatnonzero(keep_old >= 0)
+        if kept.size:
+            src = torch.from_numpy(keep_old[kept]).to(self.comm.device)
+            dst = torch.from_numpy(kept).to(self.comm.device)
+            table.values[dst] = old.values[src]
+            table.state[dst] = old.state[src]
+            table.seen[kept] = old.seen[keep_old[kept]]
+        used = [r for r in replicas if r.size]
+        replicated = np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64)
+        self.store.pin(replicated)
+        self.replicas = table
+        self.exchange.replicas = table
+        self.exchange.set_replicated(replicated)
+
     # -- evaluation and state ----------------------------------------------------------------
 
     def flush(self) -> int:
