@@ -89,3 +89,23 @@ class DenseOptimizer:
         bias2 = 1 - b2 ** self.steps
         denom = (self._v / bias2).sqrt_().add_(self.eps)
         params.addcdiv_(self._m, denom, value=-self.lr / bias1)
+
+    def state_arrays(self) -> dict[str, torch.Tensor]:
+        """The optimizer's state as named tensors (for checkpoints)."""
+        out = {"opt_steps": torch.tensor([self.steps], dtype=torch.int64)}
+        if self._m is not None:
+            out["opt_m"] = self._m
+        if self._v is not None:
+            out["opt_v"] = self._v
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, object]) -> None:
+        """Restore the state :meth:`state_arrays` gave (arrays or tensors)."""
+        self.steps = int(torch.as_tensor(arrays["opt_steps"]).reshape(-1)[0])
+        for name, mine in (("opt_m", self._m), ("opt_v", self._v)):
+            if mine is None:
+                continue
+            if name not in arrays:
+                raise ValueError(f"checkpoint lacks {name}: written with another dense optimizer?")
+            with torch.no_grad():
+                mine.copy_(torch.as_tensor(arrays[name]).to(mine))
