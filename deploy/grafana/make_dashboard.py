@@ -1,80 +1,131 @@
 """Writes dashboards/hetgmp.json: the Grafana dashboard, kept as code so panels stay reviewable.
 
 Run: python deploy/grafana/make_dashboard.py   (rewrites the JSON next to this file)
+
+Tests load this file by path and call :func:`dashboard_expressions` to run every expression the
+dashboard shows against a real Prometheus.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 RATE = "[1m]"
 SAMPLES = f"sum(rate(hetgmp_samples_trained_total{RATE}))"
+PRODUCED = f"sum(rate(hetgmp_records_produced_total{RATE}))"
+CONSUMED = f"sum(rate(hetgmp_records_consumed_total{RATE}))"
+# Values of the `kind` label of hetgmp_exchanged_bytes_total (trainer/counters.py KINDS).
+EMBEDDING_KINDS = "route|header|request|response|gradient|flush"
+ONLINE_KINDS = "control|window|placement|migrate"
 
-# (title, unit, [(expression, legend)]) in display order, two panels a row.
-PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
-    ("Throughput", "ops", [
+
+def quantile(q: float, histogram: str) -> str:
+    """The ``q`` quantile over all ranks of a histogram's last minute."""
+    return f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket{RATE})))"
+
+
+class Panel(NamedTuple):
+    title: str
+    unit: str
+    targets: list[tuple[str, str]]  # (expression, legend)
+    description: str = ""
+
+
+# Metric names: trainer/metrics.py (trainer ranks, every series labelled `rank`) and
+# streaming/metrics.py (consumer and producer counters; their samples end in `_total`).
+# In display order, two panels a row.
+PANELS: list[Panel] = [
+    Panel("Throughput", "ops", [
         (SAMPLES, "samples/s trained"),
-        (f"sum(rate(hetgmp_records_consumed_total{RATE}))", "records/s consumed"),
-        (f"sum(rate(hetgmp_records_produced_total{RATE}))", "records/s produced"),
+        (CONSUMED, "records/s consumed"),
+        (PRODUCED, "records/s produced"),
+        (f"sum(rate(hetgmp_steps_total{RATE})) / count(hetgmp_steps_total)", "steps/s per rank"),
     ]),
-    ("Remote rows per sample (repartitions marked)", "short", [
-        (f"sum(rate(hetgmp_remote_rows_total{RATE})) / {SAMPLES}", "remote rows / sample"),
-    ]),
-    ("Bytes exchanged per sample", "bytes", [
-        (f'sum(rate(hetgmp_exchanged_bytes_total{{direction="sent",kind!~"dense|eval"}}{RATE})) / {SAMPLES}',
-         "embedding traffic / sample"),
+    Panel("Remote rows per sample (repartitions marked)", "short", [
+        (f"(sum(rate(hetgmp_remote_rows_total{RATE})) + sum(rate(hetgmp_replica_refreshes_total{RATE})))"
+         f" / {SAMPLES}", "remote rows / sample"),
+        ("hetgmp_remote_rows_per_sample", "last step, rank {{rank}}"),
+    ], "Rows neither owned nor held fresh (fetches from owners plus replica refreshes) per sample "
+       "trained: HET-GMP's measure. Orange marks: a new placement took effect."),
+    Panel("Bytes exchanged per sample", "bytes", [
+        (f'sum(rate(hetgmp_exchanged_bytes_total{{direction="sent",kind=~"{EMBEDDING_KINDS}"}}{RATE}))'
+         f" / {SAMPLES}", "embedding traffic / sample"),
         (f'sum(rate(hetgmp_exchanged_bytes_total{{direction="sent",kind="dense"}}{RATE})) / {SAMPLES}',
          "dense all-reduce / sample"),
+        (f'sum(rate(hetgmp_exchanged_bytes_total{{direction="sent",kind=~"{ONLINE_KINDS}"}}{RATE}))'
+         f" / {SAMPLES}", "online loop (window, placement, migration) / sample"),
+    ], "Bytes sent between ranks. Embedding traffic is the training path (route, header, request, "
+       "response, gradient, flush): what a placement changes, as the reports count it."),
+    Panel("Step time", "s", [
+        (quantile(0.5, "hetgmp_step_duration_seconds"), "p50"),
+        (quantile(0.99, "hetgmp_step_duration_seconds"), "p99"),
+        (f"sum(rate(hetgmp_migration_steps_total{RATE})) / sum(rate(hetgmp_steps_total{RATE}))",
+         "share of steps during a migration"),
     ]),
-    ("Step time", "s", [
-        (f"histogram_quantile(0.5, sum by (le) (rate(hetgmp_step_duration_seconds_bucket{RATE})))", "p50"),
-        (f"histogram_quantile(0.99, sum by (le) (rate(hetgmp_step_duration_seconds_bucket{RATE})))", "p99"),
-    ]),
-    ("Replica staleness at reads (updates behind)", "short", [
-        (f"histogram_quantile(0.5, sum by (le) (rate(hetgmp_replica_staleness_updates_bucket{RATE})))", "p50"),
-        (f"histogram_quantile(0.99, sum by (le) (rate(hetgmp_replica_staleness_updates_bucket{RATE})))", "p99"),
+    Panel("Replica staleness at reads (updates behind)", "short", [
+        (quantile(0.5, "hetgmp_replica_staleness_updates"), "p50"),
+        (quantile(0.99, "hetgmp_replica_staleness_updates"), "p99"),
         ("max(hetgmp_staleness_bound_updates)", "bound s"),
     ]),
-    ("Replica refreshes and pushes", "ops", [
+    Panel("Replica reads, refreshes and pushes", "ops", [
+        (f"sum(rate(hetgmp_replica_reads_total{RATE}))", "reads/s"),
         (f"sum(rate(hetgmp_replica_refreshes_total{RATE}))", "refreshes/s"),
         (f"sum(rate(hetgmp_replica_pushes_total{RATE}))", "pushes/s"),
     ]),
-    ("Migration", "short", [
+    Panel("Migration", "short", [
         (f"sum(rate(hetgmp_migrated_rows_total{RATE}))", "rows/s migrated"),
-        (f"histogram_quantile(0.99, sum by (le) (rate(hetgmp_migration_duration_seconds_bucket{RATE})))",
-         "migration p99 (s)"),
+        (f"sum(rate(hetgmp_migrated_bytes_total{RATE}))", "bytes/s migrated"),
+        (quantile(0.99, "hetgmp_migration_duration_seconds"), "migration p99 (s)"),
+        # max over ranks: the count is the same whether one rank or every rank reports it.
+        (f"max by (kind) (increase(hetgmp_repartitions_total{RATE}))", "{{kind}} repartitions / min"),
         ("max(hetgmp_placement_version)", "placement version"),
     ]),
-    ("Imbalance (max / mean over ranks)", "short", [
+    Panel("Imbalance (max / mean over ranks)", "short", [
         ('max(hetgmp_imbalance_ratio{what="samples"})', "samples per step"),
         ('max(hetgmp_imbalance_ratio{what="rows"})', "rows owned"),
     ]),
-    ("Rows held per rank", "short", [
+    Panel("Rows held per rank", "short", [
         ("hetgmp_rows_owned", "owned, rank {{rank}}"),
         ("hetgmp_rows_replicated", "replicas, rank {{rank}}"),
     ]),
-    ("Loss and held-out AUC", "short", [
+    Panel("Loss and held-out AUC", "short", [
         ("avg(hetgmp_train_loss)", "training log-loss"),
         ("max(hetgmp_heldout_auc)", "rolling held-out AUC"),
     ]),
-    ("Freshness: Kafka append -> gradient applied", "s", [
-        (f"histogram_quantile(0.5, sum by (le) (rate(hetgmp_freshness_seconds_bucket{RATE})))", "p50"),
-        (f"histogram_quantile(0.99, sum by (le) (rate(hetgmp_freshness_seconds_bucket{RATE})))", "p99"),
+    Panel("Consumer lag (proxy: produced vs consumed)", "short", [
+        (f"{PRODUCED} - {CONSUMED}", "backlog growth (records/s)"),
+        ("sum(hetgmp_records_produced_total) - sum(hetgmp_records_consumed_total)",
+         "produced - consumed (records)"),
+    ], "The embedded Tansu broker reports wrong end offsets (the last batch's base offset + 1, not "
+       "the high watermark), so no consumer lag is exported. Proxy: records produced minus records "
+       "consumed. The cumulative line holds only while the producer and the trainers started on the "
+       "same topic and none restarted."),
+    Panel("Freshness: Kafka append -> gradient applied", "s", [
+        (quantile(0.5, "hetgmp_freshness_seconds"), "p50"),
+        (quantile(0.99, "hetgmp_freshness_seconds"), "p99"),
     ]),
-    ("Consumer: decode errors, dead letters, checkpoint age", "short", [
+    Panel("Decode errors and dead letters", "ops", [
         (f"sum by (reason) (rate(hetgmp_decode_errors_total{RATE}))", "decode errors/s {{reason}}"),
         (f"sum(rate(hetgmp_dead_lettered_records_total{RATE}))", "dead letters/s"),
-        ("max(hetgmp_checkpoint_age_seconds)", "checkpoint age (s)"),
     ]),
+    Panel("Checkpoint age", "s", [
+        ("max(hetgmp_checkpoint_age_seconds)", "oldest rank's checkpoint age"),
+        (f"max(increase(hetgmp_checkpoints_total{RATE}))", "checkpoints / min"),
+    ], "No line before the first checkpoint: the age is not exported until there is one."),
 ]
 
+# A new placement: the largest version over ranks went up within the annotation step.
+REPARTITION_ANNOTATION = "max(hetgmp_placement_version) > max(hetgmp_placement_version offset 10s)"
 
-def panel(i: int, title: str, unit: str, targets: list[tuple[str, str]]) -> dict:
+
+def panel(i: int, title: str, unit: str, targets: list[tuple[str, str]], description: str) -> dict:
     return {
         "id": i + 1,
         "type": "timeseries",
         "title": title,
+        "description": description,
         "datasource": {"type": "prometheus", "uid": "prometheus"},
         "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
@@ -101,14 +152,22 @@ def dashboard() -> dict:
                     "datasource": {"type": "prometheus", "uid": "prometheus"},
                     "enable": True,
                     "iconColor": "orange",
-                    "expr": "changes(max(hetgmp_placement_version)[30s:5s]) > 0",
+                    "expr": REPARTITION_ANNOTATION,
                     "titleFormat": "new placement",
-                    "step": "5s",
+                    "step": "10s",
                 }
             ]
         },
         "panels": [panel(i, *p) for i, p in enumerate(PANELS)],
     }
+
+
+def dashboard_expressions() -> list[str]:
+    """Every PromQL expression of the dashboard: panel targets, then annotations."""
+    board = dashboard()
+    return [t["expr"] for p in board["panels"] for t in p["targets"]] + [
+        a["expr"] for a in board["annotations"]["list"]
+    ]
 
 
 if __name__ == "__main__":
