@@ -110,8 +110,9 @@ class SyntheticShard:
         """Every batch has been handed out."""
         return self._next >= self.steps
 
-    def next(self) -> ClickBatch:
-        """This rank's share of the next global batch (empty once exhausted)."""
+    def next(self, cap: int | None = None) -> ClickBatch:
+        """This rank's share of the next global batch (empty once exhausted; ``cap`` is
+        ignored: the range is the budget)."""
         if self.exhausted:
             return ClickBatch.empty(self.schema)
         lo, hi = self._bounds[self._next], self._bounds[self._next + 1]
@@ -147,6 +148,9 @@ class KafkaShard:
         self._read = 0
         self._last_data = self._clock.monotonic()
         self._ended = not mine
+        # Next offset per partition of the messages whose records have all been handed out:
+        # what a checkpoint taken now has trained.
+        self.positions: dict[int, int] = {}
         if mine:
             self.consumer.start()
 
@@ -155,9 +159,21 @@ class KafkaShard:
         """The record budget is spent or the partitions stayed idle for ``idle_s``."""
         return self._ended and self._buffered == 0
 
-    def next(self) -> ClickBatch:
-        """Up to ``local_batch`` records (waits at most ``poll_s`` for more)."""
-        want = self.local_batch
+    def seek(self, offsets: dict[int, int]) -> None:
+        """Continue this rank's partitions from ``offsets`` (a checkpoint's); others as they are."""
+        mine = {p: o for p, o in offsets.items() if p in self.partitions}
+        if mine:
+            self.consumer.seek(mine)
+            self.positions.update(mine)
+            log.info("partitions %s continue from offsets %s", sorted(mine), mine)
+
+    def commit(self, offsets: dict[int, int]) -> bool:
+        """Commit the next offsets of what was trained (after a durable checkpoint)."""
+        return self.consumer.commit(offsets)
+
+    def next(self, cap: int | None = None) -> ClickBatch:
+        """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""
+        want = self.local_batch if cap is None else min(self.local_batch, cap)
         if self._budget is not None:
             want = min(want, self._budget - self._read)
         if not self._ended and self._buffered < want:
@@ -172,17 +188,33 @@ class KafkaShard:
                          self.spec.idle_s)
                 self._ended = True
         if not self._buffered or want <= 0:
-            if want <= 0:
+            if want <= 0 and cap is None:
                 self._ended = True
             return ClickBatch.empty(self.schema)
         data = ClickBatch.concat(self._buffer)
-        out, rest = data.take(slice(0, want)), data.take(slice(want, None))
+        n = _message_cut(data, want, exact=cap is not None and cap < self.local_batch)
+        out, rest = data.take(slice(0, n)), data.take(slice(n, None))
         self._buffer = [rest] if len(rest) else []
         self._buffered = len(rest)
         self._read += len(out)
+        self._advance(out, rest)
         if self._budget is not None and self._read >= self._budget:
             self._ended = True
         return out
+
+    def _advance(self, out: ClickBatch, rest: ClickBatch) -> None:
+        """Move :attr:`positions` past the messages handed out whole."""
+        if not len(out):
+            return
+        parts, offs = out.partitions.astype(np.int64), out.offsets
+        last = np.flatnonzero(np.diff(parts, append=-1) != 0)  # last record of each run
+        for i in last:
+            p, o = int(parts[i]), int(offs[i])
+            # A message whose remaining records are still buffered is not done yet.
+            split = bool(np.any((rest.partitions == p) & (rest.offsets == o))) if len(rest) else False
+            nxt = o if split else o + 1
+            if nxt > self.positions.get(p, -1):
+                self.positions[p] = nxt
 
     def close(self) -> None:
         """Stop the consumer (offsets are committed by whoever checkpoints, not here)."""
@@ -190,6 +222,29 @@ class KafkaShard:
 
 
 Source = SyntheticShard | KafkaShard
+
+
+def _message_cut(data: ClickBatch, want: int, exact: bool) -> int:
+    """Records to hand out: ``want``, moved back to a message boundary.
+
+    A message packs several records; a checkpoint can only say "every message before offset
+    o", so a batch ends where a message ends. If the first message alone is longer than
+    ``want``, it goes whole (a batch a few records over size), unless ``exact`` (a record
+    budget): then the message is split and resuming replays its first part.
+    """
+    n = min(want, len(data))
+    if n == len(data) or n == 0:
+        return n
+    p, o = data.partitions, data.offsets
+    if p[n] != p[n - 1] or o[n] != o[n - 1]:
+        return n
+    same = (p == p[n]) & (o == o[n])
+    first = int(np.argmax(same))  # records of one message are contiguous
+    if first > 0:
+        return first
+    if exact:
+        return n
+    return first + int(np.argmin(same[first:])) if not same[first:].all() else len(data)
 
 
 def open_source(spec: SyntheticSpec | KafkaSpec, global_batch: int, rank: int,

@@ -27,7 +27,7 @@ from streaming.config import add_flags, build
 from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.synthetic import SyntheticConfig
-from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
+from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 __all__ = ["add_train_flags", "main"]
 
@@ -42,6 +42,9 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
               toml=toml)
     add_flags(parser.add_argument_group("train", "training loop"), TrainConfig, "train",
               toml=toml)
+    add_flags(parser.add_argument_group(
+        "online", "repartitioning on the stream, live migration, checkpoints"), OnlineConfig,
+        "online", toml=toml)
     add_flags(parser.add_argument_group("model", "CTR model"), ModelConfig, "model", toml=toml,
               skip=("seed",))
     add_flags(parser.add_argument_group("store", "embedding store"), StoreConfig, "store",
@@ -57,6 +60,11 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                      help="kafka: a rank's source ends after this long without records")
     src.add_argument("--seed", type=int, default=0,
                      help="seed of the model, the initial rows and the partitioner")
+    met = parser.add_argument_group("metrics", "Prometheus exposition")
+    met.add_argument("--metrics-port", type=int, default=0,
+                     help="rank r serves /metrics on this port + r (0: off)")
+    met.add_argument("--metrics-host", default="127.0.0.1",
+                     help="address the metrics are served on (0.0.0.0 for every interface)")
     add_flags(parser.add_argument_group("synthetic stream", "shape of --source synthetic"),
               SyntheticConfig, "synthetic", prefix="synthetic", toml=toml)
     add_flags(parser.add_argument_group("kafka", "how to reach the cluster"), KafkaSettings,
@@ -71,20 +79,25 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
 
     launch = build(LaunchConfig, args)
     train = build(TrainConfig, args)
+    online = build(OnlineConfig, args)
     model = build(ModelConfig, args, seed=args.seed)
     store = build(StoreConfig, args, "store", seed=args.seed)
+    common = dict(progressive=_PROGRESSIVE, seed=args.seed, online=online,
+                  metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+    # Graph placement is computed online (cold start from hash) unless repartitioning is off:
+    # then once, from a warm-up window, and never again (HET-GMP's static placement).
+    static = train.placement == "graph" and not online.repartition.enabled
     if args.source == "synthetic":
         syn = build(SyntheticConfig, args, "synthetic")
-        w = train.warmup if train.placement == "graph" else 0
+        w = train.warmup if static else 0
         job = Job(SyntheticSpec(syn, w, args.records), model, store, train,
                   window=SyntheticSpec(syn, 0, w) if w else None,
                   heldout=SyntheticSpec(syn, w + args.records, args.heldout)
-                  if args.heldout else None,
-                  progressive=_PROGRESSIVE, seed=args.seed)
+                  if args.heldout else None, **common)
     else:
         spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
                          records=args.records, idle_s=args.idle_s)
-        job = Job(spec, model, store, train, progressive=_PROGRESSIVE, seed=args.seed)
+        job = Job(spec, model, store, train, **common)
     return job, launch
 
 
@@ -103,6 +116,10 @@ def _summary(result: Any, args: argparse.Namespace) -> dict[str, Any]:
         "heldout_logloss": result.heldout_logloss,
         "progressive_auc": result.progressive_auc,
         "placement": result.placement,
+        "placements_moved_to": result.online.get("placements", 0),
+        "freshness_p50_s": result.online.get("freshness_p50_s"),
+        "freshness_p99_s": result.online.get("freshness_p99_s"),
+        "resumed_from_step": result.resumed_from,
     }
     out.update({k: totals[k] for k in (
         "bytes_per_sample", "dense_bytes_per_sample", "remote_rows_per_sample", "remote_rows",

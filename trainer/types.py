@@ -14,6 +14,8 @@ __all__ = [
     "ModelConfig",
     "TrainConfig",
     "LaunchConfig",
+    "OnlineConfig",
+    "Interval",
 ]
 
 
@@ -158,3 +160,106 @@ class LaunchConfig:
     def __post_init__(self) -> None:
         if self.workers < 1 or self.timeout_s <= 0 or self.threads < 1:
             raise ValueError("workers, timeout_s and threads must be positive")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Every ``count`` records, or every ``seconds`` seconds; parsed from ``"100000"`` / ``"30s"``.
+
+    ``"0"`` (or an empty string) is never.
+    """
+
+    count: int = 0
+    seconds: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        """``N`` records or ``Ns`` seconds (``Nm`` minutes)."""
+        t = str(text).strip().lower()
+        try:
+            if not t or t == "0":
+                return cls()
+            if t.endswith("s"):
+                return cls(seconds=float(t[:-1]))
+            if t.endswith("m"):
+                return cls(seconds=60.0 * float(t[:-1]))
+            return cls(count=int(t.replace("_", "")))
+        except ValueError:
+            raise ValueError(f"interval {text!r}: expected records (100000) or seconds (30s)") \
+                from None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the interval ever fires."""
+        return self.count > 0 or self.seconds > 0
+
+    def due(self, records: int, seconds: float) -> bool:
+        """Whether ``records`` records or ``seconds`` seconds since the last firing reach it."""
+        return (self.count > 0 and records >= self.count) or (
+            self.seconds > 0 and seconds >= self.seconds)
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """The online loop: repartitioning on the stream, live migration, checkpoints, bounded runs."""
+
+    repartition_interval: str = field(
+        default="100000",
+        metadata={"help": "repartition every N records (e.g. 100000) or every N seconds (30s); "
+                  "0 = never (the placement stays as set at start)"},
+    )
+    drift_threshold: float = field(
+        default=0.25,
+        metadata={"help": "repartition early when remote rows per sample rise this fraction "
+                  "above the level measured after the last placement (0 = off)"},
+    )
+    window: int = field(
+        default=200_000, metadata={"help": "samples in the partitioner's access window"}
+    )
+    window_sample: float = field(
+        default=1.0,
+        metadata={"help": "fraction of the samples sent to rank 0's window (less traffic, "
+                  "coarser graph)"},
+    )
+    migration_chunk_bytes: int = field(
+        default=2 << 20,
+        metadata={"help": "most bytes of rows moved between two steps during a migration"},
+    )
+    checkpoint_dir: str = field(
+        default="", metadata={"help": "directory of checkpoints ('' = no checkpoints)"}
+    )
+    checkpoint_interval: str = field(
+        default="0",
+        metadata={"help": "checkpoint every N records or every N seconds (60s); one is always "
+                  "taken at the end of a run and on SIGTERM when --checkpoint-dir is set"},
+    )
+    keep_checkpoints: int = field(default=3, metadata={"help": "complete checkpoints kept"})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "start from the latest complete checkpoint in --checkpoint-dir "
+                  "(any number of ranks; rows are re-homed by the placement)"},
+    )
+    max_records: int = field(
+        default=0, metadata={"help": "end the run after this many records over all ranks (0 = "
+                             "until the source ends)"}
+    )
+
+    def __post_init__(self) -> None:
+        Interval.parse(self.repartition_interval)
+        Interval.parse(self.checkpoint_interval)
+        if self.drift_threshold < 0 or self.window < 1 or self.migration_chunk_bytes < 1:
+            raise ValueError("drift_threshold >= 0, window >= 1, migration_chunk_bytes >= 1")
+        if not 0 < self.window_sample <= 1 or self.keep_checkpoints < 1 or self.max_records < 0:
+            raise ValueError("window_sample in (0, 1], keep_checkpoints >= 1, max_records >= 0")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("--resume needs --checkpoint-dir")
+
+    @property
+    def repartition(self) -> Interval:
+        """When to repartition."""
+        return Interval.parse(self.repartition_interval)
+
+    @property
+    def checkpoint(self) -> Interval:
+        """When to checkpoint."""
+        return Interval.parse(self.checkpoint_interval)

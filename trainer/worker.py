@@ -8,33 +8,50 @@ single-process training runs with a ``LocalComm``):
    rank 0 from an access window and broadcast (torchrec's planner pattern). The window is
    either a range of synthetic records before the training range (``Job.window``), or the
    first ``warmup`` records the ranks read, which are then trained on too;
-3. step until every rank's source has ended (or ``steps``), counting everything;
+3. step until every rank's source has ended (or ``steps``, ``--max-records``, a stop request),
+   counting everything; around every step the :class:`~trainer.online.OnlineLoop` repartitions,
+   migrates rows and checkpoints (a resumed run starts from the latest checkpoint);
 4. push pending replica updates, score the held-out records, gather the counters.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
 from streaming.synthetic import SyntheticStream, auc
 from streaming.types import ClickBatch, Clock, SystemClock
+from trainer import checkpoint as ckpt
 from trainer.comm import Comm
 from trainer.counters import StepCounters, Totals
 from trainer.exchange import Audit
-from trainer.sources import KafkaSpec, Source, SyntheticShard, SyntheticSpec, open_source
+from trainer.online import OnlineLoop, check_compatible, restore
+from trainer.sources import (
+    KafkaShard,
+    KafkaSpec,
+    Source,
+    SyntheticShard,
+    SyntheticSpec,
+    open_source,
+)
 from trainer.step import ModelState, Trainer
-from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 __all__ = ["Job", "RankResult", "run_rank", "run_jobs", "graph_placement"]
 
 log = logging.getLogger(__name__)
 
 _EVAL_CHUNK = 8192
+# Recent samples behind the rolling AUC metric, and how often it is recomputed (steps).
+_PROGRESSIVE_METRIC = 20_000
+_AUC_EVERY = 20
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,14 @@ class Job:
         record_steps: Return every step's counters.
         audit: Return the replica read and owner update logs (:class:`trainer.exchange.Audit`).
         seed: Seed of the partitioner.
+        online: The online loop (repartitioning, migration, checkpoints, record budget); by
+            default nothing is repartitioned and nothing checkpointed.
+        schedule: ``(step, placement)`` pairs: move to these placements at these steps
+            (tests), instead of computing placements.
+        fault: ``(rank, chunk)``: that rank SIGKILLs itself after that chunk of a migration.
+        record_offsets: Return the ``(partition, offset)`` of every record trained.
+        metrics_port: Serve Prometheus metrics on this port + rank (0: off).
+        metrics_host: Address the metrics are served on.
     """
 
     source: SyntheticSpec | KafkaSpec
@@ -70,6 +95,19 @@ class Job:
     record_steps: bool = False
     audit: bool = False
     seed: int = 0
+    online: OnlineConfig = field(
+        default_factory=lambda: OnlineConfig(repartition_interval="0", drift_threshold=0.0))
+    schedule: tuple[tuple[int, Placement], ...] = ()
+    fault: tuple[int, int] | None = None
+    record_offsets: bool = False
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+
+    @property
+    def partitions_online(self) -> bool:
+        """Whether placements are computed from the stream while training (cold start: hash)."""
+        return (self.train.placement == "graph" and self.placement is None
+                and not self.schedule and self.online.repartition.enabled)
 
 
 @dataclass
@@ -95,6 +133,11 @@ class RankResult:
         state: The rank's model, when asked for.
         step_counters: Every step's counters, when asked for.
         audit: The replica read and owner update logs, when asked for.
+        online: What the online loop saw: per-step records, events (repartitions,
+            migrations, checkpoints), freshness percentiles, the final placement version.
+        trained_offsets: int64 ``[n, 2]`` (partition, offset) of every record this rank
+            trained, when asked for.
+        resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
     """
 
     rank: int
@@ -112,6 +155,9 @@ class RankResult:
     state: ModelState | None = None
     step_counters: list[StepCounters] | None = None
     audit: Audit | None = None
+    online: dict[str, Any] = field(default_factory=dict)
+    trained_offsets: np.ndarray | None = None
+    resumed_from: int | None = None
 
     @property
     def samples_per_s(self) -> float:
@@ -127,14 +173,24 @@ def graph_placement(ids: np.ndarray, world: int, train: TrainConfig, seed: int =
 
 
 def _settle_placement(
-    job: Job, comm: Comm, source: Source, clock: Clock
+    job: Job, comm: Comm, source: Source, clock: Clock, manifest: ckpt.Manifest | None = None
 ) -> tuple[Placement, list[ClickBatch], dict[str, object]]:
     """The job's placement, the batches read to compute it (to train first), and a summary."""
     world, train = comm.world, job.train
     buffered: list[ClickBatch] = []
     info: dict[str, object] = {"kind": "given" if job.placement else train.placement}
-    if job.placement is not None:
+    if manifest is not None:
+        info["kind"] = "resumed"
+        if manifest.world == world:
+            placement = ckpt.load_placement(manifest)
+        else:
+            # Owners of N ranks mean nothing to M: hash until the online loop places again.
+            placement = Placement.hash(world, version=manifest.placement_version + 1)
+    elif job.placement is not None:
         placement = job.placement
+    elif job.partitions_online:
+        placement = Placement.hash(world)
+        info["kind"] = "online"
     elif train.placement == "hash" or world == 1:
         placement = Placement.hash(world)
     else:
@@ -165,50 +221,137 @@ def _settle_placement(
     return placement, buffered, info
 
 
+def _find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
+    """The checkpoint a resumed job starts from (rank 0 looks; every rank gets its path)."""
+    if not job.online.resume:
+        return None
+    path = None
+    if comm.rank == 0:
+        found = ckpt.latest(job.online.checkpoint_dir)
+        if found is None:
+            log.warning("--resume: no complete checkpoint in %s; starting fresh",
+                        job.online.checkpoint_dir)
+        path = str(found.path) if found is not None else None
+    path = comm.broadcast_object(path)
+    return None if path is None else ckpt.read_manifest(Path(path))
+
+
+def _model_shape(job: Job, n_fields: int, n_dense: int) -> dict[str, Any]:
+    m = job.model
+    return {"model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
+            "cross_layers": m.cross_layers, "dtype": m.dtype, "fields": n_fields,
+            "dense": n_dense, "row_optimizer": job.store.optimizer,
+            "dense_optimizer": job.train.dense_optimizer}
+
+
+def _open(job: Job, comm: Comm, manifest: ckpt.Manifest | None) -> Source:
+    spec = job.source
+    if isinstance(spec, SyntheticSpec):
+        skip = manifest.records if manifest is not None else 0
+        budget = spec.records - skip
+        if job.online.max_records:
+            budget = min(budget, job.online.max_records - skip)
+        spec = dataclasses.replace(spec, start=spec.start + skip, records=max(budget, 0))
+    source = open_source(spec, job.train.global_batch, comm.rank, comm.world)
+    if manifest is not None and isinstance(source, KafkaShard):
+        source.seek(manifest.offsets)
+    return source
+
+
+def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:
+    if not job.metrics_port:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from streaming.metrics import ConsumerCollector
+    from trainer.metrics import TrainerMetrics, serve_rank
+
+    registry = CollectorRegistry()
+    metrics = TrainerMetrics(registry, comm.rank, job.train.staleness)
+    if isinstance(source, KafkaShard):
+        registry.register(ConsumerCollector(source.consumer, {"rank": str(comm.rank)}))
+    port = serve_rank(registry, job.metrics_port, comm.rank, job.metrics_host)
+    log.info("rank %d: metrics on http://%s:%d/metrics", comm.rank, job.metrics_host, port)
+    return metrics
+
+
 def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
     """Train one rank of ``job`` (every rank of the job calls it) and report."""
     clock = clock or SystemClock()
     train = job.train
-    source = open_source(job.source, train.global_batch, comm.rank, comm.world)
+    manifest = _find_checkpoint(job, comm)
+    source = _open(job, comm, manifest)
+    loop: OnlineLoop | None = None
     try:
-        placement, buffered, info = _settle_placement(job, comm, source, clock)
+        placement, buffered, info = _settle_placement(job, comm, source, clock, manifest)
         schema = source.schema
         trainer = Trainer(comm, placement, len(schema.sparse), len(schema.dense),
                           model=job.model, store=job.store, train=train, clock=clock)
+        shape = _model_shape(job, len(schema.sparse), len(schema.dense))
+        if manifest is not None:
+            check_compatible(manifest, shape)
+            rows = restore(trainer, manifest)
+            log.info("rank %d: resumed from %s (step %d, %d records): %d rows", comm.rank,
+                     manifest.path, manifest.step, manifest.records, rows)
+        metrics = _serve_metrics(job, comm, source)
+        loop = OnlineLoop(
+            comm, trainer, source, job.online, train, clock, seed=job.seed, metrics=metrics,
+            schedule=dict(job.schedule), records=manifest.records if manifest else 0,
+            partition=job.partitions_online and comm.world > 1, fault=job.fault, extra=shape,
+            check_owners=job.audit)
+        if metrics is not None:
+            loop.publish_placement()
         audit = trainer.exchange.start_audit() if job.audit else None
         steps_log: list[StepCounters] = []
+        offsets_log: list[np.ndarray] = []
         recent: list[tuple[np.ndarray, np.ndarray]] = []
         kept = 0
         comm.barrier()
         t0 = clock.monotonic()
         while not train.steps or trainer.step_index < train.steps:
-            stopping = comm.stop_requested()
-            if stopping:  # an exhausted source: the ranks end together at a common step
+            t_step = clock.monotonic()
+            ctl = loop.control()
+            loop.between_steps(ctl)
+            if ctl.stop:  # every rank agreed: the ranks end together at this step
                 batch, done = ClickBatch.empty(source.schema), True
             else:
-                batch = buffered.pop(0) if buffered else source.next()
+                batch = buffered.pop(0) if buffered else source.next(loop.read_cap())
                 done = not buffered and source.exhausted
             c = trainer.step(batch, exhausted=done)
             if c is None:
+                loop.note_read(len(batch))
                 break
             if c.global_samples == 0:
+                loop.note_read(len(batch))
                 continue
+            seconds = clock.monotonic() - t_step - loop.checkpoint_seconds
+            loop.after_step(batch, c, seconds, loop.moved_chunk)
+            if job.record_offsets and len(batch):
+                offsets_log.append(np.stack([batch.partitions.astype(np.int64),
+                                             batch.offsets], axis=1))
             if job.record_steps:
                 steps_log.append(c)
-            if job.progressive:
+            if job.progressive or metrics is not None:
                 recent.append((trainer.last_labels, trainer.last_logits.cpu().numpy()))
                 kept += len(trainer.last_labels)
-                while recent and kept - len(recent[0][0]) >= job.progressive // comm.world:
+                keep = max(job.progressive, _PROGRESSIVE_METRIC) // comm.world
+                while recent and kept - len(recent[0][0]) >= keep:
                     kept -= len(recent.pop(0)[0])
+                if metrics is not None and trainer.step_index % _AUC_EVERY == 0:
+                    metrics.on_heldout_auc(_local_auc(recent))
             if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
-                _log_progress(trainer, clock.monotonic() - t0)
+                _log_progress(trainer, clock.monotonic() - t0, loop)
         seconds = max(comm.all_gather_object(clock.monotonic() - t0))
+        loop.checkpoint()
     finally:
+        if loop is not None:
+            loop.close()
         source.close()
     result = RankResult(comm.rank, comm.world, trainer.totals, Totals(), seconds,
-                        trainer.step_index, placement=info)
+                        trainer.step_index, placement=info,
+                        resumed_from=manifest.step if manifest else None)
     # A job-wide condition (a per-rank one would leave ranks in different collectives).
-    if job.heldout is not None and placement.replica_counts().sum() > 0:
+    if job.heldout is not None and trainer.placement.replica_counts().sum() > 0:
         result.heldout_auc_local, result.heldout_logloss_local = _score_heldout(
             trainer, job.heldout, comm, local_view=True)
     trainer.flush()
@@ -223,12 +366,28 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
     for t in comm.all_gather_object(trainer.totals):
         job_totals = job_totals.merge(t) if job_totals.steps else t
     result.job_totals = job_totals
+    result.online = loop.report()
+    result.placement.update(version=trainer.placement.version,
+                            explicit_ids=int(trainer.placement.ids.size),
+                            replicas=[int(r.size) for r in trainer.placement.replicas])
     if job.return_state:
         result.state = trainer.state()
     if job.record_steps:
         result.step_counters = steps_log
+    if job.record_offsets:
+        result.trained_offsets = (np.concatenate(offsets_log) if offsets_log
+                                  else np.zeros((0, 2), np.int64))
     result.audit = audit
     return result
+
+
+def _local_auc(recent: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Progressive AUC of this rank's recent samples (each scored before its update)."""
+    if not recent:
+        return float("nan")
+    y = np.concatenate([r[0] for r in recent])
+    p = np.concatenate([r[1] for r in recent])
+    return auc(y, p) if 0 < y.sum() < y.size else float("nan")
 
 
 def run_jobs(comm: Comm, jobs: list[Job]) -> list[RankResult]:
@@ -236,13 +395,15 @@ def run_jobs(comm: Comm, jobs: list[Job]) -> list[RankResult]:
     return [run_rank(comm, job) for job in jobs]
 
 
-def _log_progress(trainer: Trainer, seconds: float) -> None:
+def _log_progress(trainer: Trainer, seconds: float, loop: OnlineLoop) -> None:
     t = trainer.totals
     log.info(
         "step %d: %.0f samples/s (rank 0), loss %.4f, %.0f bytes/sample sent (rank 0), "
-        "max staleness %d",
+        "%.2f remote rows/sample (rank 0), max staleness %d, placement v%d%s",
         trainer.step_index, t.samples / max(seconds, 1e-9),
-        t.loss_sum / max(t.loss_samples, 1), t.per_sample(t.embedding_bytes), t.max_staleness,
+        t.loss_sum / max(t.loss_samples, 1), t.per_sample(t.embedding_bytes),
+        t.per_sample(t.counts["remote_rows"] + t.counts["replica_refreshes"]), t.max_staleness,
+        trainer.placement.version, " (migrating)" if loop.migrating else "",
     )
 
 

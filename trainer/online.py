@@ -1,0 +1,594 @@
+"""The online loop: the placement follows the stream while training goes on.
+
+:class:`OnlineLoop` runs on every rank around the training steps of
+:func:`trainer.worker.run_rank`. Before each step the ranks make one small all-reduce, the
+*control* vector, so that every decision is taken by every rank at the same step:
+
+* ``stop``: a rank was asked to stop (SIGTERM) or ``--max-records`` is reached;
+* ``repartition`` (rank 0): the interval has passed, or remote rows per sample rose
+  ``--drift-threshold`` above the level measured after the last placement (drift), or the
+  cold-start window is full;
+* ``ready`` (rank 0): the partitioner has a new placement;
+* ``checkpoint`` (rank 0): the checkpoint interval has passed;
+* the records each rank read, the rows it did not hold and the samples it trained in the
+  previous step (for the drift test and the record budget), and how many window samples each
+  rank sends to rank 0 now.
+
+Then, in this order:
+
+1. **Window.** Each rank sends the ids of the samples it read in the previous step (or a
+   ``--window-sample`` fraction of them) to rank 0: a little every step rather than a large
+   gather that would stall one step.
+2. **Repartition.** Rank 0 hands the samples gathered since the last plan to a partitioner
+   thread, which rolls them into its access window and computes placement ``v+1``: a full
+   (METIS) partition at cold start, the incremental one after that. Training does not wait
+   for it; the thread's numpy and METIS work runs beside the steps.
+3. **Placement.** When the thread is done, rank 0 broadcasts the placement; every rank pushes
+   its pending replica updates, switches to the new replica sets and starts a
+   :class:`~trainer.migrate.Migration`.
+4. **Migration.** One chunk of at most ``--migration-chunk-bytes`` moves between two steps
+   (:func:`~trainer.migrate.move_chunk`), until every row has its new owner.
+5. **Checkpoint.** When due, and at the end of the run (source ended, ``--max-records``,
+   SIGTERM): see :meth:`OnlineLoop.checkpoint` and :mod:`trainer.checkpoint`.
+
+The loop records what the benchmark and the report need: per step the rows not held, samples,
+bytes and wall time with whether a migration was in progress, freshness (a record's append to
+Kafka to the end of the step that applied its gradient), and every repartition and migration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import signal
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
+from streaming.types import ClickBatch, Clock
+from streaming.window import AccessWindow, WindowConfig
+from trainer import checkpoint as ckpt
+from trainer.comm import Comm
+from trainer.counters import StepCounters
+from trainer.migrate import Migration, move_chunk, row_bytes
+from trainer.step import Trainer
+from trainer.types import OnlineConfig, TrainConfig
+
+__all__ = ["OnlineLoop", "Control", "StepRecord", "restore"]
+
+log = logging.getLogger(__name__)
+
+# Steps after a migration whose remote rows per sample set the drift baseline.
+_BASELINE_STEPS = 8
+# Weight of the newest step in the running level compared against the baseline.
+_EWMA = 0.25
+
+
+@dataclass
+class Control:
+    """What every rank decided together before a step."""
+
+    stop: bool = False
+    repartition: bool = False
+    ready: bool = False
+    checkpoint: bool = False
+    records: int = 0
+    rows_not_held: int = 0
+    samples: int = 0
+    window_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+@dataclass
+class StepRecord:
+    """One step of one rank, for benchmarks and reports."""
+
+    step: int
+    records: int
+    rows_not_held: int
+    samples: int
+    bytes_sent: int
+    seconds: float
+    migrating: bool
+    version: int
+
+
+class OnlineLoop:
+    """Repartitioning, live migration, checkpoints and the record budget around the steps.
+
+    Args:
+        comm: Collectives of the job.
+        trainer: This rank's trainer.
+        source: This rank's source (a Kafka source commits offsets after checkpoints).
+        config: Online-loop settings.
+        train: Training settings (batch, replica budget, warm-up for the cold start).
+        clock: Time source.
+        seed: Seed of the partitioner.
+        metrics: The rank's :class:`trainer.metrics.TrainerMetrics`, or None.
+        schedule: Placements to move to at given steps (tests), instead of computing them.
+        records: Records trained before this run (a resumed run).
+        partition: Compute placements from the stream (off: only the schedule moves rows).
+        fault: ``(rank, chunk)``: that rank kills itself with SIGKILL after moving that many
+            chunks of a migration (tests of crash recovery).
+        extra: Settings recorded in checkpoints and checked at resume.
+        check_owners: After every chunk, check on every rank that each row lives on exactly
+            the rank the placement in force names (tests; costs a gather of every id).
+    """
+
+    def __init__(self, comm: Comm, trainer: Trainer, source: Any, config: OnlineConfig,
+                 train: TrainConfig, clock: Clock, *, seed: int = 0, metrics: Any = None,
+                 schedule: dict[int, Placement] | None = None, records: int = 0,
+                 partition: bool = True, fault: tuple[int, int] | None = None,
+                 extra: dict[str, Any] | None = None, check_owners: bool = False) -> None:
+        self.comm, self.trainer, self.source = comm, trainer, source
+        self.cfg, self.train, self.clock = config, train, clock
+        self.metrics = metrics
+        self.schedule = dict(sorted((schedule or {}).items()))
+        self.partition = partition and config.repartition.enabled
+        self.fault = fault
+        self.extra = extra or {}
+        self.check_owners = check_owners
+        self.owner_checks = 0
+        self.rank, self.world = comm.rank, comm.world
+        self.records = records
+        self.topic: str | None = getattr(getattr(source, "spec", None), "consumer", None) and \
+            source.spec.consumer.topic
+        self.history: list[StepRecord] = []
+        self.events: list[dict[str, Any]] = []
+        self.freshness: list[np.ndarray] = []
+        self.migration: Migration | None = None
+        self._migration_started = 0.0
+        self._migration_bytes = 0
+        self._chunks_done = 0
+        self._row_size = row_bytes(trainer.store.dim, trainer.store.optimizer.state_width,
+                                   trainer.dtype)
+        self._last = (0, 0, 0)  # records read, rows not held, samples trained: previous step
+        self._window_out = np.zeros((0, trainer.n_fields), np.int64)
+        self._rng = np.random.default_rng(seed + 7919 * self.rank)
+        self._last_checkpoint_step = -1
+        self._ckpt_records, self._ckpt_time = records, clock.monotonic()
+        # Rank 0: the partitioner, its thread, its window and the drift detector.
+        self._executor: ThreadPoolExecutor | None = None
+        self._future: Future[tuple[Placement, float, str]] | None = None
+        self._parts: list[np.ndarray] = []
+        self._window: AccessWindow | None = None
+        self._partitioner: IncrementalPartitioner | None = None
+        self._computed = False
+        self._rep_records, self._rep_time = records, clock.monotonic()
+        self._level: float | None = None
+        self._baseline: float | None = None
+        self._baseline_acc: list[float] = []
+        self.placements = 0
+        self.moved_chunk = False
+        self.checkpoint_seconds = 0.0
+        self._rows_sent = 0
+        if self.rank == 0 and self.partition:
+            pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,
+                                 replica_fraction=train.replica_fraction, seed=seed)
+            self._partitioner = IncrementalPartitioner(pc)
+            self._window = AccessWindow(trainer.n_fields, WindowConfig(capacity=config.window))
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="hetgmp-partitioner")
+
+    # -- before a step -----------------------------------------------------------------------
+
+    def control(self) -> Control:
+        """The control all-reduce and everything decided by it (collective)."""
+        world = self.world
+        vec = np.zeros(7 + world, np.int64)
+        vec[0] = int(self.comm.stop_requested())
+        if self.rank == 0:
+            vec[1] = int(self._repartition_due())
+            vec[2] = int(self._future is not None and self._future.done()
+                         and self.migration is None)
+            vec[3] = int(self._checkpoint_due())
+        vec[4:7] = self._last
+        vec[7 + self.rank] = self._window_out.shape[0]
+        t = torch.from_numpy(vec).to(self.comm.device)
+        self.comm.all_reduce_sum(t, "control")
+        v = t.cpu().numpy()
+        ctl = Control(stop=bool(v[0]), repartition=bool(v[1]), ready=bool(v[2]),
+                      checkpoint=bool(v[3]), records=int(v[4]), rows_not_held=int(v[5]),
+                      samples=int(v[6]), window_rows=v[7:].copy())
+        self.records += ctl.records
+        if self.cfg.max_records and self.records >= self.cfg.max_records:
+            ctl.stop = True
+        if self.rank == 0 and ctl.samples:
+            self._observe_level(ctl.rows_not_held / ctl.samples)
+        return ctl
+
+    def between_steps(self, ctl: Control) -> None:
+        """Window, repartition, placement, migration chunk and checkpoint, as decided.
+
+        Sets :attr:`moved_chunk` (a migration was in progress) and :attr:`checkpoint_seconds`
+        (time spent checkpointing, which is not step time).
+        """
+        self.moved_chunk = self.migration is not None or ctl.ready
+        self.checkpoint_seconds = 0.0
+        if int(ctl.window_rows.sum()):
+            self._send_window(ctl.window_rows)
+        if ctl.repartition and self.rank == 0:
+            self._start_partition()
+        if ctl.ready:
+            self._receive_placement()
+        elif self.migration is None and self.schedule:
+            due = [s for s in self.schedule if s <= self.trainer.step_index]
+            if due:
+                self._start_migration(self.schedule.pop(due[0]))
+        if self.migration is not None:
+            self._move_chunk()
+        if ctl.checkpoint:
+            t0 = self.clock.monotonic()
+            self.checkpoint()
+            self.checkpoint_seconds = self.clock.monotonic() - t0
+
+    def read_cap(self) -> int | None:
+        """Most records this rank may read this step under ``--max-records`` (None: no cap)."""
+        if not self.cfg.max_records:
+            return None
+        remaining = max(self.cfg.max_records - self.records, 0)
+        extra = (self.rank + self.trainer.step_index) % self.world < remaining % self.world
+        return remaining // self.world + int(extra)
+
+    # -- after a step ------------------------------------------------------------------------
+
+    def after_step(self, batch: ClickBatch, c: StepCounters, seconds: float,
+                   migrating: bool) -> None:
+        """Account for a trained step: window samples, freshness, history, metrics."""
+        n = len(batch)
+        if self.partition and n:
+            ids = batch.ids
+            if self.cfg.window_sample < 1.0:
+                ids = ids[self._rng.random(n) < self.cfg.window_sample]
+            self._window_out = ids
+        else:
+            self._window_out = self._window_out[:0]
+        self._last = (n, c.rows_not_held, c.samples_trained)
+        fresh = np.zeros(0)
+        stamps = batch.timestamps_ms[batch.timestamps_ms > 0] if n else batch.timestamps_ms[:0]
+        if stamps.size:
+            fresh = np.maximum(self.clock.time() * 1000.0 - stamps, 0.0) / 1000.0
+            self.freshness.append(fresh)
+        self.history.append(StepRecord(
+            self.trainer.step_index, self.records, c.rows_not_held, c.samples_trained,
+            int(c.traffic.sent.sum()), seconds, migrating, self.trainer.placement.version))
+        if self.metrics is not None:
+            self.metrics.on_step(c, seconds, fresh, migrating)
+
+    def note_read(self, n: int) -> None:
+        """Records read for a step that ended the run (no trained step follows)."""
+        self._last = (n, 0, 0)
+
+    # -- window and partitioner (rank 0) -----------------------------------------------------
+
+    def _send_window(self, rows: np.ndarray) -> None:
+        fields = self.trainer.n_fields
+        send = np.zeros(self.world, np.int64)
+        send[0] = self._window_out.shape[0]
+        recv = rows if self.rank == 0 else np.zeros(self.world, np.int64)
+        out = torch.from_numpy(np.ascontiguousarray(self._window_out)).to(self.comm.device)
+        got = self.comm.all_to_all(out, send, recv, "window")
+        self._window_out = self._window_out[:0]
+        if self.rank == 0 and got.numel():
+            self._parts.append(got.cpu().numpy().reshape(-1, fields))
+
+    def _repartition_due(self) -> bool:
+        if not self.partition or self._future is not None or self.migration is not None:
+            return False
+        records = self.records - self._rep_records
+        if not self._computed:
+            warm = self.train.warmup or self.cfg.repartition.count
+            return records >= warm if warm else self.cfg.repartition.due(
+                records, self.clock.monotonic() - self._rep_time)
+        if self.cfg.repartition.due(records, self.clock.monotonic() - self._rep_time):
+            return True
+        return self._drifted()
+
+    def _observe_level(self, value: float) -> None:
+        """Track remote rows per sample: the running level and the post-placement baseline."""
+        self._level = value if self._level is None else (1 - _EWMA) * self._level + _EWMA * value
+        if self._baseline is None and self._computed and self.migration is None \
+                and self._future is None:
+            self._baseline_acc.append(value)
+            if len(self._baseline_acc) >= _BASELINE_STEPS:
+                self._baseline = float(np.mean(self._baseline_acc))
+                self._level = self._baseline
+
+    def _drifted(self) -> bool:
+        thr = self.cfg.drift_threshold
+        if not thr or self._baseline is None or self._level is None:
+            return False
+        if self._level > self._baseline * (1 + thr):
+            log.info("drift: remote rows per sample %.3f, %.0f%% above the %.3f after the last "
+                     "placement: repartitioning early", self._level,
+                     100 * (self._level / max(self._baseline, 1e-9) - 1), self._baseline)
+            self.events.append({"event": "drift", "step": self.trainer.step_index,
+                                "records": self.records, "level": self._level,
+                                "baseline": self._baseline})
+            return True
+        return False
+
+    def _start_partition(self) -> None:
+        assert self._executor is not None and self._window is not None
+        parts, self._parts = self._parts, []
+        current = self.trainer.placement if self._computed else None
+        version = self.trainer.placement.version
+        self._rep_records, self._rep_time = self.records, self.clock.monotonic()
+        self._baseline, self._baseline_acc = None, []
+        self.events.append({"event": "repartition", "step": self.trainer.step_index,
+                            "records": self.records,
+                            "kind": "incremental" if self._computed else "full"})
+        self._future = self._executor.submit(self._partition, parts, current, version)
+        self._computed = True
+
+    def _partition(self, parts: list[np.ndarray], current: Placement | None,
+                   version: int) -> tuple[Placement, float, str]:
+        """Partitioner thread: roll the new samples into the window and place them."""
+        assert self._window is not None and self._partitioner is not None
+        t0 = self.clock.monotonic()
+        for p in parts:
+            self._window.add(p)
+        indptr, indices = self._window.csr()
+        graph = WindowGraph(indptr, indices, start=self._window.start)
+        placement = self._partitioner.partition(graph, current)
+        if placement.version <= version:
+            placement = placement.with_version(version + 1)
+        return placement, self.clock.monotonic() - t0, "full" if current is None else "incremental"
+
+    # -- placement and migration -------------------------------------------------------------
+
+    def _receive_placement(self) -> None:
+        payload = None
+        if self.rank == 0:
+            assert self._future is not None
+            placement, seconds, kind = self._future.result()
+            self._future = None
+            payload = (placement, seconds, kind)
+            log.info("placement v%d computed (%s) in %.2f s from %d window samples",
+                     placement.version, kind, seconds, len(self._window or ()))
+        placement, seconds, kind = self.comm.broadcast_object(payload)
+        size = placement.ids.nbytes + placement.owners.nbytes + sum(
+            r.nbytes for r in placement.replicas)
+        if self.rank == 0:
+            self.comm.traffic.add("placement", size * (self.world - 1), 0)
+        else:
+            self.comm.traffic.add("placement", 0, size)
+        self.events.append({"event": "placement", "step": self.trainer.step_index,
+                            "records": self.records, "version": placement.version,
+                            "seconds": seconds, "kind": kind})
+        if self.metrics is not None:
+            self.metrics.on_repartition(seconds, kind)
+        self._start_migration(placement)
+
+    def _start_migration(self, placement: Placement) -> None:
+        """Push pending replica updates, switch replica sets, and plan the move (collective)."""
+        tr = self.trainer
+        tr.flush()
+        tr.replace_replicas(placement.replicas)
+        self.migration = Migration(tr.placement, placement, self._row_size,
+                                   self.cfg.migration_chunk_bytes)
+        tr.set_placement(self.migration.current())
+        self._verify_owners()
+        self._migration_started = self.clock.monotonic()
+        self._migration_bytes = 0
+        self._chunks_done = 0
+        self.placements += 1
+        m = self.migration
+        if self.rank == 0:
+            log.info("migrating to placement v%d: %d rows change owner (%.1f MB) in %d chunk(s)",
+                     placement.version, m.total, m.total * self._row_size / 1e6, m.chunks)
+        self.events.append({"event": "migration_start", "step": tr.step_index,
+                            "records": self.records, "version": placement.version,
+                            "ids": m.total, "chunks": m.chunks})
+        if m.finished:
+            self._finish_migration()
+
+    def _move_chunk(self) -> None:
+        m = self.migration
+        assert m is not None
+        ids, src, dst = m.next_chunk()
+        before = self.comm.traffic.copy()
+        report = move_chunk(self.trainer, ids, src, dst, self.trainer.step_index)
+        self.trainer.set_placement(m.advance())
+        moved = self.comm.traffic - before
+        self._verify_owners()
+        self._migration_bytes += int(moved.sent.sum())
+        self._chunks_done += 1
+        if self.metrics is not None:
+            self.metrics.on_migration_chunk(report.rows_sent, report.bytes_sent)
+        self._rows_sent += report.rows_sent
+        if self.fault is not None and self.fault == (self.rank, self._chunks_done) \
+                and not m.finished:
+            log.warning("fault injection: rank %d kills itself in the middle of a migration "
+                        "(chunk %d of %d)", self.rank, self._chunks_done, m.chunks)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if m.finished:
+            self._finish_migration()
+
+    def _verify_owners(self) -> None:
+        """Every row on exactly one rank, the one the placement in force names (invariant 1)."""
+        if not self.check_owners:
+            return
+        held = self.comm.all_gather_object(self.trainer.store.ids())
+        every = np.concatenate(held)
+        if np.unique(every).size != every.size:
+            raise RuntimeError("invariant 1 broken: a row is held by two ranks")
+        for rank, ids in enumerate(held):
+            wrong = self.trainer.placement.owner_of(ids) != rank
+            if wrong.any():
+                raise RuntimeError(f"invariant 1 broken: rank {rank} holds {int(wrong.sum())} "
+                                   "rows another rank owns")
+        self.owner_checks += 1
+
+    def _finish_migration(self) -> None:
+        m = self.migration
+        assert m is not None
+        seconds = self.clock.monotonic() - self._migration_started
+        self.trainer.set_placement(m.new)
+        rows = int(sum(self.comm.all_gather_object(self._rows_sent)))
+        self._rows_sent = 0
+        self.events.append({"event": "migration_done", "step": self.trainer.step_index,
+                            "records": self.records, "version": m.new.version,
+                            "rows_moved": rows, "ids": m.total, "seconds": seconds,
+                            "bytes": self._migration_bytes})
+        if self.rank == 0:
+            log.info("placement v%d in force: %d rows moved in %.2f s", m.new.version, rows,
+                     seconds)
+        if self.metrics is not None:
+            self.metrics.on_migration_done(seconds)
+        self.migration = None
+        self.publish_placement()
+
+    def publish_placement(self) -> None:
+        """Export the placement in force (version, rows owned and replicated, row balance)."""
+        if self.metrics is None:
+            return
+        tr = self.trainer
+        owned = len(tr.store)
+        counts = tr.placement.rows_owned()
+        mean = counts.mean() if counts.size and counts.sum() else 0.0
+        self.metrics.on_placement(tr.placement.version, owned, len(tr.replicas), 1.0,
+                                  float(counts.max() / mean) if mean else 1.0)
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Next Kafka offset per partition of what this rank has trained (empty otherwise)."""
+        return dict(getattr(self.source, "positions", {}))
+
+    @property
+    def migrating(self) -> bool:
+        """Whether a migration is in progress."""
+        return self.migration is not None
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoint_due(self) -> bool:
+        if not self.cfg.checkpoint_dir:
+            return False
+        return self.cfg.checkpoint.due(self.records - self._ckpt_records,
+                                       self.clock.monotonic() - self._ckpt_time)
+
+    def checkpoint(self) -> ckpt.Manifest | None:
+        """Write a checkpoint and then commit the Kafka offsets it covers (collective).
+
+        Pending replica updates are pushed first, so the owners' rows hold every update of
+        the steps trained. Each rank writes its rows; rank 0 the dense model and the
+        placement; after a barrier rank 0 completes the checkpoint with its manifest (the
+        offsets of every rank); after another, each rank commits its partitions' offsets.
+        """
+        if not self.cfg.checkpoint_dir:
+            return None
+        tr = self.trainer
+        if self._last_checkpoint_step == tr.step_index:
+            return None
+        t0 = self.clock.monotonic()
+        tr.flush()
+        directory = ckpt.step_dir(self.cfg.checkpoint_dir, tr.step_index)
+        directory.mkdir(parents=True, exist_ok=True)
+        ids, values, state, versions = tr.store.export()
+        ckpt.save_rows(directory, self.rank, ids, values, state, versions)
+        if self.rank == 0:
+            ckpt.save_dense(directory, {"flat": tr.dense.flat, **tr.optimizer.state_arrays()})
+            ckpt.save_placement(directory, tr.placement)
+        offsets: dict[int, int] = {}
+        mine = self.offsets
+        for part in self.comm.all_gather_object(mine):
+            offsets.update(part)
+        self.comm.barrier()
+        manifest = None
+        if self.rank == 0:
+            manifest = ckpt.write_manifest(
+                directory, step=tr.step_index, world=self.world,
+                placement_version=tr.placement.version, records=self.records,
+                offsets=offsets, topic=self.topic, extra=self.extra)
+            ckpt.prune(self.cfg.checkpoint_dir, self.cfg.keep_checkpoints)
+        self.comm.barrier()
+        committed = None
+        if hasattr(self.source, "commit") and mine:
+            committed = self.source.commit(mine)
+        self._last_checkpoint_step = tr.step_index
+        self._ckpt_records, self._ckpt_time = self.records, self.clock.monotonic()
+        seconds = self.clock.monotonic() - t0
+        self.events.append({"event": "checkpoint", "step": tr.step_index,
+                            "records": self.records, "seconds": seconds,
+                            "committed": committed})
+        if self.rank == 0:
+            log.info("checkpoint at step %d (%d records) written to %s in %.2f s",
+                     tr.step_index, self.records, directory, seconds)
+        if self.metrics is not None:
+            self.metrics.on_checkpoint(self.clock.time())
+        return manifest
+
+    def close(self) -> None:
+        """Stop the partitioner thread (a placement still being computed is dropped)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def report(self) -> dict[str, Any]:
+        """What the loop saw on this rank (plain data: it travels back from spawned ranks)."""
+        fresh = self.freshness_seconds()
+        return {
+            "history": [dataclasses.astuple(h) for h in self.history],
+            "history_fields": [f.name for f in dataclasses.fields(StepRecord)],
+            "events": self.events,
+            "placements": self.placements,
+            "owner_checks": self.owner_checks,
+            "freshness_p50_s": percentile(fresh, 50),
+            "freshness_p99_s": percentile(fresh, 99),
+            "freshness_count": int(fresh.size),
+            "records": self.records,
+            "offsets": dict(self.offsets),
+        }
+
+    def freshness_seconds(self) -> np.ndarray:
+        """Every freshness measured on this rank."""
+        return np.concatenate(self.freshness) if self.freshness else np.zeros(0)
+
+
+def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:
+    """Load a checkpoint into a freshly built trainer; returns the rows this rank took.
+
+    The trainer's placement decides which rows this rank keeps, so a checkpoint of N ranks
+    loads on M: every rank reads every rank file and keeps the rows it owns now.
+    """
+    me, placement = trainer.comm.rank, trainer.placement
+    ids, values, state, versions = ckpt.load_rows(
+        manifest, keep=lambda a: placement.owner_of(a) == me)
+    trainer.store.put(ids, torch.from_numpy(values), torch.from_numpy(state), versions,
+                      manifest.step)
+    dense = ckpt.load_dense(manifest)
+    flat = torch.from_numpy(dense["flat"])
+    if flat.shape != trainer.dense.flat.shape:
+        raise ckpt.CheckpointError(
+            f"{manifest.path}: dense parameters have {flat.numel()} values, the model "
+            f"{trainer.dense.flat.numel()}: different model settings?")
+    with torch.no_grad():
+        trainer.dense.flat.copy_(flat.to(trainer.dense.flat))
+    trainer.optimizer.load_state_arrays({k: v for k, v in dense.items() if k != "flat"})
+    trainer.step_index = manifest.step
+    return int(ids.size)
+
+
+def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another model shape."""
+    saved = manifest.extra
+    diff = {k: (saved.get(k), v) for k, v in extra.items() if k in saved and saved[k] != v}
+    if diff:
+        detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in diff.items())
+        raise ckpt.CheckpointError(f"{manifest.path} was written by another model ({detail})")
+
+
+def checkpoint_dir_of(config: OnlineConfig) -> Path | None:
+    """The checkpoint directory, or None."""
+    return Path(config.checkpoint_dir) if config.checkpoint_dir else None
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """``q``-th percentile, NaN for no values."""
+    return float(np.percentile(values, q)) if values.size else math.nan
