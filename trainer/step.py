@@ -159,7 +159,7 @@ class Trainer:
         # The batch's rows are the leaf: its gradient is each row's gradient summed over its
         # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
         index = torch.from_numpy(inverse.reshape(-1)).to(plan.values.device)
-        emb = plan.values[index].view(*local.ids.shape, -1).requires_grad_(True)
+        emb = plan.values[index].view(*local.ids.shape, self.store.dim).requires_grad_(True)
         logits = self.model(emb, self._dense_tensor(local.dense))
         labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
         loss = self.loss_fn(logits, labels) / global_n
@@ -280,7 +280,8 @@ class Trainer:
         uniq, inverse = np.unique(batch.ids, return_inverse=True)
         rows = self.exchange.read_only(uniq, replicas=local_view)
         index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
-        logits = self.model(rows[index].view(*batch.ids.shape, -1), self._dense_tensor(batch.dense))
+        logits = self.model(rows[index].view(*batch.ids.shape, self.store.dim),
+                            self._dense_tensor(batch.dense))
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
 
     def state(self) -> ModelState:

@@ -124,6 +124,8 @@ def two_ranks(single: dict[str, RankResult], dirs: dict[str, Path]) -> list[list
             return_state=True),
         Job(SOURCE, **EXACT, placement=Placement.hash(2),
             online=_online(checkpoint_dir=str(dirs["one"]), resume=True), return_state=True),
+        # One record: rank 0 reads nothing and trains nothing in a step that rank 1 trains.
+        Job(SyntheticSpec(SYN, 0, 1), **EXACT, placement=Placement.hash(2)),
     ]
     per_rank = launch(run_jobs, jobs, LaunchConfig(workers=2, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
@@ -171,6 +173,12 @@ def test_checkpoint_of_one_rank_resumes_on_two(two_ranks, single) -> None:
     assert ranks[0].resumed_from == STEPS // 2
     dense, emb = _max_diff(single["reference"], ranks)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
+
+
+def test_a_rank_without_samples_takes_part_in_the_step(two_ranks) -> None:
+    ranks = two_ranks[3]
+    assert ranks[0].steps == 1 and ranks[0].job_totals.samples == 1
+    assert [r.totals.samples for r in ranks] == [0, 1]
 
 
 def test_checkpoint_refuses_another_model(single, dirs) -> None:
