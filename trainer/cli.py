@@ -187,7 +187,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    names = ["ingest", "partition", "train"] if args.which == "all" else [args.which]
+    names = ["ingest", "partition", "train", "online"] if args.which == "all" else [args.which]
     status = 0
     for name in names:
         module = __import__(f"bench.{name}", fromlist=["main"])
@@ -289,10 +289,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "bench",
         add_help=False,
         parents=[base],
-        help="benchmarks: ingest, partition, train, all (each prints ratios and a JSON summary)",
+        help="benchmarks: ingest, partition, train, online, all (each prints ratios and a JSON "
+             "summary)",
     )
     p.add_argument(
-        "which", choices=["ingest", "partition", "train", "all"], help="benchmark; its own flags follow"
+        "which", choices=["ingest", "partition", "train", "online", "all"],
+        help="benchmark; its own flags follow"
     )
     p.set_defaults(func=_cmd_bench, passthrough=True)
 
