@@ -18,7 +18,9 @@ Protocol (one run; both modes see the same stream at the same rate):
   time is the slowest rank's. Remote rows per sample after drift: steps from the first drift
   (record ``--drift-every``) on. Bytes per sample: the training path (as ``bench train``); the
   online loop's own traffic (control, window, placement, rows migrated) is printed apart.
-  Freshness: a record's producer timestamp to the end of the step that applied its gradient.
+  Freshness: a record's producer timestamp to the end of the step that applied its gradient,
+  over the records appended after the ranks started training (records appended while the
+  ranks were starting are a backlog, counted apart).
 
 The last line printed is the JSON summary ``{"bench": "online", "rows": [...]}``.
 """
@@ -39,7 +41,7 @@ from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
-from trainer.counters import KINDS, ONLINE_KINDS
+from trainer.counters import ONLINE_KINDS
 from trainer.launch import launch
 from trainer.sources import KafkaSpec
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
@@ -161,8 +163,7 @@ def _summarise(args: argparse.Namespace, mode: str, results: list[RankResult], w
     placements = [e for e in events if e["event"] == "placement"]
     fresh_p99 = max(r.online["freshness_p99_s"] for r in results)
     fresh_p50 = float(np.median([r.online["freshness_p50_s"] for r in results]))
-    online_bytes = sum(int(r.job_totals.traffic.sent[KINDS.index(k)]) for r in results[:1]
-                       for k in ONLINE_KINDS)
+    online_bytes = sum(r.online["traffic_sent"][k] for r in results for k in ONLINE_KINDS)
     outside, during = s["seconds"][~s["migrating"]], s["seconds"][s["migrating"]]
     pct = lambda a, q: round(float(np.percentile(a, q)) * 1000, 2) if a.size else None  # noqa: E731
     row = {
@@ -187,6 +188,7 @@ def _summarise(args: argparse.Namespace, mode: str, results: list[RankResult], w
         "steps_during_migration": int(during.size),
         "freshness_p50_s": round(fresh_p50, 3),
         "freshness_p99_s": round(fresh_p99, 3),
+        "freshness_backlog_records": int(sum(r.online["freshness_backlog"] for r in results)),
     }
     _print_timeline(args, mode, s, events)
     for e in done:

@@ -163,3 +163,127 @@ def test_real_prometheus_scrapes_a_trainer_rank_and_answers_the_dashboard(prom):
         driver.halt.set()
         driver.join(5)
     assert driver.error is None, driver.error
+
+
+# -- a real run: producer, broker, two training ranks, Prometheus ------------------------------
+
+#: Every metric the operations issue names, as exposed by a rank or the producer after a run.
+NAMED = [
+    "hetgmp_records_consumed_total", "hetgmp_decode_errors_total",
+    "hetgmp_dead_lettered_records_total", "hetgmp_step_duration_seconds_bucket",
+    "hetgmp_samples_trained_total", "hetgmp_remote_rows_total", "hetgmp_remote_rows_per_sample",
+    "hetgmp_exchanged_bytes_total", "hetgmp_replica_refreshes_total",
+    "hetgmp_replica_pushes_total", "hetgmp_replica_staleness_updates_bucket",
+    "hetgmp_rows_owned", "hetgmp_rows_replicated", "hetgmp_placement_version",
+    "hetgmp_repartition_duration_seconds_bucket", "hetgmp_migrated_rows_total",
+    "hetgmp_migrated_bytes_total", "hetgmp_migration_duration_seconds_bucket",
+    "hetgmp_imbalance_ratio", "hetgmp_train_loss", "hetgmp_heldout_auc",
+    "hetgmp_freshness_seconds_bucket", "hetgmp_checkpoint_age_seconds",
+]
+RUN_RECORDS = 80_000
+BAD_RECORDS = 7
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path):
+    from kafka import KafkaProducer
+
+    from streaming.consumer import ConsumerConfig
+    from streaming.kafka import ensure_topic
+    from streaming.metrics import serve
+    from streaming.producer import ProduceConfig, produce
+    from streaming.synthetic import SyntheticConfig
+    from trainer.demo import scrape
+    from trainer.launch import launch, stop_event
+    from trainer.sources import KafkaSpec
+    from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
+    from trainer.worker import Job, run_rank
+
+    topic = unique("prom-run")
+    ensure_topic(kafka, topic, 2)
+    # A few malformed records: counted by reason and dead-lettered, never fatal (invariant 6).
+    raw = KafkaProducer(**kafka.client_kwargs())
+    for i in range(BAD_RECORDS):
+        raw.send(topic, value=b"not\ta\tcriteo\trecord %d" % i, partition=i % 2)
+    raw.flush()
+    raw.close()
+
+    report = ProduceReport()
+    producer_registry = CollectorRegistry()
+    producer_registry.register(ProducerCollector(lambda: report, {"topic": topic}))
+    producer_port = free_port()
+    producer_server = serve(producer_registry, producer_port)
+    base = free_port()
+    targets = [f"127.0.0.1:{producer_port}", f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"]
+    job = Job(
+        KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("prom-group")), idle_s=60,
+                  poll_s=0.05),
+        ModelConfig(embed_dim=8, hidden=(16,)),
+        train=TrainConfig(global_batch=1024, warmup=8_000, log_every=0),
+        online=OnlineConfig(repartition_interval="12000", window=30_000,
+                            checkpoint_dir=str(tmp_path), checkpoint_interval="15000",
+                            max_records=RUN_RECORDS),
+        metrics_port=base, metrics_linger_s=120)
+    stop = stop_event()
+    results: list = []
+    errors: list = []
+
+    def train() -> None:
+        try:
+            results.extend(launch(run_rank, job, LaunchConfig(workers=2, timeout_s=120), stop))
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    trainer = threading.Thread(target=train, daemon=True)
+    # Slow enough that Prometheus scrapes the run many times, and sees several placements.
+    producer = threading.Thread(target=lambda: produce(
+        kafka, ProduceConfig(topic=topic, count=RUN_RECORDS, rate=4000, partitions=2),
+        SyntheticConfig(seed=1), report=report), daemon=True)
+    try:
+        with prom.PrometheusServer(targets) as server:
+            trainer.start()
+            producer.start()
+            server.wait_for("max(hetgmp_placement_version) > 0", timeout=60)
+            # While the run goes on: every dashboard expression returns data.
+            missing = []
+            for expr in dashboard_expressions():
+                try:
+                    server.wait_for(expr, timeout=20)
+                except TimeoutError:
+                    missing.append(expr)
+            assert not missing, missing
+
+            # After it: the endpoints expose every named metric with the run's final figures.
+            producer.join(60)
+            ranks = [f"http://127.0.0.1:{base + r}/metrics" for r in range(2)]
+            total = lambda samples, name: sum(  # noqa: E731
+                v for s in samples for _, v in s.get(name, []))
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not errors:
+                samples = [scrape(u) for u in ranks]
+                if total(samples, "hetgmp_checkpoints_total") and total(
+                        samples, "hetgmp_samples_trained_total") >= RUN_RECORDS and all(
+                        r.get("hetgmp_checkpoint_age_seconds") for r in samples):
+                    break
+                time.sleep(0.5)
+            assert not errors, errors
+            time.sleep(1.0)  # the final checkpoint of the bounded run
+            samples = [scrape(u) for u in ranks]
+            names = set().union(*samples)
+            assert set(NAMED) <= names, set(NAMED) - names
+            # A bounded run: every record produced was consumed and trained, the bad ones counted.
+            assert total(samples, "hetgmp_records_consumed_total") == report.records == RUN_RECORDS
+            assert total(samples, "hetgmp_samples_trained_total") == RUN_RECORDS
+            assert total(samples, "hetgmp_decode_errors_total") == BAD_RECORDS
+            assert total(samples, "hetgmp_dead_lettered_records_total") == BAD_RECORDS
+            assert min(v for s in samples for _, v in s["hetgmp_placement_version"]) > 0
+            assert total(samples, "hetgmp_migrated_rows_total") > 0
+            assert 0.5 < max(v for s in samples for _, v in s["hetgmp_heldout_auc"]) < 1.0
+            assert all(v >= 1.0 for s in samples for _, v in s["hetgmp_imbalance_ratio"])
+    finally:
+        stop.set()  # ends the ranks' linger
+        trainer.join(60)
+        producer_server.shutdown()
+    assert not errors, errors
+    assert results and results[0].job_totals.samples == RUN_RECORDS

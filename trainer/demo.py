@@ -1,315 +1,409 @@
-"""``make demo``: the stream, the access window and live repartitioning, end to end on one machine.
+"""``make demo``: the whole system on one machine, with a live view and a report at the end.
 
 What runs: the embedded Kafka broker; the synthetic drifting click stream produced into it at a
-fixed rate; a consumer decoding it into batches; the rolling access window; and, every few
-seconds, a new placement computed from the window (a full METIS partition at cold start, the
-incremental partitioner after) on a background thread. Every global batch is routed to the
-workers under the current graph placement and under hash placement (what row-wise sharding does),
-and HET-GMP's measure, remote rows per sample, is recorded for both. A live view shows throughput,
-remote rows and repartitions; at the end a report (HTML with charts, plus JSON) is written.
-
-Training on these placements (trainer ranks, replicas, staleness, live migration) is the next
-stage of the system; this demo shows the placement side working on the live stream.
+fixed rate (a producer thread); ``--workers`` CPU training ranks (gloo) reading their shares of
+the topic's partitions, training DeepFM with bounded-staleness replicas, while the online loop
+repartitions the access graph (a full METIS partition at cold start, the incremental
+partitioner after, early on drift), migrates rows live and checkpoints. Every rank serves its
+Prometheus metrics; the live view is drawn from those very endpoints (scraped once a second), so
+what you see is what Prometheus would see. At the end the ranks stop after their current step
+(as on SIGTERM), write a last checkpoint and commit their offsets, and a report (HTML with
+charts, plus JSON) is written: remote rows per sample over time with the repartitions marked,
+the rolling AUC, throughput and the rows each migration moved.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
+import math
+import socket
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from streaming.broker import BrokerUnavailable, EmbeddedBroker
 from streaming.config import add_flags, build
-from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
-from streaming.window import AccessWindow, WindowConfig
 from trainer.report import Chart, Series, write_report
 
-__all__ = ["DemoConfig", "main", "run_demo"]
+__all__ = ["DemoConfig", "main", "run_demo", "scrape"]
 
 
 @dataclass(frozen=True)
 class DemoConfig:
     """Settings of the demo."""
 
-    duration_s: float = field(default=120.0, metadata={"help": "seconds to run"})
-    rate: float = field(default=20_000.0, metadata={"help": "records per second produced"})
-    workers: int = field(default=2, metadata={"help": "workers the placement is computed for"})
-    global_batch: int = field(default=4096, metadata={"help": "samples per step over all workers"})
+    duration_s: float = field(default=120.0, metadata={"help": "seconds of training"})
+    rate: float = field(default=4000.0, metadata={"help": "records per second produced"})
+    workers: int = field(default=2, metadata={"help": "training ranks (CPU, gloo)"})
+    global_batch: int = field(default=2048, metadata={"help": "samples per step over all ranks"})
+    embed_dim: int = field(default=16, metadata={"help": "embedding dimension"})
+    staleness: int = field(default=10, metadata={"help": "replica staleness bound s"})
     window: int = field(default=100_000, metadata={"help": "samples in the access window"})
-    repartition_every_s: float = field(default=5.0, metadata={"help": "seconds between placements"})
+    warmup: int = field(default=20_000, metadata={"help": "records before the first placement"})
+    repartition_interval: int = field(
+        default=40_000, metadata={"help": "records between repartitions (drift may come first)"}
+    )
     drift_every: int = field(default=100_000, metadata={"help": "records between stream drifts"})
     partitions: int = field(default=4, metadata={"help": "Kafka partitions of the demo topic"})
-    seed: int = field(default=0, metadata={"help": "seed of the synthetic stream"})
+    checkpoint_interval: str = field(
+        default="30s", metadata={"help": "checkpoint every N records or Ns seconds"}
+    )
+    metrics_port: int = field(
+        default=9300, metadata={"help": "rank r serves /metrics on this port + r (moved up if taken)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the stream, the model and the partitioner"})
     report_dir: str = field(default="reports", metadata={"help": "where the report goes"})
-    live: bool = field(default=True, metadata={"help": "redraw a live view (off: log lines)"})
+    live: bool = field(default=True, metadata={"help": "redraw a live view (off: a line every 5 s)"})
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0 or self.rate <= 0 or self.workers < 1:
+            raise ValueError("duration_s, rate and workers must be positive")
+
+
+# -- scraping the ranks -------------------------------------------------------------------------
+
+
+def scrape(url: str, timeout: float = 2.0) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Samples of a Prometheus endpoint: sample name -> [(labels, value)]."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        text = resp.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return out
+
+
+def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str,
+           **match: str) -> float:
+    return sum(v for labels, v in samples.get(name, [])
+               if all(labels.get(k) == want for k, want in match.items()))
+
+
+def _quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Quantile of a cumulative histogram [(upper bound, count)] (upper bound of its bucket)."""
+    if not buckets or buckets[-1][1] <= 0:
+        return math.nan
+    target = q * buckets[-1][1]
+    for le, count in buckets:
+        if count >= target:
+            return le
+    return buckets[-1][0]
+
+
+@dataclass
+class _Snapshot:
+    """The job's figures at one moment, summed (or combined) over ranks."""
+
+    t: float
+    trained: float = 0.0
+    not_held: float = 0.0
+    consumed: float = 0.0
+    version: float = 0.0
+    repartitions: float = 0.0
+    migrated: float = 0.0
+    migrating_steps: float = 0.0
+    loss: float = math.nan
+    auc: float = math.nan
+    staleness: list[tuple[float, float]] = field(default_factory=list)
+    freshness: list[tuple[float, float]] = field(default_factory=list)
+    checkpoint_age: float = math.nan
+    refreshes: float = 0.0
+    pushes: float = 0.0
+
+
+def _combine(t: float, per_rank: list[dict[str, list[tuple[dict[str, str], float]]]]) -> _Snapshot:
+    snap = _Snapshot(t)
+    hists: dict[str, dict[float, float]] = {"staleness": {}, "freshness": {}}
+    aucs, losses, ages = [], [], []
+    for s in per_rank:
+        snap.trained += _total(s, "hetgmp_samples_trained_total")
+        snap.not_held += _total(s, "hetgmp_remote_rows_total") + _total(
+            s, "hetgmp_replica_refreshes_total")
+        snap.consumed += _total(s, "hetgmp_records_consumed_total")
+        snap.repartitions = max(snap.repartitions, _total(s, "hetgmp_repartitions_total"))
+        snap.migrated += _total(s, "hetgmp_migrated_rows_total")
+        snap.migrating_steps = max(snap.migrating_steps, _total(s, "hetgmp_migration_steps_total"))
+        snap.refreshes += _total(s, "hetgmp_replica_refreshes_total")
+        snap.pushes += _total(s, "hetgmp_replica_pushes_total")
+        snap.version = max([snap.version] + [v for _, v in s.get("hetgmp_placement_version", [])])
+        aucs += [v for _, v in s.get("hetgmp_heldout_auc", []) if v == v]
+        losses += [v for _, v in s.get("hetgmp_train_loss", [])]
+        ages += [v for _, v in s.get("hetgmp_checkpoint_age_seconds", [])]
+        for key, name in (("staleness", "hetgmp_replica_staleness_updates_bucket"),
+                          ("freshness", "hetgmp_freshness_seconds_bucket")):
+            for labels, v in s.get(name, []):
+                le = float(labels["le"])
+                hists[key][le] = hists[key].get(le, 0.0) + v
+    snap.auc = float(np.mean(aucs)) if aucs else math.nan
+    snap.loss = float(np.mean(losses)) if losses else math.nan
+    snap.checkpoint_age = max(ages) if ages else math.nan
+    snap.staleness = sorted(hists["staleness"].items())
+    snap.freshness = sorted(hists["freshness"].items())
+    return snap
+
+
+def _window_quantile(now: list[tuple[float, float]], then: list[tuple[float, float]],
+                     q: float) -> float:
+    """Quantile of what a cumulative histogram gained between two scrapes."""
+    before = dict(then)
+    return _quantile([(le, c - before.get(le, 0.0)) for le, c in now], q)
+
+
+# -- the demo -----------------------------------------------------------------------------------
+
+
+def _free_base(start: int, count: int) -> int:
+    """The first base port from ``start`` with ``count`` free ports in a row on loopback."""
+    base = start
+    while base < start + 1000:
+        try:
+            for p in range(base, base + count):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            base += count
+    raise RuntimeError(f"no {count} free ports from {start}")
 
 
 @dataclass
 class _Timeline:
-    t: list[float] = field(default_factory=list)
-    rr_hash: list[float] = field(default_factory=list)
-    rr_graph: list[float] = field(default_factory=list)
-    throughput_t: list[float] = field(default_factory=list)
-    throughput: list[float] = field(default_factory=list)
-    repartitions: list[dict] = field(default_factory=list)
-
-
-def _repartition(partitioner, window, current, workers: int):
-    from partitioner import plan_diff
-
-    t0 = time.perf_counter()
-    placement = partitioner.partition(window, current)
-    seconds = time.perf_counter() - t0
-    before = current if current is not None else _hash(workers)
-    plan = plan_diff(before, placement, row_bytes=64 * 4)
-    return placement, seconds, int(plan.rows_moved), int(plan.bytes_moved)
-
-
-def _hash(workers: int):
-    from partitioner import Placement
-
-    return Placement.hash(workers)
+    snaps: list[_Snapshot] = field(default_factory=list)
+    produced: list[tuple[float, int]] = field(default_factory=list)
 
 
 def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
     """Run the demo; returns the path of the HTML report."""
-    from partitioner import (
-        FullPartitioner,
-        IncrementalPartitioner,
-        PartitionConfig,
-        WindowGraph,
-        remote_rows_per_sample,
-        route,
-    )
+    from streaming.consumer import ConsumerConfig
+    from streaming.kafka import ensure_topic
+    from trainer.launch import launch, stop_event
+    from trainer.sources import KafkaSpec
+    from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+    from trainer.worker import Job, RankResult, run_rank
 
     stop = stop or threading.Event()
     out = sys.stdout
     tty = config.live and out.isatty()
-    pconf = PartitionConfig(num_workers=config.workers, global_batch=config.global_batch)
-    full, incremental = FullPartitioner(pconf), IncrementalPartitioner(pconf)
-    hash_placement = _hash(config.workers)
-    placement = None
-    timeline = _Timeline()
-    produced = ProduceReport()
     topic = f"clicks-demo-{int(time.time())}"
+    started = time.strftime("demo-%Y%m%d-%H%M%S")
+    directory = Path(config.report_dir) / started
+    base = _free_base(config.metrics_port, config.workers)
+    urls = [f"http://127.0.0.1:{base + r}/metrics" for r in range(config.workers)]
+    produced = ProduceReport()
+    timeline = _Timeline()
+    results: list[RankResult] = []
+    failure: list[BaseException] = []
 
     with contextlib.ExitStack() as stack:
         broker = stack.enter_context(EmbeddedBroker())
         kafka = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="hetgmp-demo")
-        print(f"embedded Kafka broker at {broker.bootstrap_servers}; topic {topic}", flush=True)
+        ensure_topic(kafka, topic, config.partitions)
+        print(f"embedded Kafka broker at {broker.bootstrap_servers}; topic {topic} "
+              f"({config.partitions} partitions)", flush=True)
         producer_stop = threading.Event()
         stack.callback(producer_stop.set)
+        syn = SyntheticConfig(seed=config.seed, drift_every=config.drift_every)
 
         def run_producer() -> None:
-            nonlocal produced
-            produced = produce(
-                kafka,
-                ProduceConfig(topic=topic, count=0, rate=config.rate, partitions=config.partitions),
-                SyntheticConfig(seed=config.seed, drift_every=config.drift_every),
-                stop=producer_stop,
-                progress=lambda r: None,
-            )
+            produce(kafka, ProduceConfig(topic=topic, count=0, rate=config.rate,
+                                         partitions=config.partitions),
+                    syn, stop=producer_stop, report=produced, progress=lambda r: None)
 
         producer = threading.Thread(target=run_producer, name="demo-producer", daemon=True)
         producer.start()
         stack.callback(producer.join, 10)
-        consumer = (
-            stack.enter_context(
-                ClickConsumer(
-                    kafka, ConsumerConfig(topic=topic, group_id=""), partitions=list(range(config.partitions))
-                )
-            )
-            if _wait_topic(kafka, topic, config.partitions)
-            else None
-        )
-        if consumer is None:
-            raise RuntimeError("the demo topic was not created")
-        pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(1, "repartition"))
-        window = AccessWindow(26, WindowConfig(capacity=config.window))
-        pending: concurrent.futures.Future | None = None
-        pending_since = 0.0
-        buffered: list[np.ndarray] = []
-        n_buffered = 0
+
+        job = Job(
+            KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=f"{topic}-trainer"),
+                      idle_s=3600.0, poll_s=0.05),
+            ModelConfig(model="deepfm", embed_dim=config.embed_dim, hidden=(64, 32),
+                        seed=config.seed),
+            StoreConfig(seed=config.seed),
+            TrainConfig(staleness=config.staleness, global_batch=config.global_batch,
+                        warmup=config.warmup, log_every=0),
+            online=OnlineConfig(repartition_interval=str(config.repartition_interval),
+                                window=config.window, checkpoint_dir=str(directory / "checkpoints"),
+                                checkpoint_interval=config.checkpoint_interval,
+                                keep_checkpoints=2),
+            seed=config.seed, metrics_port=base)
+        ranks_stop = stop_event()
+
+        def run_training() -> None:
+            try:
+                results.extend(launch(run_rank, job, LaunchConfig(workers=config.workers,
+                                                                 timeout_s=300), ranks_stop))
+            except BaseException as exc:  # reported by the main thread
+                failure.append(exc)
+
+        trainer = threading.Thread(target=run_training, name="demo-training", daemon=True)
+        trainer.start()
+        print(f"{config.workers} training rank(s) starting; metrics at " + "  ".join(urls),
+              flush=True)
         t0 = time.monotonic()
-        last_view = last_rate_t = t0
-        last_rate_records = 0
-        next_repartition = t0 + config.repartition_every_s
-        while not stop.is_set():
-            now = time.monotonic()
-            if now - t0 >= config.duration_s:
-                break
-            batch = consumer.next_batch(8192, timeout=0.2)
-            if len(batch):
-                window.add(batch.ids)
-                buffered.append(batch.ids)
-                n_buffered += len(batch)
-            while n_buffered >= config.global_batch:
-                ids = np.concatenate(buffered)
-                step, rest = ids[: config.global_batch], ids[config.global_batch :]
-                buffered, n_buffered = [rest], rest.shape[0]
-                graph = placement or hash_placement
-                timeline.t.append(now - t0)
-                timeline.rr_hash.append(
-                    remote_rows_per_sample(step, route(step, hash_placement), hash_placement)
-                )
-                timeline.rr_graph.append(remote_rows_per_sample(step, route(step, graph), graph))
-            if pending is not None and pending.done():
-                placement, seconds, rows, nbytes = pending.result()
-                timeline.repartitions.append(
-                    {
-                        "t": pending_since - t0,
-                        "version": placement.version,
-                        "seconds": seconds,
-                        "rows_moved": rows,
-                        "bytes_moved": nbytes,
-                    }
-                )
-                pending = None
-            if pending is None and now >= next_repartition and len(window) >= config.global_batch:
-                graph_window = WindowGraph.from_dense(window.samples(), start=window.start)
-                which = full if placement is None else incremental
-                pending, pending_since = (
-                    pool.submit(_repartition, which, graph_window, placement, config.workers),
-                    now,
-                )
-                next_repartition = now + config.repartition_every_s
-            if now - last_rate_t >= 1.0:
-                s = consumer.stats
-                timeline.throughput_t.append(now - t0)
-                timeline.throughput.append((s.records - last_rate_records) / (now - last_rate_t))
-                last_rate_records, last_rate_t = s.records, now
-            if now - last_view >= (0.5 if tty else 5.0):
-                last_view = now
-                _view(out, tty, now - t0, config, consumer, timeline, placement)
-        _view(out, tty, time.monotonic() - t0, config, consumer, timeline, placement, final=True)
-        consumed = consumer.stats.records
-        rejected = sum(consumer.stats.rejected.values())
-    return _write(config, timeline, produced, consumed, rejected)
+        last_view = 0.0
+        while trainer.is_alive():
+            now = time.monotonic() - t0
+            if (now >= config.duration_s or stop.is_set()) and not ranks_stop.is_set():
+                ranks_stop.set()  # the ranks finish their step, checkpoint and return
+                producer_stop.set()
+            try:
+                snap = _combine(now, [scrape(u) for u in urls])
+            except OSError:
+                snap = None  # ranks still starting, or already gone
+            if snap is not None:
+                timeline.snaps.append(snap)
+                timeline.produced.append((now, produced.records))
+                if now - last_view >= (0.5 if tty else 5.0):
+                    last_view = now
+                    _view(out, tty, config, timeline, urls)
+            trainer.join(timeout=1.0)
+        if failure:
+            raise failure[0]
+        if timeline.snaps:
+            _view(out, tty, config, timeline, urls, final=True)
+    return _write(config, directory, timeline, results, produced)
 
 
-def _wait_topic(kafka: KafkaSettings, topic: str, partitions: int, timeout: float = 30.0) -> bool:
-    from kafka import KafkaConsumer
-
-    probe = KafkaConsumer(**kafka.client_kwargs())
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            parts = probe.partitions_for_topic(topic)
-            if parts and len(parts) >= partitions:
-                return True
-            time.sleep(0.2)
-        return False
-    finally:
-        probe.close()
+def _rate(tl: _Timeline, attr: str, span: float = 5.0) -> float:
+    snaps = tl.snaps
+    if len(snaps) < 2:
+        return 0.0
+    last = snaps[-1]
+    first = next((s for s in snaps if s.t >= last.t - span), snaps[0])
+    if last.t <= first.t:
+        return 0.0
+    return (getattr(last, attr) - getattr(first, attr)) / (last.t - first.t)
 
 
-def _mean_tail(values: list[float], n: int = 20) -> float:
-    return float(np.mean(values[-n:])) if values else float("nan")
+def _recent(tl: _Timeline, span: float = 5.0) -> tuple[_Snapshot, _Snapshot]:
+    last = tl.snaps[-1]
+    return next((s for s in tl.snaps if s.t >= last.t - span), tl.snaps[0]), last
 
 
-def _view(
-    out,
-    tty: bool,
-    elapsed: float,
-    config: DemoConfig,
-    consumer,
-    timeline: _Timeline,
-    placement,
-    final: bool = False,
-) -> None:
-    s = consumer.stats
-    rate = timeline.throughput[-1] if timeline.throughput else 0.0
-    rr_h, rr_g = _mean_tail(timeline.rr_hash), _mean_tail(timeline.rr_graph)
-    saving = (1 - rr_g / rr_h) * 100 if rr_h and rr_h == rr_h else float("nan")
-    last = timeline.repartitions[-1] if timeline.repartitions else None
+def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str],
+          final: bool = False) -> None:
+    first, s = _recent(tl)
+    trained = s.trained - first.trained
+    rrps = (s.not_held - first.not_held) / trained if trained > 0 else math.nan
+    produced = tl.produced[-1][1]
+    stale50 = _window_quantile(s.staleness, first.staleness, 0.5)
+    stale99 = _window_quantile(s.staleness, first.staleness, 0.99)
+    fresh99 = _window_quantile(s.freshness, first.freshness, 0.99)
+    ckpt = f"{s.checkpoint_age:.0f} s ago" if s.checkpoint_age == s.checkpoint_age else "none yet"
     lines = [
-        f"hetgmp demo  {elapsed:6.1f}s / {config.duration_s:.0f}s   workers {config.workers}   window {config.window:,}",
-        f"  consumed   {s.records:>12,} records   {rate:>9,.0f} records/s   rejected {sum(s.rejected.values()):,}",
-        f"  remote rows per sample (last 20 steps):  hash {rr_h:6.2f}   graph {rr_g:6.2f}   saving {saving:5.1f}%",
-        f"  placement  version {placement.version if placement else 0:<4d} repartitions {len(timeline.repartitions):<4d}"
-        + (f" last: {last['seconds']:.2f}s, {last['rows_moved']:,} rows moved" if last else ""),
+        f"hetgmp demo  {s.t:6.1f}s / {config.duration_s:.0f}s   {config.workers} rank(s), CPU/gloo"
+        f"   placement v{s.version:.0f}   repartitions {s.repartitions:.0f}",
+        f"  stream     produced {produced:>10,}   consumed {s.consumed:>10,.0f}   trained "
+        f"{s.trained:>10,.0f}   {_rate(tl, 'trained'):>7,.0f} samples/s",
+        f"  placement  remote rows/sample {rrps:5.2f}   rows migrated {s.migrated:>9,.0f}   "
+        f"steps while migrating {s.migrating_steps:.0f}",
+        f"  replicas   staleness p50 {stale50:.0f}  p99 {stale99:.0f} (bound {config.staleness})   "
+        f"refreshes {_rate(tl, 'refreshes'):,.0f}/s   pushes {_rate(tl, 'pushes'):,.0f}/s",
+        f"  model      loss {s.loss:.4f}   rolling AUC {s.auc:.4f}   freshness p99 <= "
+        f"{fresh99:.2g} s   checkpoint {ckpt}",
+        f"  metrics    {'  '.join(urls)}",
     ]
     if tty:
-        # Move back over the previous frame (the final frame too, so it replaces the last one).
         prefix = f"\x1b[{len(lines)}F" if getattr(_view, "drawn", False) else ""
         out.write(prefix + "\n".join(line + "\x1b[K" for line in lines) + "\n")
         _view.drawn = not final  # type: ignore[attr-defined]
     else:
-        out.write(" | ".join(line.strip() for line in lines[1:]) + "\n")
+        out.write(" | ".join(line.strip() for line in lines[:-1]) + "\n")
     out.flush()
 
 
-def _write(config: DemoConfig, tl: _Timeline, produced: ProduceReport, consumed: int, rejected: int) -> Path:
-    after_first = [i for i, t in enumerate(tl.t) if tl.repartitions and t >= tl.repartitions[0]["t"] + 1]
-    rr_h = float(np.mean([tl.rr_hash[i] for i in after_first])) if after_first else float("nan")
-    rr_g = float(np.mean([tl.rr_graph[i] for i in after_first])) if after_first else float("nan")
-    summary = {
+def _write(config: DemoConfig, directory: Path, tl: _Timeline, results: list[Any],
+           produced: ProduceReport) -> Path:
+    snaps = tl.snaps
+    # Per-interval figures between consecutive scrapes.
+    mid, rr, thr, aucs, auc_t = [], [], [], [], []
+    for a, b in zip(snaps, snaps[1:]):
+        dt, dn = b.t - a.t, b.trained - a.trained
+        if dt <= 0:
+            continue
+        mid.append(b.t)
+        thr.append(dn / dt)
+        rr.append((b.not_held - a.not_held) / dn if dn > 0 else math.nan)
+        if b.auc == b.auc:
+            aucs.append(b.auc)
+            auc_t.append(b.t)
+    marks = [b.t for a, b in zip(snaps, snaps[1:]) if b.version > a.version]
+    rank0 = results[0] if results else None
+    events = rank0.online.get("events", []) if rank0 else []
+    done = [e for e in events if e["event"] == "migration_done"]
+    totals = rank0.job_totals.summary() if rank0 else {}
+    summary: dict[str, Any] = {
         "duration_s": config.duration_s,
+        "workers": config.workers,
         "records_produced": produced.records,
-        "records_consumed": consumed,
-        "records_rejected": rejected,
-        "steps": len(tl.t),
-        "repartitions": len(tl.repartitions),
-        "remote_rows_per_sample_hash": round(rr_h, 3),
-        "remote_rows_per_sample_graph": round(rr_g, 3),
-        "saving_vs_hash_pct": round((1 - rr_g / rr_h) * 100, 1) if rr_h == rr_h and rr_h else None,
-        "mean_repartition_s": round(float(np.mean([r["seconds"] for r in tl.repartitions])), 3)
-        if tl.repartitions
-        else None,
-        "rows_moved_total": sum(r["rows_moved"] for r in tl.repartitions),
+        "records_consumed_last_scrape": int(snaps[-1].consumed) if snaps else 0,
+        "samples_trained": int(totals.get("samples_trained", 0)),
+        "steps": rank0.steps if rank0 else 0,
+        "samples_per_s": round(rank0.samples_per_s, 1) if rank0 else None,
+        "placement_version": rank0.placement.get("version") if rank0 else None,
+        "repartitions": sum(1 for e in events if e["event"] == "placement"),
+        "drift_triggers": sum(1 for e in events if e["event"] == "drift"),
+        "rows_migrated": int(sum(e["rows_moved"] for e in done)),
+        "remote_rows_per_sample": round(float(totals.get("remote_rows_per_sample", math.nan)), 3),
+        "bytes_per_sample": round(float(totals.get("bytes_per_sample", math.nan)), 1),
+        "max_staleness": totals.get("max_staleness"),
+        "progressive_auc_last": round(aucs[-1], 4) if aucs else None,
+        "freshness_p50_s": _round(rank0.online.get("freshness_p50_s")) if rank0 else None,
+        "freshness_p99_s": _round(rank0.online.get("freshness_p99_s")) if rank0 else None,
+        "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
+        "last_checkpoint_records": _checkpoint_records(directory / "checkpoints"),
+        "checkpoint_dir": str(directory / "checkpoints"),
     }
-    marks = [r["t"] + r["seconds"] for r in tl.repartitions]
     charts = [
-        Chart(
-            "Remote rows per sample",
-            "seconds",
-            "rows/sample",
-            [Series("hash placement", tl.t, tl.rr_hash), Series("graph placement", tl.t, tl.rr_graph)],
-            marks,
-            "new placement",
-        ),
-        Chart("Throughput", "seconds", "records/s", [Series("consumed", tl.throughput_t, tl.throughput)]),
-        Chart(
-            "Rows moved per repartition",
-            "seconds",
-            "rows",
-            [
-                Series(
-                    "rows moved",
-                    [r["t"] for r in tl.repartitions],
-                    [r["rows_moved"] for r in tl.repartitions],
-                )
-            ],
-        ),
-        Chart(
-            "Repartition time",
-            "seconds",
-            "seconds",
-            [
-                Series(
-                    "partitioner", [r["t"] for r in tl.repartitions], [r["seconds"] for r in tl.repartitions]
-                )
-            ],
-        ),
+        Chart("Remote rows per sample (rows neither owned nor fresh in a replica)", "seconds",
+              "rows/sample", [Series("all ranks", mid, rr)], marks, "new placement"),
+        Chart("Rolling AUC (each sample scored before its update)", "seconds", "AUC",
+              [Series("mean over ranks", auc_t, aucs)], marks, "new placement"),
+        Chart("Throughput", "seconds", "records/s", [
+            Series("trained", mid, thr),
+            Series("produced", [p[0] for p in tl.produced][1:],
+                   list(np.diff([p[1] for p in tl.produced]) / np.maximum(
+                       np.diff([p[0] for p in tl.produced]), 1e-9)))]),
+        Chart("Rows moved per migration", "records trained when it finished", "rows",
+              [Series("rows moved", [e["records"] for e in done],
+                      [e["rows_moved"] for e in done])]),
     ]
     notes = [
-        f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, produced at "
-        f"{config.rate:,.0f} records/s into the embedded broker; {config.workers} workers, global batch "
-        f"{config.global_batch:,}, window {config.window:,} samples. Averages are over steps after the first placement.",
-        "Training on these placements (ranks, replicas, staleness, live migration) is not part of this demo yet.",
+        f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, "
+        f"produced at {config.rate:,.0f} records/s into the embedded broker; {config.workers} "
+        f"CPU ranks train DeepFM (dim {config.embed_dim}) with staleness bound "
+        f"{config.staleness}, global batch {config.global_batch:,}.",
+        f"Placement: hash until {config.warmup:,} records, then a full METIS partition computed "
+        f"beside training, then the incremental partitioner every "
+        f"{config.repartition_interval:,} records or earlier when remote rows per sample rise "
+        "(drift). Rows migrate live in bounded chunks between steps.",
+        "Figures are scraped from the ranks' Prometheus endpoints once a second.",
     ]
-    directory = Path(config.report_dir) / time.strftime("demo-%Y%m%d-%H%M%S")
     return write_report(directory, "hetgmp-stream demo", summary, charts, notes)
+
+
+def _checkpoint_records(root: Path) -> int | None:
+    from trainer.checkpoint import latest
+
+    found = latest(root)
+    return found.records if found is not None else None
+
+
+def _round(x: Any) -> Any:
+    return round(x, 3) if isinstance(x, float) and x == x else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,7 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0])
     add_flags(p, DemoConfig, "demo")
     args = p.parse_args([a for a in (argv or []) if a != "--"])
-    config = build(DemoConfig, args)
+    try:
+        config = build(DemoConfig, args)
+    except ValueError as exc:
+        p.error(str(exc))
     stop = stop_on_signals()
     try:
         path = run_demo(config, stop)

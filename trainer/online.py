@@ -11,8 +11,8 @@
 * ``ready`` (rank 0): the partitioner has a new placement;
 * ``checkpoint`` (rank 0): the checkpoint interval has passed;
 * the records each rank read, the rows it did not hold and the samples it trained in the
-  previous step (for the drift test and the record budget), and how many window samples each
-  rank sends to rank 0 now.
+  previous step (for the drift test and the record budget), how many window samples each
+  rank sends to rank 0 now, and each rank's samples and rows (for the imbalance gauges).
 
 Then, in this order:
 
@@ -56,12 +56,12 @@ from streaming.types import ClickBatch, Clock
 from streaming.window import AccessWindow, WindowConfig
 from trainer import checkpoint as ckpt
 from trainer.comm import Comm
-from trainer.counters import StepCounters
+from trainer.counters import KINDS, StepCounters
 from trainer.migrate import Migration, move_chunk, row_bytes
 from trainer.step import Trainer
 from trainer.types import OnlineConfig, TrainConfig
 
-__all__ = ["OnlineLoop", "Control", "StepRecord", "restore"]
+__all__ = ["OnlineLoop", "Control", "StepRecord", "budget_share", "restore"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 _BASELINE_STEPS = 8
 # Weight of the newest step in the running level compared against the baseline.
 _EWMA = 0.25
+# Steps between refreshes of the placement gauges (rows owned grow as rows are created).
+_PUBLISH_EVERY = 10
 
 
 @dataclass
@@ -168,6 +170,11 @@ class OnlineLoop:
         self.moved_chunk = False
         self.checkpoint_seconds = 0.0
         self._rows_sent = 0
+        self.backlog = 0
+        self._rounds = 0
+        self.sample_imbalance = 1.0
+        self.row_imbalance = 1.0
+        self._started_ms = clock.time() * 1000.0
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,
                                  replica_fraction=train.replica_fraction, seed=seed)
@@ -180,7 +187,7 @@ class OnlineLoop:
     def control(self) -> Control:
         """The control all-reduce and everything decided by it (collective)."""
         world = self.world
-        vec = np.zeros(7 + world, np.int64)
+        vec = np.zeros(7 + 3 * world, np.int64)
         vec[0] = int(self.comm.stop_requested())
         if self.rank == 0:
             vec[1] = int(self._repartition_due())
@@ -189,13 +196,21 @@ class OnlineLoop:
             vec[3] = int(self._checkpoint_due())
         vec[4:7] = self._last
         vec[7 + self.rank] = self._window_out.shape[0]
+        vec[7 + world + self.rank] = self._last[2]
+        vec[7 + 2 * world + self.rank] = len(self.trainer.store)
         t = torch.from_numpy(vec).to(self.comm.device)
         self.comm.all_reduce_sum(t, "control")
         v = t.cpu().numpy()
         ctl = Control(stop=bool(v[0]), repartition=bool(v[1]), ready=bool(v[2]),
                       checkpoint=bool(v[3]), records=int(v[4]), rows_not_held=int(v[5]),
-                      samples=int(v[6]), window_rows=v[7:].copy())
+                      samples=int(v[6]), window_rows=v[7:7 + world].copy())
+        trained, rows = v[7 + world:7 + 2 * world], v[7 + 2 * world:]
+        if trained.sum():
+            self.sample_imbalance = float(trained.max() / trained.mean())
+        if rows.sum():
+            self.row_imbalance = float(rows.max() / rows.mean())
         self.records += ctl.records
+        self._rounds += 1
         if self.cfg.max_records and self.records >= self.cfg.max_records:
             ctl.stop = True
         if self.rank == 0 and ctl.samples:
@@ -232,8 +247,7 @@ class OnlineLoop:
         if not self.cfg.max_records:
             return None
         remaining = max(self.cfg.max_records - self.records, 0)
-        extra = (self.rank + self.trainer.step_index) % self.world < remaining % self.world
-        return remaining // self.world + int(extra)
+        return budget_share(remaining, self.rank, self.world, self._rounds)
 
     # -- after a step ------------------------------------------------------------------------
 
@@ -252,13 +266,20 @@ class OnlineLoop:
         fresh = np.zeros(0)
         stamps = batch.timestamps_ms[batch.timestamps_ms > 0] if n else batch.timestamps_ms[:0]
         if stamps.size:
-            fresh = np.maximum(self.clock.time() * 1000.0 - stamps, 0.0) / 1000.0
-            self.freshness.append(fresh)
+            now = self.clock.time() * 1000.0
+            fresh = np.maximum(now - stamps, 0.0) / 1000.0
+            # Records appended before this loop began waited for the job to start: a backlog,
+            # not the pipeline's latency; they are counted apart.
+            live = stamps >= self._started_ms
+            self.backlog += int(stamps.size - live.sum())
+            self.freshness.append(fresh[live])
         self.history.append(StepRecord(
             self.trainer.step_index, self.records, c.rows_not_held, c.samples_trained,
             int(c.traffic.sent.sum()), seconds, migrating, self.trainer.placement.version))
         if self.metrics is not None:
             self.metrics.on_step(c, seconds, fresh, migrating)
+            if self.trainer.step_index % _PUBLISH_EVERY == 0:
+                self.publish_placement()
 
     def note_read(self, n: int) -> None:
         """Records read for a step that ended the run (no trained step follows)."""
@@ -449,11 +470,8 @@ class OnlineLoop:
         if self.metrics is None:
             return
         tr = self.trainer
-        owned = len(tr.store)
-        counts = tr.placement.rows_owned()
-        mean = counts.mean() if counts.size and counts.sum() else 0.0
-        self.metrics.on_placement(tr.placement.version, owned, len(tr.replicas), 1.0,
-                                  float(counts.max() / mean) if mean else 1.0)
+        self.metrics.on_placement(tr.placement.version, len(tr.store), len(tr.replicas),
+                                  self.sample_imbalance, self.row_imbalance)
 
     @property
     def offsets(self) -> dict[int, int]:
@@ -542,6 +560,8 @@ class OnlineLoop:
             "freshness_p50_s": percentile(fresh, 50),
             "freshness_p99_s": percentile(fresh, 99),
             "freshness_count": int(fresh.size),
+            "freshness_backlog": self.backlog,
+            "traffic_sent": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.sent)},
             "records": self.records,
             "offsets": dict(self.offsets),
         }
@@ -549,6 +569,14 @@ class OnlineLoop:
     def freshness_seconds(self) -> np.ndarray:
         """Every freshness measured on this rank."""
         return np.concatenate(self.freshness) if self.freshness else np.zeros(0)
+
+
+def budget_share(remaining: int, rank: int, world: int, turn: int) -> int:
+    """Records ``rank`` may read of the ``remaining`` ones: an equal share, and the odd ones
+    in turn. ``turn`` must advance every round, step or not: a round in which nobody read is
+    no step, and a rank whose partitions are drained must not keep the odd record for ever."""
+    extra = (rank + turn) % world < remaining % world
+    return remaining // world + int(extra)
 
 
 def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:

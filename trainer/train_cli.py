@@ -65,6 +65,9 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                      help="rank r serves /metrics on this port + r (0: off)")
     met.add_argument("--metrics-host", default="127.0.0.1",
                      help="address the metrics are served on (0.0.0.0 for every interface)")
+    met.add_argument("--metrics-linger-s", type=float, default=0.0,
+                     help="keep serving metrics this long after the run ends, so that the last "
+                          "scrape of a bounded run sees its final figures")
     add_flags(parser.add_argument_group("synthetic stream", "shape of --source synthetic"),
               SyntheticConfig, "synthetic", prefix="synthetic", toml=toml)
     add_flags(parser.add_argument_group("kafka", "how to reach the cluster"), KafkaSettings,
@@ -83,7 +86,8 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     model = build(ModelConfig, args, seed=args.seed)
     store = build(StoreConfig, args, "store", seed=args.seed)
     common = dict(progressive=_PROGRESSIVE, seed=args.seed, online=online,
-                  metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+                  metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                  metrics_linger_s=args.metrics_linger_s)
     # Graph placement is computed online (cold start from hash) unless repartitioning is off:
     # then once, from a warm-up window, and never again (HET-GMP's static placement).
     static = train.placement == "graph" and not online.repartition.enabled

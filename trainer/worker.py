@@ -81,6 +81,8 @@ class Job:
         record_offsets: Return the ``(partition, offset)`` of every record trained.
         metrics_port: Serve Prometheus metrics on this port + rank (0: off).
         metrics_host: Address the metrics are served on.
+        metrics_linger_s: Keep serving metrics this long after the run ends (or until a stop
+            request), so that a last scrape sees the final figures of a bounded run.
     """
 
     source: SyntheticSpec | KafkaSpec
@@ -102,6 +104,7 @@ class Job:
     record_offsets: bool = False
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    metrics_linger_s: float = 0.0
 
     @property
     def partitions_online(self) -> bool:
@@ -378,7 +381,16 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
         result.trained_offsets = (np.concatenate(offsets_log) if offsets_log
                                   else np.zeros((0, 2), np.int64))
     result.audit = audit
+    if metrics is not None and job.metrics_linger_s > 0:
+        _linger(comm, clock, job.metrics_linger_s)
     return result
+
+
+def _linger(comm: Comm, clock: Clock, seconds: float) -> None:
+    """Keep the process (and its metrics server) up for ``seconds`` or until asked to stop."""
+    deadline = clock.monotonic() + seconds
+    while clock.monotonic() < deadline and not comm.stop_requested():
+        clock.sleep(0.1)
 
 
 def _local_auc(recent: list[tuple[np.ndarray, np.ndarray]]) -> float:

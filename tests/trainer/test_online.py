@@ -265,3 +265,81 @@ def _committed(kafka: KafkaSettings, topic: str, group: str) -> dict[int, int]:
         return out
     finally:
         client.close()
+
+
+# -- end to end: the placement follows a drifting stream -------------------------------------
+
+DRIFT_EVERY = 25_000
+STREAM = 100_000
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_placement_follows_a_drifting_stream(kafka: KafkaSettings, unique) -> None:
+    from bench.online import job_series
+
+    topic = unique("online-drift")
+    produce(kafka, ProduceConfig(topic=topic, count=STREAM, partitions=2),
+            SyntheticConfig(seed=2, drift_every=DRIFT_EVERY))
+    job = Job(
+        KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("drift-group")), idle_s=5.0,
+                  poll_s=0.05),
+        ModelConfig(embed_dim=8, hidden=(16,)),
+        train=TrainConfig(global_batch=1024, warmup=8_000, log_every=0),
+        online=OnlineConfig(repartition_interval="10000", window=30_000, max_records=STREAM))
+    results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=120))
+    assert results[0].job_totals.samples == STREAM
+    events = results[0].online["events"]
+    done = [e for e in events if e["event"] == "migration_done"]
+    versions = [e["version"] for e in done]
+    assert len(versions) >= 5 and versions == sorted(versions)  # the placement advances
+    assert results[0].placement["version"] == versions[-1]
+    s = job_series(results)
+    rrps = lambda m: s["rows_not_held"][m].sum() / s["samples"][m].sum()  # noqa: E731
+    cold = rrps(s["version"] == 0)  # hash placement before the first partition
+    for drift in range(DRIFT_EVERY, STREAM, DRIFT_EVERY):
+        # Right after the drift, on the placement of the old stream ...
+        hit = (s["records"] >= drift) & (s["records"] < drift + 4_000)
+        # ... and once a placement computed after the drift is in force, until the next one.
+        later = [e["step"] for e in done if e["records"] >= drift + 2_000]
+        assert later, f"no placement after the drift at {drift}"
+        settled = (s["step"] > later[0]) & (s["records"] < drift + DRIFT_EVERY)
+        assert settled.sum() >= 3, drift
+        assert rrps(settled) < rrps(hit) < cold, (drift, rrps(hit), rrps(settled), cold)
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(120)
+def test_record_budget_is_met_when_one_rank_has_all_the_records(kafka: KafkaSettings,
+                                                                 unique) -> None:
+    """--max-records hands the odd records to ranks in turn; a rank whose partitions are empty
+    must not keep the turn (the run would spin without a step for ever)."""
+    from kafka import KafkaProducer
+
+    from streaming.kafka import ensure_topic
+
+    topic, n = unique("online-budget"), 3_001
+    ensure_topic(kafka, topic, 2)
+    raw = KafkaProducer(**kafka.client_kwargs(), linger_ms=20)
+    for line in SyntheticStream(SYN).lines(0, n):
+        raw.send(topic, value=line, partition=0)  # rank 1's partition stays empty
+    raw.flush()
+    raw.close()
+    job = Job(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("budget-group")),
+                        idle_s=60.0, poll_s=0.05),
+              **EXACT, placement=Placement.hash(2), online=_online(max_records=n))
+    results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60))
+    assert results[0].job_totals.samples == n
+    assert [r.totals.counts["samples_read"] for r in results] == [n, 0]
+
+
+def test_budget_shares_add_up_and_rotate() -> None:
+    from trainer.online import budget_share
+
+    for remaining in (0, 1, 2, 7, 1000):
+        for turn in range(3):
+            shares = [budget_share(remaining, r, 3, turn) for r in range(3)]
+            assert sum(shares) == remaining
+    # One record left, the only rank with data is rank 0: it gets the turn within a round or
+    # two, however many rounds pass without a step.
+    assert any(budget_share(1, 0, 2, turn) == 1 for turn in (5, 6))
