@@ -105,6 +105,11 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     return job, launch
 
 
+def _finite(x: Any) -> Any:
+    """None for NaN (JSON has no NaN), the value otherwise."""
+    return None if isinstance(x, float) and x != x else x
+
+
 def _summary(result: Any, args: argparse.Namespace) -> dict[str, Any]:
     totals = result.job_totals.summary()
     out: dict[str, Any] = {
@@ -121,8 +126,8 @@ def _summary(result: Any, args: argparse.Namespace) -> dict[str, Any]:
         "progressive_auc": result.progressive_auc,
         "placement": result.placement,
         "placements_moved_to": result.online.get("placements", 0),
-        "freshness_p50_s": result.online.get("freshness_p50_s"),
-        "freshness_p99_s": result.online.get("freshness_p99_s"),
+        "freshness_p50_s": _finite(result.online.get("freshness_p50_s")),
+        "freshness_p99_s": _finite(result.online.get("freshness_p99_s")),
         "resumed_from_step": result.resumed_from,
     }
     out.update({k: totals[k] for k in (
