@@ -63,12 +63,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--drift-every", type=int, default=60_000, help="records between drifts")
     p.add_argument("--warmup", type=int, default=30_000,
                    help="records before the first placement (both modes)")
-    p.add_argument("--interval", type=int, default=30_000,
+    p.add_argument("--interval", type=int, default=20_000,
                    help="online: records between repartitions")
     p.add_argument("--drift-threshold", type=float, default=0.25,
                    help="online: repartition early on this rise of remote rows per sample")
     p.add_argument("--window", type=int, default=120_000, help="online: window samples")
-    p.add_argument("--chunk-bytes", type=int, default=1 << 20, help="online: migration chunk")
+    p.add_argument("--window-sample", type=float, default=1.0,
+                   help="online: fraction of the samples sent to rank 0's window")
+    p.add_argument("--chunk-bytes", type=int, default=256 << 10,
+                   help="online: most bytes of rows a migration moves between two steps")
     p.add_argument("--workers", type=int, default=2, help="ranks")
     p.add_argument("--partitions", type=int, default=4, help="topic partitions")
     p.add_argument("--global-batch", type=int, default=2048, help="samples per step")
@@ -95,7 +98,8 @@ def _job(args: argparse.Namespace, kafka: KafkaSettings, topic: str, mode: str) 
     online = OnlineConfig(
         repartition_interval=str(args.interval) if mode == "online" else "0",
         drift_threshold=args.drift_threshold if mode == "online" else 0.0,
-        window=args.window, migration_chunk_bytes=args.chunk_bytes, max_records=args.records)
+        window=args.window, window_sample=args.window_sample,
+        migration_chunk_bytes=args.chunk_bytes, max_records=args.records)
     model = ModelConfig(model="deepfm", embed_dim=args.embed_dim, hidden=(64, 32),
                         seed=args.seed)
     return Job(spec, model, StoreConfig(seed=args.seed), train, online=online, seed=args.seed)

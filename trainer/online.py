@@ -19,10 +19,11 @@ Then, in this order:
 1. **Window.** Each rank sends the ids of the samples it read in the previous step (or a
    ``--window-sample`` fraction of them) to rank 0: a little every step rather than a large
    gather that would stall one step.
-2. **Repartition.** Rank 0 hands the samples gathered since the last plan to a partitioner
-   thread, which rolls them into its access window and computes placement ``v+1``: a full
-   (METIS) partition at cold start, the incremental one after that. Training does not wait
-   for it; the thread's numpy and METIS work runs beside the steps.
+2. **Repartition.** Rank 0 hands the samples gathered since the last plan to its partitioner
+   process (:class:`~trainer.partition_worker.PartitionerProcess`), which rolls them into its
+   access window and computes placement ``v+1``: a full (METIS) partition at cold start, the
+   incremental one after that. Training does not wait for it, and its numpy and METIS work
+   never holds the training process's GIL.
 3. **Placement.** When the thread is done, rank 0 broadcasts the placement; every rank pushes
    its pending replica updates, switches to the new replica sets and starts a
    :class:`~trainer.migrate.Migration`.
@@ -51,13 +52,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
+from partitioner import PartitionConfig, Placement
 from streaming.types import ClickBatch, Clock
-from streaming.window import AccessWindow, WindowConfig
 from trainer import checkpoint as ckpt
 from trainer.comm import Comm
 from trainer.counters import KINDS, StepCounters
 from trainer.migrate import Migration, move_chunk, row_bytes
+from trainer.partition_worker import PartitionerProcess
 from trainer.step import Trainer
 from trainer.types import OnlineConfig, TrainConfig
 
@@ -159,8 +160,7 @@ class OnlineLoop:
         self._executor: ThreadPoolExecutor | None = None
         self._future: Future[tuple[Placement, float, str]] | None = None
         self._parts: list[np.ndarray] = []
-        self._window: AccessWindow | None = None
-        self._partitioner: IncrementalPartitioner | None = None
+        self._worker: PartitionerProcess | None = None
         self._computed = False
         self._rep_records, self._rep_time = records, clock.monotonic()
         self._level: float | None = None
@@ -178,8 +178,7 @@ class OnlineLoop:
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,
                                  replica_fraction=train.replica_fraction, seed=seed)
-            self._partitioner = IncrementalPartitioner(pc)
-            self._window = AccessWindow(trainer.n_fields, WindowConfig(capacity=config.window))
+            self._worker = PartitionerProcess(trainer.n_fields, config.window, pc)
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="hetgmp-partitioner")
 
     # -- before a step -----------------------------------------------------------------------
@@ -335,7 +334,7 @@ class OnlineLoop:
         return False
 
     def _start_partition(self) -> None:
-        assert self._executor is not None and self._window is not None
+        assert self._executor is not None and self._worker is not None
         parts, self._parts = self._parts, []
         current = self.trainer.placement if self._computed else None
         version = self.trainer.placement.version
@@ -344,22 +343,9 @@ class OnlineLoop:
         self.events.append({"event": "repartition", "step": self.trainer.step_index,
                             "records": self.records,
                             "kind": "incremental" if self._computed else "full"})
-        self._future = self._executor.submit(self._partition, parts, current, version)
+        # The thread only waits on the partitioner process (no GIL held while it waits).
+        self._future = self._executor.submit(self._worker.partition, parts, current, version)
         self._computed = True
-
-    def _partition(self, parts: list[np.ndarray], current: Placement | None,
-                   version: int) -> tuple[Placement, float, str]:
-        """Partitioner thread: roll the new samples into the window and place them."""
-        assert self._window is not None and self._partitioner is not None
-        t0 = self.clock.monotonic()
-        for p in parts:
-            self._window.add(p)
-        indptr, indices = self._window.csr()
-        graph = WindowGraph(indptr, indices, start=self._window.start)
-        placement = self._partitioner.partition(graph, current)
-        if placement.version <= version:
-            placement = placement.with_version(version + 1)
-        return placement, self.clock.monotonic() - t0, "full" if current is None else "incremental"
 
     # -- placement and migration -------------------------------------------------------------
 
@@ -370,8 +356,7 @@ class OnlineLoop:
             placement, seconds, kind = self._future.result()
             self._future = None
             payload = (placement, seconds, kind)
-            log.info("placement v%d computed (%s) in %.2f s from %d window samples",
-                     placement.version, kind, seconds, len(self._window or ()))
+            log.info("placement v%d computed (%s) in %.2f s", placement.version, kind, seconds)
         placement, seconds, kind = self.comm.broadcast_object(payload)
         size = placement.ids.nbytes + placement.owners.nbytes + sum(
             r.nbytes for r in placement.replicas)
@@ -543,7 +528,9 @@ class OnlineLoop:
         return manifest
 
     def close(self) -> None:
-        """Stop the partitioner thread (a placement still being computed is dropped)."""
+        """Stop the partitioner (a placement still being computed is dropped)."""
+        if self._worker is not None:
+            self._worker.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
