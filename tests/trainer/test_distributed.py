@@ -101,30 +101,12 @@ def three_ranks() -> list[list[RankResult]]:
     return [list(r) for r in zip(*per_rank)]
 
 
-def _max_diff(reference: RankResult, ranks: list[RankResult]) -> tuple[float, float]:
-    """Largest difference of dense parameters and of embedding rows."""
-    ref = reference.state
-    assert ref is not None
-    rows: dict[int, torch.Tensor] = {}
-    for r in ranks:
-        assert r.state is not None
-        for i, row in zip(r.state.ids.tolist(), r.state.rows):
-            assert i not in rows, "a row owned by two ranks"
-            rows[i] = row
-        for name, value in r.state.dense.items():  # every rank holds the same dense copy
-            assert torch.equal(value, ranks[0].state.dense[name])  # type: ignore[union-attr]
-    assert set(rows) == set(ref.ids.tolist())
-    emb = max(float((rows[i] - row).abs().max()) for i, row in zip(ref.ids.tolist(), ref.rows))
-    dense = max(float((ranks[0].state.dense[k] - v).abs().max())  # type: ignore[union-attr]
-                for k, v in ref.dense.items())
-    return dense, emb
-
-
 @pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn")],
                          ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd"])
-def test_two_ranks_s0_equal_single_process(two_ranks, single, job: int, model: str) -> None:
+def test_two_ranks_s0_equal_single_process(two_ranks, single, max_diff, job: int,
+                                           model: str) -> None:
     ranks = two_ranks[job]
-    dense, emb = _max_diff(single[model], ranks)
+    dense, emb = max_diff(single[model], ranks)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
     totals = ranks[0].job_totals
     assert totals.steps == STEPS and totals.samples == BATCH * STEPS
@@ -136,8 +118,9 @@ def test_two_ranks_s0_equal_single_process(two_ranks, single, job: int, model: s
 
 @pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn")],
                          ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd"])
-def test_three_ranks_s0_equal_single_process(three_ranks, single, job: int, model: str) -> None:
-    dense, emb = _max_diff(single[model], three_ranks[job])
+def test_three_ranks_s0_equal_single_process(three_ranks, single, max_diff, job: int,
+                                             model: str) -> None:
+    dense, emb = max_diff(single[model], three_ranks[job])
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
 
 

@@ -69,29 +69,6 @@ def _online(**kw: object) -> OnlineConfig:
                         migration_chunk_bytes=CHUNK, **kw)  # type: ignore[arg-type]
 
 
-def _rows(results: list[RankResult]) -> dict[int, torch.Tensor]:
-    rows: dict[int, torch.Tensor] = {}
-    for r in results:
-        assert r.state is not None
-        for i, row in zip(r.state.ids.tolist(), r.state.rows):
-            assert i not in rows, "a row owned by two ranks"
-            rows[i] = row
-    return rows
-
-
-def _max_diff(reference: RankResult, results: list[RankResult]) -> tuple[float, float]:
-    """Largest difference of dense parameters and of rows; the same rows must exist."""
-    ref = reference.state
-    assert ref is not None
-    rows = _rows(results)
-    assert set(rows) == set(ref.ids.tolist())
-    emb = max(float((rows[i] - row).abs().max()) for i, row in zip(ref.ids.tolist(), ref.rows))
-    first = results[0].state
-    assert first is not None
-    dense = max(float((first.dense[k] - v).abs().max()) for k, v in ref.dense.items())
-    return dense, emb
-
-
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("ckpt")
@@ -131,9 +108,9 @@ def two_ranks(single: dict[str, RankResult], dirs: dict[str, Path]) -> list[list
     return [list(r) for r in zip(*per_rank)]
 
 
-def test_migrations_keep_s0_training_exact(two_ranks, single) -> None:
+def test_migrations_keep_s0_training_exact(two_ranks, single, max_diff) -> None:
     ranks = two_ranks[0]
-    dense, emb = _max_diff(single["reference"], ranks)
+    dense, emb = max_diff(single["reference"], ranks)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
     online = ranks[0].online
     assert online["placements"] == 5
@@ -149,7 +126,8 @@ def test_migrations_keep_s0_training_exact(two_ranks, single) -> None:
     assert ranks[0].job_totals.steps == STEPS
 
 
-def test_checkpoint_of_two_ranks_resumes_on_one(two_ranks, single, dirs) -> None:
+def test_checkpoint_of_two_ranks_resumes_on_one(two_ranks, single, dirs, max_diff,
+                                                rows_of) -> None:
     first = two_ranks[1]
     assert first[0].steps == STEPS // 2
     manifest = ckpt.latest(dirs["two"])
@@ -157,21 +135,21 @@ def test_checkpoint_of_two_ranks_resumes_on_one(two_ranks, single, dirs) -> None
     assert manifest.records == BATCH * STEPS // 2
     # Rows on disk are exactly the ranks' rows, each id once (load_rows checks that).
     ids, values, state, versions = ckpt.load_rows(manifest)
-    assert np.array_equal(ids, np.sort(np.array(list(_rows(first)))))
+    assert np.array_equal(ids, np.sort(np.array(list(rows_of(first)))))
     assert state.shape[1] == 1 and versions.min() >= 1
     resumed = run_rank(LocalComm(), Job(
         SOURCE, **EXACT, placement=Placement.hash(1),
         online=_online(checkpoint_dir=str(dirs["two"]), resume=True), return_state=True))
     assert resumed.resumed_from == STEPS // 2 and resumed.steps == STEPS
-    dense, emb = _max_diff(single["reference"], [resumed])
+    dense, emb = max_diff(single["reference"], [resumed])
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
 
 
-def test_checkpoint_of_one_rank_resumes_on_two(two_ranks, single) -> None:
+def test_checkpoint_of_one_rank_resumes_on_two(two_ranks, single, max_diff) -> None:
     assert single["first_half"].steps == STEPS // 2
     ranks = two_ranks[2]
     assert ranks[0].resumed_from == STEPS // 2
-    dense, emb = _max_diff(single["reference"], ranks)
+    dense, emb = max_diff(single["reference"], ranks)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
 
 
