@@ -16,9 +16,9 @@
 
 Then, in this order:
 
-1. **Window.** Each rank sends the ids of the samples it read in the previous step (or a
-   ``--window-sample`` fraction of them) to rank 0: a little every step rather than a large
-   gather that would stall one step.
+1. **Window.** Each rank sends rank 0 the ids of the samples it read in the previous step and
+   did not route to rank 0 (rank 0 holds those already), or a ``--window-sample`` fraction of
+   them: a little every step rather than a large gather that would stall one step.
 2. **Repartition.** Rank 0 hands the samples gathered since the last plan to its partitioner
    process (:class:`~trainer.partition_worker.PartitionerProcess`), which rolls them into its
    access window and computes placement ``v+1``: a full (METIS) partition at cold start, the
@@ -254,13 +254,17 @@ class OnlineLoop:
                    migrating: bool) -> None:
         """Account for a trained step: window samples, freshness, history, metrics."""
         n = len(batch)
-        if self.partition and n:
-            ids = batch.ids
-            if self.cfg.window_sample < 1.0:
-                ids = ids[self._rng.random(n) < self.cfg.window_sample]
-            self._window_out = ids
-        else:
-            self._window_out = self._window_out[:0]
+        self._window_out = self._window_out[:0]
+        if self.partition:
+            # Every sample reaches rank 0's window once: rank 0 adds what it read and what was
+            # routed to it; the others send what they read and did not route to rank 0.
+            tr = self.trainer
+            if self.rank == 0:
+                mine = [self._sample(batch.ids), self._sample(tr.last_routed_in)]
+                self._parts += [m for m in mine if m.shape[0]]
+            elif n:
+                keep = tr.last_dest != 0 if tr.last_dest is not None else slice(None)
+                self._window_out = self._sample(batch.ids[keep])
         self._last = (n, c.rows_not_held, c.samples_trained)
         fresh = np.zeros(0)
         stamps = batch.timestamps_ms[batch.timestamps_ms > 0] if n else batch.timestamps_ms[:0]
@@ -279,6 +283,12 @@ class OnlineLoop:
             self.metrics.on_step(c, seconds, fresh, migrating)
             if self.trainer.step_index % _PUBLISH_EVERY == 0:
                 self.publish_placement()
+
+    def _sample(self, ids: np.ndarray) -> np.ndarray:
+        """The ``--window-sample`` share of ``ids`` (all of them by default)."""
+        if self.cfg.window_sample >= 1.0 or ids.shape[0] == 0:
+            return ids
+        return ids[self._rng.random(ids.shape[0]) < self.cfg.window_sample]
 
     def note_read(self, n: int) -> None:
         """Records read for a step that ended the run (no trained step follows)."""

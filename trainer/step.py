@@ -125,6 +125,8 @@ class Trainer:
         self.routes = tc.routes and comm.world > 1
         self.last_logits = torch.zeros(0)
         self.last_labels = np.zeros(0, np.float32)
+        self.last_dest: np.ndarray | None = None
+        self.last_routed_in = np.zeros((0, n_fields), np.int64)
 
     # -- training ----------------------------------------------------------------------------
 
@@ -206,12 +208,21 @@ class Trainer:
         c.samples_routed_out = int(n - counts[me])
         if not self.routes:
             c.samples_trained = n
+            self.last_dest = None
+            self.last_routed_in = self.last_routed_in[:0]
             return batch, global_n
         perm = np.argsort(dest, kind="stable")
         packed = _pack(batch.take(perm)).to(comm.device)
         received = comm.all_to_all(packed, counts, heard[:, 0], "route").cpu().numpy()
         local = _unpack(received, self.n_fields, self.n_dense)
         c.samples_trained = len(local)
+        # Which of the samples read here went to rank 0, and the ids of those other ranks
+        # routed here: rank 0 holds these already (the online loop's window need not resend).
+        self.last_dest = dest
+        bounds = np.concatenate([[0], np.cumsum(heard[:, 0])])
+        mine = np.zeros(len(local), dtype=bool)
+        mine[bounds[me]:bounds[me + 1]] = True
+        self.last_routed_in = local.ids[~mine]
         return local, global_n
 
     def _dense_tensor(self, dense: np.ndarray) -> torch.Tensor:

@@ -63,3 +63,60 @@ def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]
         main(["--global-batch", "0"])
     assert info.value.code == 2
     assert "global_batch" in capsys.readouterr().err
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaSettings, unique,
+                                                                   tmp_path) -> None:
+    """The whole path a deployment relies on: SIGTERM -> last step -> checkpoint -> commit ->
+    exit 0; then --resume continues right after it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from trainer import checkpoint as ckpt
+
+    topic, group = unique("sigterm"), unique("sigterm-group")
+    produce(kafka, ProduceConfig(topic=topic, count=40_000, partitions=2), SyntheticConfig(seed=4))
+    argv = [sys.executable, "-m", "trainer.train_cli", "--workers", "2", "--source", "kafka",
+            "--records", "0", "--idle-s", "300", "--bootstrap-servers", kafka.bootstrap_servers,
+            "--consumer-topic", topic, "--consumer-group-id", group, "--warmup", "4000",
+            "--repartition-interval", "8000", "--checkpoint-dir", str(tmp_path),
+            "--checkpoint-interval", "0", "--log-every", "1", *SMALL[:-6]]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        # Wait until training is under way (progress lines on stderr), then ask it to stop.
+        deadline = time.monotonic() + 120
+        seen = 0
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if " step " in line and "samples/s" in line:
+                seen += 1
+                if seen >= 12:
+                    break
+        assert seen >= 12, "training never got going"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert 0 < s["samples"] < 40_000  # stopped early, not at the end of the topic
+    manifest = ckpt.latest(tmp_path)
+    assert manifest is not None and manifest.records == s["samples"]
+    assert sum(manifest.offsets.values()) * 16 >= manifest.records  # 16 records a message
+
+    # --resume: the rest of the topic, nothing twice.
+    code = main(["--workers", "2", "--source", "kafka", "--records", "0", "--idle-s", "4",
+                 "--bootstrap-servers", kafka.bootstrap_servers, "--consumer-topic", topic,
+                 "--consumer-group-id", group, "--warmup", "4000", "--repartition-interval",
+                 "8000", "--checkpoint-dir", str(tmp_path), "--resume", *SMALL])
+    assert code == 0
+    final = ckpt.latest(tmp_path)
+    assert final is not None and final.records == 40_000
