@@ -34,14 +34,19 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/hetgmp demo $(DEMO_ARGS)
 
-# Debian tools the deployment tests use (docker-compose validates offline, promtool checks the
-# Prometheus config). Installed when running as root with apt-get (CI); otherwise those tests skip.
+# Debian tools the tests use: a real Prometheus server and promtool (package prometheus), and
+# docker-compose to validate the compose file offline. Installed with apt-get as root (CI) or
+# through passwordless sudo; otherwise the note says what to install.
+APT_PACKAGES := prometheus docker-compose
 tools:
-	@if command -v promtool >/dev/null && command -v docker-compose >/dev/null; then :; \
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-compose >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian packages: prometheus docker-compose"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; \
-	else echo "note: install Debian's prometheus and docker-compose to run the deployment tests"; fi
+		echo "installing Debian packages: $(APT_PACKAGES)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages with sudo: $(APT_PACKAGES)"; \
+		sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	else echo "note: install Debian's $(APT_PACKAGES) (apt-get install $(APT_PACKAGES)): the metrics tests need a real Prometheus"; fi
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)

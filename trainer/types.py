@@ -253,6 +253,8 @@ class OnlineConfig:
             raise ValueError("window_sample in (0, 1], keep_checkpoints >= 1, max_records >= 0")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir")
+        if Interval.parse(self.checkpoint_interval).enabled and not self.checkpoint_dir:
+            raise ValueError("--checkpoint-interval needs --checkpoint-dir")
 
     @property
     def repartition(self) -> Interval:

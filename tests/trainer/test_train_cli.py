@@ -120,3 +120,16 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     assert code == 0
     final = ckpt.latest(tmp_path)
     assert final is not None and final.records == 40_000
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--checkpoint-interval", "60s"], "--checkpoint-interval needs --checkpoint-dir"),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+    (["--repartition-interval", "soon"], "expected records"),
+])
+def test_online_settings_are_checked(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                     message: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
