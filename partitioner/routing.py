@@ -29,26 +29,34 @@ def capacity(num_samples: int, num_workers: int, epsilon: float) -> int:
 def held_matrix(placement: Placement, ids: np.ndarray) -> np.ndarray:
     """Which workers own or replicate each id: bool ``[len(ids), num_workers]``.
 
-    The replica sets are merged into one sorted table with a worker bit mask, so the cost is one
-    binary search per id whatever the worker count.
+    Ids are looked up once each (a batch repeats its hot ids many times): owners by one binary
+    search, replicas in the placement's cached table of replicated ids with a worker bit mask,
+    one binary search per id whatever the worker count.
     """
     flat = np.asarray(ids, dtype=np.int64).ravel()
     n = placement.num_workers
-    held = np.zeros((flat.size, n), dtype=bool)
-    held[np.arange(flat.size), placement.owner_of(flat)] = True
-    sizes = [r.size for r in placement.replicas]
-    if sum(sizes):
-        rep_ids = np.concatenate(placement.replicas)
-        rep_worker = np.repeat(np.arange(n), sizes)
-        table, inverse = np.unique(rep_ids, return_inverse=True)
-        bits = np.zeros(table.size, dtype=np.uint64)
-        np.bitwise_or.at(bits, inverse, np.left_shift(np.uint64(1), rep_worker.astype(np.uint64)))
-        pos = np.minimum(np.searchsorted(table, flat), table.size - 1)
-        hit = np.flatnonzero(table[pos] == flat)
+    uniq, inverse = _unique_inverse(flat)
+    held = np.zeros((uniq.size, n), dtype=bool)
+    held[np.arange(uniq.size), placement.owner_of(uniq)] = True
+    table, bits = placement.replica_table
+    if table.size:
+        pos = np.minimum(np.searchsorted(table, uniq), table.size - 1)
+        hit = np.flatnonzero(table[pos] == uniq)
         mask = bits[pos[hit]]
         for worker in range(n):
             held[hit, worker] |= (mask >> np.uint64(worker)) & np.uint64(1) == 1
-    return held
+    return held[inverse]
+
+
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and the index of each value among them."""
+    order = np.argsort(values)  # any order of equal values gives the same result
+    ordered = values[order]
+    first = np.ones(ordered.size, dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    inverse = np.empty(values.size, dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
 
 
 def local_counts(indptr: np.ndarray, indices: np.ndarray, placement: Placement) -> np.ndarray:

@@ -7,6 +7,7 @@ small protocol. The algorithms that produce these values live in the sibling mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -230,6 +231,26 @@ class Placement:
     def replica_counts(self) -> np.ndarray:
         """Replicas held by each worker (int64 ``[num_workers]``)."""
         return np.array([r.size for r in self.replicas], dtype=np.int64)
+
+    @cached_property
+    def replica_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every replicated id once, sorted, and a uint64 bit mask of the workers holding it.
+
+        Computed once per placement (routing asks for it every step).
+        """
+        sizes = [r.size for r in self.replicas]
+        if not sum(sizes):
+            return _EMPTY_IDS, np.zeros(0, dtype=np.uint64)
+        rep_ids = np.concatenate(self.replicas)
+        worker = np.repeat(np.arange(self.num_workers, dtype=np.uint64), sizes)
+        order = np.argsort(rep_ids, kind="stable")
+        rep_ids, worker = rep_ids[order], worker[order]
+        first = np.ones(rep_ids.size, dtype=bool)
+        first[1:] = rep_ids[1:] != rep_ids[:-1]
+        group = np.cumsum(first) - 1
+        bits = np.zeros(int(first.sum()), dtype=np.uint64)
+        np.bitwise_or.at(bits, group, np.left_shift(np.uint64(1), worker))
+        return _frozen(rep_ids[first]), _frozen(bits)
 
     def with_version(self, version: int) -> Placement:
         """The same placement under another version number."""
