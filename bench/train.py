@@ -66,6 +66,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="replica budget per rank, a fraction of the rows it uses (HET-GMP "
                         "replicates 1%%; with s = 10 a replica read costs ~1/7 of a fetch, "
                         "so a larger budget pays)")
+    p.add_argument("--route-epsilon", type=float, default=0.0,
+                   help="graph runs: most samples a rank takes in a step, over the mean")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ModelConfig(model=args.model, embed_dim=args.embed_dim, seed=args.seed,
                         hidden=tuple(int(x) for x in args.hidden.split(",") if x.strip()))
     train = TrainConfig(global_batch=args.global_batch, replica_fraction=args.replica_fraction,
-                        log_every=0)
+                        route_epsilon=args.route_epsilon, log_every=0)
     base = dict(source=SyntheticSpec(syn, w, t), model=model, store=StoreConfig(seed=args.seed),
                 heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
     print(f"== train bench: {args.model}, dim {args.embed_dim}, window {w:,}, train {t:,}, "

@@ -195,7 +195,7 @@ class Trainer:
         comm, me, world = self.comm, self.comm.rank, self.comm.world
         n = len(batch)
         if self.routes and n:
-            dest = route(batch.ids, self.placement)
+            dest = route(batch.ids, self.placement, self.train_config.route_epsilon)
         else:
             dest = np.full(n, me, dtype=np.int32)
         counts = np.bincount(dest, minlength=world).astype(np.int64)
