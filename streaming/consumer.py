@@ -323,6 +323,11 @@ class ClickConsumer:
             self._positions[p] = off
         self._pending = [r for r in self._pending if r.partition not in offsets]
 
+    def flush_dead_letters(self, timeout: float = 30.0) -> None:
+        """Block until every dead letter sent so far is acknowledged by the broker."""
+        if self._dlq is not None:
+            self._dlq.flush(timeout=timeout)
+
     def commit(self, offsets: Mapping[int, int] | None = None) -> bool:
         """Commit ``offsets`` (default: :meth:`snapshot`) for partitions still assigned.
 

@@ -268,7 +268,7 @@ def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None
             continue
         try:
             return read_manifest(d, verify=verify)
-        except CheckpointError as exc:
+        except (CheckpointError, ValueError, KeyError) as exc:  # ValueError: broken JSON
             log.warning("skipping checkpoint %s: %s", d, exc)
     return None
 

@@ -120,6 +120,7 @@ class OnlineLoop:
         fault: ``(rank, chunk)``: that rank kills itself with SIGKILL after moving that many
             chunks of a migration (tests of crash recovery).
         extra: Settings recorded in checkpoints and checked at resume.
+        resumed_step: Step of the checkpoint this run resumed from (None: a fresh start).
         check_owners: After every chunk, check on every rank that each row lives on exactly
             the rank the placement in force names (tests; costs a gather of every id).
     """
@@ -128,7 +129,8 @@ class OnlineLoop:
                  train: TrainConfig, clock: Clock, *, seed: int = 0, metrics: Any = None,
                  schedule: dict[int, Placement] | None = None, records: int = 0,
                  partition: bool = True, fault: tuple[int, int] | None = None,
-                 extra: dict[str, Any] | None = None, check_owners: bool = False) -> None:
+                 extra: dict[str, Any] | None = None, check_owners: bool = False,
+                 resumed_step: int | None = None) -> None:
         self.comm, self.trainer, self.source = comm, trainer, source
         self.cfg, self.train, self.clock = config, train, clock
         self.metrics = metrics
@@ -154,14 +156,16 @@ class OnlineLoop:
         self._last = (0, 0, 0)  # records read, rows not held, samples trained: previous step
         self._window_out = np.zeros((0, trainer.n_fields), np.int64)
         self._rng = np.random.default_rng(seed + 7919 * self.rank)
-        self._last_checkpoint_step = -1
+        # A resumed run does not rewrite the checkpoint it started from.
+        self._last_checkpoint_step = -1 if resumed_step is None else resumed_step
         self._ckpt_records, self._ckpt_time = records, clock.monotonic()
         # Rank 0: the partitioner, its thread, its window and the drift detector.
         self._executor: ThreadPoolExecutor | None = None
         self._future: Future[tuple[Placement, float, str]] | None = None
         self._parts: list[np.ndarray] = []
         self._worker: PartitionerProcess | None = None
-        self._computed = False
+        # A placement restored from a checkpoint is repaired incrementally, not replaced.
+        self._computed = trainer.placement.ids.size > 0
         self._rep_records, self._rep_time = records, clock.monotonic()
         self._level: float | None = None
         self._baseline: float | None = None
@@ -290,6 +294,14 @@ class OnlineLoop:
             return ids
         return ids[self._rng.random(ids.shape[0]) < self.cfg.window_sample]
 
+    def settle(self) -> None:
+        """Count the last step's records (collective): a run ended by ``--steps`` has no next
+        control round to count them before its final checkpoint."""
+        t = torch.tensor([self._last[0]], dtype=torch.int64, device=self.comm.device)
+        self.comm.all_reduce_sum(t, "control")
+        self.records += int(t.item())
+        self._last = (0, 0, 0)
+
     def note_read(self, n: int) -> None:
         """Records read for a step that ended the run (no trained step follows)."""
         self._last = (n, 0, 0)
@@ -306,6 +318,13 @@ class OnlineLoop:
         self._window_out = self._window_out[:0]
         if self.rank == 0 and got.numel():
             self._parts.append(got.cpu().numpy().reshape(-1, fields))
+        self._trim_parts()
+
+    def _trim_parts(self) -> None:
+        """Keep at most a window's worth of samples waiting for the partitioner."""
+        held = sum(p.shape[0] for p in self._parts)
+        while self._parts and held - self._parts[0].shape[0] >= self.cfg.window:
+            held -= self._parts.pop(0).shape[0]
 
     def _repartition_due(self) -> bool:
         if not self.partition or self._future is not None or self.migration is not None:
@@ -471,7 +490,7 @@ class OnlineLoop:
     @property
     def offsets(self) -> dict[int, int]:
         """Next Kafka offset per partition of what this rank has trained (empty otherwise)."""
-        return dict(getattr(self.source, "positions", {}))
+        return dict(getattr(self.source, "trained", {}))
 
     @property
     def migrating(self) -> bool:
@@ -509,6 +528,8 @@ class OnlineLoop:
             ckpt.save_dense(directory, {"flat": tr.dense.flat, **tr.optimizer.state_arrays()})
             ckpt.save_placement(directory, tr.placement)
         offsets: dict[int, int] = {}
+        if hasattr(self.source, "flush_dead_letters"):
+            self.source.flush_dead_letters()  # dead letters land before the offsets pass them
         mine = self.offsets
         for part in self.comm.all_gather_object(mine):
             offsets.update(part)
@@ -600,8 +621,13 @@ def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:
     return int(ids.size)
 
 
-def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any]) -> None:
-    """Refuse a checkpoint of another model shape."""
+def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any],
+                     topic: str | None = None) -> None:
+    """Refuse a checkpoint of another model shape, or of another topic."""
+    if manifest.topic and topic and manifest.topic != topic:
+        raise ckpt.CheckpointError(
+            f"{manifest.path} holds offsets of topic {manifest.topic!r}, this run reads "
+            f"{topic!r}: use another --checkpoint-dir")
     saved = manifest.extra
     diff = {k: (saved.get(k), v) for k, v in extra.items() if k in saved and saved[k] != v}
     if diff:

@@ -16,6 +16,7 @@ is a collective) until every rank's source has ended.
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass, field
 
@@ -148,9 +149,13 @@ class KafkaShard:
         self._read = 0
         self._last_data = self._clock.monotonic()
         self._ended = not mine
-        # Next offset per partition of the messages whose records have all been handed out:
-        # what a checkpoint taken now has trained.
+        # Next offset per partition of the messages whose records have all been handed out,
+        # and a snapshot of it after each batch handed out, taken off in order as the batches
+        # are trained: ``trained`` is what a checkpoint taken now holds (batches read ahead,
+        # e.g. for the warm-up placement, do not count until they are trained).
         self.positions: dict[int, int] = {}
+        self.trained: dict[int, int] = {}
+        self._handed: collections.deque[dict[int, int]] = collections.deque()
         if mine:
             self.consumer.start()
 
@@ -165,11 +170,35 @@ class KafkaShard:
         if mine:
             self.consumer.seek(mine)
             self.positions.update(mine)
+            self.trained.update(mine)
             log.info("partitions %s continue from offsets %s", sorted(mine), mine)
 
+    def mark_trained(self) -> None:
+        """The oldest batch handed out (non-empty) has been trained."""
+        if self._handed:
+            self.trained = self._handed.popleft()
+
+    def flush_dead_letters(self) -> None:
+        """Make sure every dead letter so far is on the broker (before a checkpoint covers
+        the records they replace)."""
+        self.consumer.flush_dead_letters()
+
     def commit(self, offsets: dict[int, int]) -> bool:
-        """Commit the next offsets of what was trained (after a durable checkpoint)."""
-        return self.consumer.commit(offsets)
+        """Commit the next offsets of what was trained (after a durable checkpoint).
+
+        A failed commit is logged, not raised: the checkpoint is durable and holds the offsets,
+        and a resume seeks to them whatever the group's committed offsets say.
+        """
+        if not self.spec.consumer.group_id:
+            return False  # no consumer group: nothing to commit to
+        from kafka.errors import KafkaError
+
+        try:
+            return self.consumer.commit(offsets)
+        except KafkaError as exc:
+            log.warning("commit of offsets %s failed (%s: %s); the checkpoint holds them",
+                        offsets, type(exc).__name__, exc)
+            return False
 
     def next(self, cap: int | None = None) -> ClickBatch:
         """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""
@@ -192,12 +221,14 @@ class KafkaShard:
                 self._ended = True
             return ClickBatch.empty(self.schema)
         data = ClickBatch.concat(self._buffer)
-        n = _message_cut(data, want, exact=cap is not None and cap < self.local_batch)
+        n = _message_cut(data, want, exact=cap is not None)
         out, rest = data.take(slice(0, n)), data.take(slice(n, None))
         self._buffer = [rest] if len(rest) else []
         self._buffered = len(rest)
         self._read += len(out)
         self._advance(out, rest)
+        if len(out):
+            self._handed.append(dict(self.positions))
         if self._budget is not None and self._read >= self._budget:
             self._ended = True
         return out

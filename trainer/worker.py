@@ -227,6 +227,14 @@ def _settle_placement(
 def _find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
     """The checkpoint a resumed job starts from (rank 0 looks; every rank gets its path)."""
     if not job.online.resume:
+        if job.online.checkpoint_dir:
+            used = comm.broadcast_object(
+                bool(ckpt.latest(job.online.checkpoint_dir, verify=False)) if comm.rank == 0
+                else None)
+            if used:
+                raise ckpt.CheckpointError(
+                    f"{job.online.checkpoint_dir} holds checkpoints of an earlier run: pass "
+                    "--resume to continue it, or use another --checkpoint-dir")
         return None
     path = None
     if comm.rank == 0:
@@ -292,7 +300,8 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
                           model=job.model, store=job.store, train=train, clock=clock)
         shape = _model_shape(job, len(schema.sparse), len(schema.dense))
         if manifest is not None:
-            check_compatible(manifest, shape)
+            topic = job.source.consumer.topic if isinstance(job.source, KafkaSpec) else None
+            check_compatible(manifest, shape, topic)
             rows = restore(trainer, manifest)
             log.info("rank %d: resumed from %s (step %d, %d records): %d rows", comm.rank,
                      manifest.path, manifest.step, manifest.records, rows)
@@ -301,7 +310,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             comm, trainer, source, job.online, train, clock, seed=job.seed, metrics=metrics,
             schedule=dict(job.schedule), records=manifest.records if manifest else 0,
             partition=job.partitions_online and comm.world > 1, fault=job.fault, extra=shape,
-            check_owners=job.audit)
+            check_owners=job.audit, resumed_step=manifest.step if manifest else None)
         if metrics is not None:
             loop.publish_placement()
         audit = trainer.exchange.start_audit() if job.audit else None
@@ -321,6 +330,8 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
                 batch = buffered.pop(0) if buffered else source.next(loop.read_cap())
                 done = not buffered and source.exhausted
             c = trainer.step(batch, exhausted=done)
+            if len(batch) and isinstance(source, KafkaShard):
+                source.mark_trained()  # the step applied it: a checkpoint may now cover it
             if c is None:
                 loop.note_read(len(batch))
                 break
@@ -345,6 +356,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
                 _log_progress(trainer, clock.monotonic() - t0, loop)
         seconds = max(comm.all_gather_object(clock.monotonic() - t0))
+        loop.settle()
         loop.checkpoint()
     finally:
         if loop is not None:

@@ -321,3 +321,51 @@ def test_budget_shares_add_up_and_rotate() -> None:
     # One record left, the only rank with data is rank 0: it gets the turn within a round or
     # two, however many rounds pass without a step.
     assert any(budget_share(1, 0, 2, turn) == 1 for turn in (5, 6))
+
+
+def test_run_ended_by_steps_counts_its_last_step(tmp_path: Path) -> None:
+    job = Job(SOURCE, EXACT["model"], EXACT["store"],
+              replace(EXACT["train"], steps=5),  # type: ignore[type-var]
+              placement=Placement.hash(1), online=_online(checkpoint_dir=str(tmp_path)))
+    result = run_rank(LocalComm(), job)
+    manifest = ckpt.latest(tmp_path)
+    assert result.steps == 5 and manifest is not None
+    assert manifest.records == result.job_totals.samples == 5 * BATCH
+
+
+def test_checkpoint_directories_are_not_reused_by_accident(tmp_path: Path) -> None:
+    online = _online(checkpoint_dir=str(tmp_path), max_records=2 * BATCH)
+    run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=online))
+    manifest = ckpt.latest(tmp_path)
+    assert manifest is not None
+    before = (manifest.path / ckpt.MANIFEST).stat().st_mtime_ns
+    # A fresh run may not write over another run's checkpoints ...
+    with pytest.raises(ckpt.CheckpointError, match="--resume"):
+        run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=online))
+    # ... and a resumed run with nothing left to train does not rewrite the one it resumed.
+    again = run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1),
+                                      online=replace(online, resume=True)))
+    assert again.resumed_from == manifest.step and again.job_totals.samples == 0
+    assert (manifest.path / ckpt.MANIFEST).stat().st_mtime_ns == before
+
+
+@pytest.mark.broker
+def test_records_read_ahead_for_the_warmup_are_not_checkpointed_untrained(
+        kafka: KafkaSettings, unique, tmp_path: Path) -> None:
+    """The static placement reads --warmup records before training them: a checkpoint taken
+    while some are still waiting must not cover them."""
+    topic = unique("online-warmup")
+    produce(kafka, ProduceConfig(topic=topic, count=6_000, partitions=2,
+                                 records_per_message=PER_MESSAGE), SYN)
+    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("warmup-group")),
+                     idle_s=3.0, poll_s=0.05)
+    train = replace(EXACT["train"], global_batch=480, warmup=3_000,  # type: ignore[type-var]
+                    steps=3)
+    job = Job(spec, EXACT["model"], EXACT["store"], train,
+              online=_online(checkpoint_dir=str(tmp_path)))
+    results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60))
+    trained = results[0].job_totals.samples
+    assert trained == 3 * 480  # 3 steps of a warm-up of about 3,000 records read
+    manifest = ckpt.latest(tmp_path)
+    assert manifest is not None and manifest.records == trained
+    assert sum(manifest.offsets.values()) * PER_MESSAGE == trained
