@@ -15,6 +15,7 @@ one rank of this process; torchrun itself takes the job down when a rank dies.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import logging
 import multiprocessing as mp
@@ -118,9 +119,14 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
     """Body of a spawned rank: run ``fn`` and report the outcome through ``conn``."""
     import torch.distributed as dist
 
-    # The parent stops ranks with SIGTERM; the default handler ends the process at once,
-    # which is what we want even inside a blocking collective.
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # SIGTERM to a rank (a process-group SIGTERM from systemd or `kill -- -PGID`, or the parent
+    # dying: PR_SET_PDEATHSIG) asks the whole job to stop gracefully through the shared stop
+    # event: last step, checkpoint, commit. A rank stuck in a collective with a dead peer does
+    # not run the handler; the parent's stop then kills it after a grace period.
+    if stop is not None:
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    _die_with_parent()
     logging.basicConfig(level=rv.log_level,
                         format=f"%(asctime)s %(levelname)s rank{rv.rank} %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(max(rv.log_level, logging.WARNING))
@@ -140,6 +146,14 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
         conn.close()
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; elsewhere a
+    no-op), so ranks never train on with nobody to collect them."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @contextlib.contextmanager

@@ -369,3 +369,47 @@ def test_records_read_ahead_for_the_warmup_are_not_checkpointed_untrained(
     manifest = ckpt.latest(tmp_path)
     assert manifest is not None and manifest.records == trained
     assert sum(manifest.offsets.values()) * PER_MESSAGE == trained
+
+
+def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
+    """A process-group SIGTERM (systemd, `kill -- -PGID`) reaches the ranks themselves: the job
+    still ends with its last step, a checkpoint and exit, not with killed ranks."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    from trainer.launch import stop_event
+
+    long = SyntheticSpec(SYN, start=WINDOW, records=BATCH * 2000)
+    job = Job(long, **EXACT, placement=Placement.hash(2),
+              online=_online(checkpoint_dir=str(tmp_path), checkpoint_interval=str(20 * BATCH)))
+    results: list[RankResult] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.extend(launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60),
+                                  stop_event()))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    ranks: list = []
+    while time.monotonic() < deadline and len(ranks) < 2:
+        ranks = [p for p in multiprocessing.active_children() if p.name.startswith("hetgmp-rank")]
+        time.sleep(0.2)
+    assert len(ranks) == 2
+    while time.monotonic() < deadline and ckpt.latest(tmp_path) is None:
+        time.sleep(0.2)  # training is under way once the first checkpoint is written
+    first = ckpt.latest(tmp_path)
+    assert first is not None
+    os.kill(ranks[1].pid, signal.SIGTERM)
+    thread.join(90)
+    assert not errors, errors
+    assert results and first.step < results[0].steps < 2000
+    manifest = ckpt.latest(tmp_path)
+    assert manifest is not None and manifest.step == results[0].steps
