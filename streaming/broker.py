@@ -22,7 +22,15 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["EmbeddedBroker", "BrokerUnavailable", "find_tansu", "free_port", "kafka_ready"]
+__all__ = [
+    "EmbeddedBroker",
+    "BrokerUnavailable",
+    "die_with_parent",
+    "find_tansu",
+    "free_port",
+    "kafka_ready",
+    "port_free",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +73,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _port_free(host: str, port: int) -> bool:
+def port_free(host: str, port: int) -> bool:
+    """Whether ``port`` can be bound on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         # As a server binds it: connections in TIME_WAIT from an earlier broker do not count,
         # a listener does.
@@ -104,11 +113,13 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
     return bytes(chunks)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; elsewhere a
+    no-op): used between fork and exec for the broker, and at start-up by trainer ranks."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
+    except (OSError, AttributeError):
         pass
 
 
@@ -156,7 +167,7 @@ class EmbeddedBroker:
         binary = find_tansu()
         if self.port is None:
             self.port = free_port(self.host)
-        elif not _port_free(self.host, self.port):
+        elif not port_free(self.host, self.port):
             # Checked up front: otherwise the readiness probe would be answered by whoever
             # holds the port, before our child fails to bind it.
             raise BrokerUnavailable(
@@ -180,7 +191,7 @@ class EmbeddedBroker:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             if self.log_file:

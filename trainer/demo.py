@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import socket
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from streaming.broker import BrokerUnavailable, EmbeddedBroker
+from streaming.broker import BrokerUnavailable, EmbeddedBroker, port_free
 from streaming.config import add_flags, build
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
@@ -167,15 +166,9 @@ def _window_quantile(now: list[tuple[float, float]], then: list[tuple[float, flo
 
 def _free_base(start: int, count: int) -> int:
     """The first base port from ``start`` with ``count`` free ports in a row on loopback."""
-    base = start
-    while base < start + 1000:
-        try:
-            for p in range(base, base + count):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.bind(("127.0.0.1", p))
+    for base in range(start, start + 1000, count):
+        if all(port_free("127.0.0.1", p) for p in range(base, base + count)):
             return base
-        except OSError:
-            base += count
     raise RuntimeError(f"no {count} free ports from {start}")
 
 

@@ -15,7 +15,6 @@ one rank of this process; torchrun itself takes the job down when a rank dies.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import logging
 import multiprocessing as mp
@@ -23,13 +22,13 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import signal
-import socket
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
+from streaming.broker import die_with_parent, free_port
 from streaming.config import env_value
 from trainer.comm import Comm, DistComm, LocalComm
 from trainer.types import LaunchConfig
@@ -72,12 +71,6 @@ def resolve_device(kind: str) -> str:
     if kind == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda, but torch sees no CUDA device")
     return kind
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -126,7 +119,7 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
     # not run the handler; the parent's stop then kills it after a grace period.
     if stop is not None:
         signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
-    _die_with_parent()
+    die_with_parent()
     logging.basicConfig(level=rv.log_level,
                         format=f"%(asctime)s %(levelname)s rank{rv.rank} %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(max(rv.log_level, logging.WARNING))
@@ -146,14 +139,6 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
         conn.close()
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; elsewhere a
-    no-op), so ranks never train on with nobody to collect them."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @contextlib.contextmanager
@@ -221,7 +206,7 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
         torch.set_num_threads(config.threads)
         return [fn(LocalComm(_device_for(device, 0), stop), arg)]
     ctx = mp.get_context("spawn")
-    init = f"tcp://127.0.0.1:{_free_port()}"
+    init = f"tcp://127.0.0.1:{free_port()}"
     procs, conns = [], []
     try:
         with _child_env(config.threads):

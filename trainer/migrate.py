@@ -165,7 +165,7 @@ def move_chunk(trainer: object, ids: np.ndarray, src: np.ndarray, dst: np.ndarra
     store.put(ints_in[:, 0], floats_in[:, :store.dim], floats_in[:, store.dim:], ints_in[:, 1],
               step)
     store.take(mine)
-    size = width * torch.empty(0, dtype=store.dtype).element_size() + 16
+    size = row_bytes(store.dim, store.optimizer.state_width, store.dtype)
     report.rows_sent = int(mine.size - counts[me])
     report.rows_received = int(ints_in.shape[0] - heard[me])
     report.bytes_sent = report.rows_sent * size

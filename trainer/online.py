@@ -46,7 +46,6 @@ import os
 import signal
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -464,7 +463,6 @@ class OnlineLoop:
         m = self.migration
         assert m is not None
         seconds = self.clock.monotonic() - self._migration_started
-        self.trainer.set_placement(m.new)
         rows = int(sum(self.comm.all_gather_object(self._rows_sent)))
         self._rows_sent = 0
         self.events.append({"event": "migration_done", "step": self.trainer.step_index,
@@ -633,11 +631,6 @@ def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any],
     if diff:
         detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in diff.items())
         raise ckpt.CheckpointError(f"{manifest.path} was written by another model ({detail})")
-
-
-def checkpoint_dir_of(config: OnlineConfig) -> Path | None:
-    """The checkpoint directory, or None."""
-    return Path(config.checkpoint_dir) if config.checkpoint_dir else None
 
 
 def percentile(values: np.ndarray, q: float) -> float:
