@@ -27,46 +27,30 @@ def capacity(num_samples: int, num_workers: int, epsilon: float) -> int:
 
 
 def held_matrix(placement: Placement, ids: np.ndarray) -> np.ndarray:
-    """Which workers own or replicate each id: bool ``[len(ids), num_workers]``.
-
-    Ids are looked up once each (a batch repeats its hot ids many times): owners by one binary
-    search, replicas in the placement's cached table of replicated ids with a worker bit mask,
-    one binary search per id whatever the worker count.
-    """
-    flat = np.asarray(ids, dtype=np.int64).ravel()
-    n = placement.num_workers
-    uniq, inverse = _unique_inverse(flat)
-    held = np.zeros((uniq.size, n), dtype=bool)
-    held[np.arange(uniq.size), placement.owner_of(uniq)] = True
-    table, bits = placement.replica_table
-    if table.size:
-        pos = np.minimum(np.searchsorted(table, uniq), table.size - 1)
-        hit = np.flatnonzero(table[pos] == uniq)
-        mask = bits[pos[hit]]
-        for worker in range(n):
-            held[hit, worker] |= (mask >> np.uint64(worker)) & np.uint64(1) == 1
-    return held[inverse]
-
-
-def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct values and the index of each value among them."""
-    order = np.argsort(values)  # any order of equal values gives the same result
-    ordered = values[order]
-    first = np.ones(ordered.size, dtype=bool)
-    first[1:] = ordered[1:] != ordered[:-1]
-    inverse = np.empty(values.size, dtype=np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    return ordered[first], inverse
+    """Which workers own or replicate each id: bool ``[len(ids), num_workers]``."""
+    owner, bits = placement.holders(ids)
+    held = np.zeros((owner.size, placement.num_workers), dtype=bool)
+    held[np.arange(owner.size), owner] = True
+    if bits.any():
+        for worker in range(placement.num_workers):
+            held[:, worker] |= (bits >> np.uint64(worker)) & np.uint64(1) == 1
+    return held
 
 
 def local_counts(indptr: np.ndarray, indices: np.ndarray, placement: Placement) -> np.ndarray:
-    """Per sample and worker, how many of the sample's ids the worker holds: int32 ``[B, N]``."""
-    held = held_matrix(placement, indices)
-    # A running sum over the entries, read at the CSR row bounds, sums each sample's rows without
-    # a Python loop and without np.add.at (slow on millions of entries); empty rows give zero.
-    csum = np.zeros((held.shape[0] + 1, placement.num_workers), dtype=np.int32)
-    np.cumsum(held, axis=0, dtype=np.int32, out=csum[1:])
-    return csum[indptr[1:]] - csum[indptr[:-1]]
+    """Per sample and worker, how many of the sample's ids the worker holds: int64 ``[B, N]``."""
+    n = placement.num_workers
+    num_samples = indptr.size - 1
+    owner, bits = placement.holders(indices)
+    sample = np.repeat(np.arange(num_samples, dtype=np.int64), np.diff(indptr))
+    scores = np.bincount(sample * n + owner, minlength=num_samples * n).reshape(num_samples, n)
+    replicated = np.flatnonzero(bits)
+    if replicated.size:
+        rep_sample, rep_bits = sample[replicated], bits[replicated]
+        for worker in range(n):
+            on = (rep_bits >> np.uint64(worker)) & np.uint64(1) == 1
+            scores[:, worker] += np.bincount(rep_sample[on], minlength=num_samples)
+    return scores
 
 
 def assign_with_capacity(scores: np.ndarray, cap: int) -> np.ndarray:

@@ -12,6 +12,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from partitioner.hashing import default_owner, fmix64
+from partitioner.idindex import IdIndex
+
 __all__ = [
     "MigrationPlan",
     "PartitionConfig",
@@ -23,43 +26,6 @@ __all__ = [
 ]
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
-
-
-def fmix64(ids: np.ndarray) -> np.ndarray:
-    """Mix 64-bit integers with the MurmurHash3 finaliser (fmix64).
-
-    Feature ids are themselves hashes, but their low bits need not be uniform (a producer might
-    use ``field << 40 | value``), so the default owner mixes them first. Python's ``hash()`` is
-    never used: it is salted per process and owners must agree across processes and runs.
-
-    Args:
-        ids: Integer array of any shape (int64 or uint64).
-
-    Returns:
-        A uint64 array of the same shape.
-    """
-    x = np.asarray(ids).astype(np.uint64, copy=True)
-    # uint64 arithmetic wraps modulo 2**64, which is exactly what the mixer needs.
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xFF51AFD7ED558CCD)
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xC4CEB9FE1A85EC53)
-        x ^= x >> np.uint64(33)
-    return x
-
-
-def default_owner(ids: np.ndarray, num_workers: int) -> np.ndarray:
-    """Owner of ids that no placement has placed explicitly: ``fmix64(id) mod num_workers``.
-
-    Args:
-        ids: int64 feature ids, any shape.
-        num_workers: Number of workers (> 0).
-
-    Returns:
-        int32 array of owners, same shape as ``ids``.
-    """
-    return (fmix64(ids) % np.uint64(num_workers)).astype(np.int32)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -251,6 +217,43 @@ class Placement:
         bits = np.zeros(int(first.sum()), dtype=np.uint64)
         np.bitwise_or.at(bits, group, np.left_shift(np.uint64(1), worker))
         return _frozen(rep_ids[first]), _frozen(bits)
+
+    @cached_property
+    def _holder_table(self) -> tuple[IdIndex, np.ndarray, np.ndarray] | None:
+        """Hash index over every id placed or replicated, with its owner and replica bits."""
+        table, bits = self.replica_table
+        if not self.ids.size and not table.size:
+            return None
+        keys = np.union1d(self.ids, table)
+        rbits = np.zeros(keys.size, dtype=np.uint64)
+        rbits[np.searchsorted(keys, table)] = bits
+        index = IdIndex(2 * keys.size)
+        index.insert(keys, np.arange(keys.size, dtype=np.int64))
+        return index, self.owner_of(keys), rbits
+
+    def holders(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Owner and replica holders of each id, for per-step routing of whole batches.
+
+        One hash probe per entry: no sort of the batch (``owner_of``'s binary search wants its
+        queries deduplicated to be cheap, and deduplicating costs more than the probe).
+
+        Args:
+            ids: int64 ids, any shape (flattened).
+
+        Returns:
+            (int32 owner of each id, uint64 bit mask of the workers replicating it).
+        """
+        flat = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        lookup = self._holder_table
+        if lookup is None:
+            return default_owner(flat, self.num_workers), np.zeros(flat.size, dtype=np.uint64)
+        index, owners, rbits = lookup
+        slot = index.find(flat)
+        hit = slot >= 0
+        safe = np.maximum(slot, 0)
+        owner = np.where(hit, owners[safe], default_owner(flat, self.num_workers))
+        bits = np.where(hit, rbits[safe], np.uint64(0))
+        return owner, bits
 
     def with_version(self, version: int) -> Placement:
         """The same placement under another version number."""

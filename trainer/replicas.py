@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.idmap import IdIndex
+from partitioner.idindex import IdIndex
 from trainer.store import RowOptimizer
 
 __all__ = ["ReplicaTable"]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from streaming.hashing import fmix64
-from trainer.idmap import IdIndex
+from partitioner.idindex import IdIndex
 from trainer.types import StoreConfig
 
 __all__ = ["EmbeddingStore", "RowOptimizer", "StoreStats", "initial_rows"]

@@ -56,6 +56,24 @@ def test_holds_means_owned_or_replicated() -> None:
     assert placement.holds(1 - owner, unseen).tolist() == [False]
 
 
+def test_holders_agree_with_owner_of_and_the_replica_sets() -> None:
+    rng = np.random.default_rng(3)
+    ids = np.unique(rng.integers(0, 2**62, size=3000))
+    owners = rng.integers(0, 5, size=ids.size).astype(np.int32)
+    replicas = tuple(np.sort(rng.choice(ids[owners != w], size=200, replace=False))
+                     for w in range(5))
+    placed = Placement(1, 5, ids, owners, replicas)
+    # Placed, replicated and never-seen ids, repeated, in no order: as a batch has them.
+    query = rng.permutation(np.concatenate([ids, ids[:500], rng.integers(0, 2**62, size=2000)]))[:5495]
+    for placement in (placed, Placement.hash(5)):
+        owner, bits = placement.holders(query.reshape(-1, 5))
+        assert np.array_equal(owner, placement.owner_of(query))
+        for worker in range(5):
+            on = (bits >> np.uint64(worker)) & np.uint64(1) == 1
+            assert np.array_equal(on, placement.is_replicated(worker, query))
+    assert placed.holders(query)[1].any()
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"ids": np.array([2, 1]), "owners": np.array([0, 0])}, "sorted"),
     ({"ids": np.array([1, 2]), "owners": np.array([0, 5])}, "range"),

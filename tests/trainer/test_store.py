@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.idmap import IdIndex
+from partitioner.idindex import IdIndex
 from trainer.store import EmbeddingStore, RowOptimizer, initial_rows
 from trainer.types import StoreConfig
 

@@ -4,7 +4,9 @@ The embedding store has no fixed vocabulary: ids are 63-bit hashes, so rows live
 and this index maps an id to its row's slot. A Python dict would cost ~100 bytes and a
 Python-level call per id; this table costs 16 bytes per bucket (two int64 arrays at load <= 1/2)
 and resolves a whole batch of ids with a few numpy operations per probe round (one or two rounds
-at that load).
+at that load). It lives in the partitioner because placements use it too: routing probes every
+entry of a batch (``Placement.holders``), and the trainer imports the partitioner, never the
+reverse.
 
 Bulk deletion is by rebuild (:meth:`IdIndex.rebuild`): eviction happens in bulk every few steps,
 and rebuilding from the survivors is simpler and faster than tombstones that would lengthen probes.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.hashing import fmix64
+from partitioner.hashing import fmix64
 
 __all__ = ["IdIndex"]
 
@@ -62,7 +64,7 @@ class IdIndex:
         return int(self._keys.nbytes + self._vals.nbytes)
 
     def _home(self, ids: np.ndarray) -> np.ndarray:
-        return (fmix64(ids.view(np.uint64)) & self._mask).astype(np.int64)
+        return (fmix64(ids) & self._mask).astype(np.int64)
 
     def find(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where absent (any shape; returns the same shape)."""
