@@ -194,17 +194,17 @@ class RowExchange:
 
         values = torch.empty((uniq.size, self.dim), dtype=srv.own_values.dtype,
                              device=srv.own_values.device)
-        values[self._t(req.own)] = srv.own_values
+        values.index_copy_(0, self._t(req.own), srv.own_values)
         fetch_pos, rep_pos = req.order[req.kind == _FETCH], req.order[is_r]
         rep_slots = req.slots[is_r]
         fetched_rows, fresh_rows = _split_rows(rows_in, req.sent[:, 0], n_ref, self.dim, row_w)
         if fetch_pos.size:
-            values[self._t(fetch_pos)] = fetched_rows
+            values.index_copy_(0, self._t(fetch_pos), fetched_rows)
         if refresh.any():
             self.replicas.refresh(rep_slots[refresh], fresh_rows[:, :self.dim],
                                   fresh_rows[:, self.dim:], versions_in[refresh])
         if rep_pos.size:
-            values[self._t(rep_pos)] = self.replicas.read(rep_slots)
+            values.index_copy_(0, self._t(rep_pos), self.replicas.read(rep_slots))
 
         lag = np.where(refresh, 0, versions_in - rep_seen)
         counters.staleness = np.bincount(lag, minlength=1).astype(np.int64)
@@ -258,15 +258,16 @@ class RowExchange:
         served_ids = np.unique(np.concatenate([own_ids, *in_fetch, *in_rep]))
         served, state = self.store.lookup(served_ids, step, with_state=True)
         assert state is not None
-        own_values = served[self._t(np.searchsorted(served_ids, own_ids))]
+        own_values = served.index_select(0, self._t(np.searchsorted(served_ids, own_ids)))
         versions = [self.store.versions(ids) for ids in in_rep]
         rows, row_sizes = [], []
         for src in range(self.comm.world):
             fetched = self._t(np.searchsorted(served_ids, in_fetch[src]))
             fresh = _refresh(versions[src], in_seen[src], self.s)
             t = self._t(np.searchsorted(served_ids, in_rep[src])[fresh])
-            rows += [served[fetched].reshape(-1),
-                     torch.cat([served[t], state[t]], dim=1).reshape(-1)]
+            rows += [served.index_select(0, fetched).reshape(-1),
+                     torch.cat([served.index_select(0, t), state.index_select(0, t)],
+                               dim=1).reshape(-1)]
             row_sizes.append(in_fetch[src].size * self.dim
                              + int(fresh.sum()) * (self.dim + self.state_width))
             if src != self.comm.rank:
@@ -297,16 +298,16 @@ class RowExchange:
     def write(self, plan: ReadPlan, grads: torch.Tensor, counters: StepCounters) -> None:
         """Send gradients to owners, update replicas, and apply the updates this rank owns."""
         comm, world = self.comm, self.comm.world
-        self.replicas.update(plan.replica_slots, grads[self._t(plan.replica)])
+        self.replicas.update(plan.replica_slots, grads.index_select(0, self._t(plan.replica)))
         push_pos = plan.order[plan.kind == _PUSH]
         summed, counts = self.replicas.take_push(self.replicas.slots(plan.uniq[push_pos]))
         if not np.array_equal(counts, plan.push_counts):
             raise RuntimeError("replica push counts changed between read and write")
         # s = 0: a push is this step's gradient, summed by the owner with everyone else's.
-        pushes = grads[self._t(push_pos)] if self.s == 0 else summed
+        pushes = grads.index_select(0, self._t(push_pos)) if self.s == 0 else summed
         counters.replica_pushes += int(push_pos.size)
         # Per owner: gradients of fetched rows, then the pushes (both in request order).
-        fetch_grads = grads[self._t(plan.order[plan.kind == _FETCH])]
+        fetch_grads = grads.index_select(0, self._t(plan.order[plan.kind == _FETCH]))
         f_bounds = np.concatenate([[0], np.cumsum(plan.sent[:, 0])])
         p_bounds = np.concatenate([[0], np.cumsum(plan.sent[:, 1])])
         out = []
@@ -320,7 +321,7 @@ class RowExchange:
 
         # Owner: one optimizer step per row with this step's gradients (own, fetched, s = 0
         # pushes) plus the replicas' summed gradients and state increments (s > 0).
-        g_ids, g_rows, g_src = [plan.uniq[plan.own]], [grads[self._t(plan.own)]], [
+        g_ids, g_rows, g_src = [plan.uniq[plan.own]], [grads.index_select(0, self._t(plan.own))], [
             np.full(plan.own.size, comm.rank, np.int64)]
         p_ids, p_rows, p_counts, p_src = [], [], [], []
         pos = 0

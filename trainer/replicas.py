@@ -88,40 +88,42 @@ class ReplicaTable:
         if slots.size == 0:
             return
         t = self._t(slots)
-        self.values[t] = values + self.pending_delta[t]
-        self.state[t] = state + self.pending_state[t]
+        self.values.index_copy_(0, t, values + self.pending_delta.index_select(0, t))
+        self.state.index_copy_(0, t, state + self.pending_state.index_select(0, t))
         self.seen[slots] = versions
 
     def read(self, slots: np.ndarray) -> torch.Tensor:
         """Current values of the copies."""
-        return self.values[self._t(slots)]
+        return self.values.index_select(0, self._t(slots))
 
     def update(self, slots: np.ndarray, grads: torch.Tensor) -> None:
         """Apply this rank's gradients to its copies and record them as pending."""
         if slots.size == 0:
             return
         t = self._t(slots)
-        values, state = self.values[t], self.state[t]
-        before = state.clone()  # the increment actually applied, whatever the optimizer
-        delta = self.optimizer.step(values, state, grads)
-        self.values[t] = values
-        self.state[t] = state
-        self.pending_grad[t] += grads
-        self.pending_state[t] += state - before
-        self.pending_delta[t] += delta
+        # index_select / index_copy_ / index_add_ (slots are distinct) rather than advanced
+        # indexing: the same gathers and scatters at about half the cost on CPU.
+        values, state = self.values.index_select(0, t), self.state.index_select(0, t)
+        increments = self.optimizer.increments(grads)
+        delta = self.optimizer.step(values, state, grads, increments)
+        self.values.index_copy_(0, t, values)
+        self.state.index_copy_(0, t, state)
+        self.pending_grad.index_add_(0, t, grads)
+        self.pending_state.index_add_(0, t, increments)
+        self.pending_delta.index_add_(0, t, delta)
         self.pending[slots] += 1
 
     def take_push(self, slots: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         """What the copies pushed now send: ``[k, dim + state_width]`` (summed gradient, then
         summed state increments) and update counts; their pending is reset, ``seen`` advanced."""
         t = self._t(slots)
-        push = torch.cat([self.pending_grad[t], self.pending_state[t]], dim=1)
+        push = torch.cat([self.pending_grad.index_select(0, t),
+                          self.pending_state.index_select(0, t)], dim=1)
         counts = self.pending[slots].copy()
         self.seen[slots] += counts
         self.pending[slots] = 0
-        self.pending_grad[t] = 0
-        self.pending_state[t] = 0
-        self.pending_delta[t] = 0
+        for pending in (self.pending_grad, self.pending_state, self.pending_delta):
+            pending.index_fill_(0, t, 0)
         return push, counts
 
     def pending_slots(self) -> np.ndarray:

@@ -161,7 +161,8 @@ class Trainer:
         # The batch's rows are the leaf: its gradient is each row's gradient summed over its
         # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
         index = torch.from_numpy(inverse.reshape(-1)).to(plan.values.device)
-        emb = plan.values[index].view(*local.ids.shape, self.store.dim).requires_grad_(True)
+        emb = plan.values.index_select(0, index).view(*local.ids.shape, self.store.dim)
+        emb.requires_grad_(True)
         logits = self.model(emb, self._dense_tensor(local.dense))
         labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
         loss = self.loss_fn(logits, labels) / global_n

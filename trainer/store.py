@@ -228,17 +228,18 @@ class EmbeddingStore:
             state = self.optimizer.initial_state(ids.size, self.dtype, self.device)
         if bool(have.all()):
             t = self._t(slots)
-            values = self._values[t]
+            values = self._values.index_select(0, t)
             if state is not None:
-                state = self._state[t]
+                state = self._state.index_select(0, t)
             return values, state
         rows, absent = np.flatnonzero(have), np.flatnonzero(~have)
         self.stats.not_admitted_reads += int(absent.size)
-        values[self._t(absent)] = self._initial(ids[absent])
+        values.index_copy_(0, self._t(absent), self._initial(ids[absent]))
         if rows.size:
-            values[self._t(rows)] = self._values[self._t(slots[rows])]
+            t, src = self._t(rows), self._t(slots[rows])
+            values.index_copy_(0, t, self._values.index_select(0, src))
             if state is not None:
-                state[self._t(rows)] = self._state[self._t(slots[rows])]
+                state.index_copy_(0, t, self._state.index_select(0, src))
         return values, state
 
     def apply(self, ids: np.ndarray, grads: torch.Tensor, counts: np.ndarray,
@@ -259,14 +260,16 @@ class EmbeddingStore:
             return
         s = slots[have]
         t = self._t(s)
-        values = self._values[t]
-        state = self._state[t]
+        # Slots are distinct (ids are unique): index_select / index_copy_ do the gather and
+        # scatter at about half the cost of advanced indexing on CPU.
+        values = self._values.index_select(0, t)
+        state = self._state.index_select(0, t)
         h = None if have.size == ids.size else self._t(have)
         g = grads if h is None else grads[h]
         inc = increments if increments is None or h is None else increments[h]
         self.optimizer.step(values, state, g, inc)
-        self._values[t] = values
-        self._state[t] = state
+        self._values.index_copy_(0, t, values)
+        self._state.index_copy_(0, t, state)
         self._version[s] += np.asarray(counts, dtype=np.int64)[have]
 
     def ids(self) -> np.ndarray:
@@ -373,8 +376,8 @@ class EmbeddingStore:
         slots = self._free[-n:][::-1].copy()
         self._free = self._free[:-n]
         t = self._t(slots)
-        self._values[t] = self._initial(ids)
-        self._state[t] = self.optimizer.initial_state(n, self.dtype, self.device)
+        self._values.index_copy_(0, t, self._initial(ids))
+        self._state.index_copy_(0, t, self.optimizer.initial_state(n, self.dtype, self.device))
         self._ids[slots] = ids
         self._version[slots] = 0
         self._index.insert(ids, slots)
