@@ -227,7 +227,7 @@ class Placement:
         keys = np.union1d(self.ids, table)
         rbits = np.zeros(keys.size, dtype=np.uint64)
         rbits[np.searchsorted(keys, table)] = bits
-        index = IdIndex(2 * keys.size)
+        index = IdIndex(4 * keys.size)  # load <= 1/4: short probes for a whole batch
         index.insert(keys, np.arange(keys.size, dtype=np.int64))
         return index, self.owner_of(keys), rbits
 
