@@ -24,6 +24,13 @@ Protocol (one run, every strategy on the same records):
 * ``after_drift``: the periods that start at or after the first drift boundary at or past the
   first window's end, i.e. the periods no first-window partition has seen the like of.
 
+* ``--oracle`` adds ``segments``, a reference that is not a strategy an online system could
+  run: it reads the generator's own community label of every window sample, sends each
+  segment whole to a worker (largest first to the least loaded), owns each id where its
+  samples went, then balances rows and picks replicas as the others do. It is scored like
+  the others, on the next period, and shows how far placement quality alone can go on this
+  stream (its rows go to ``"ceiling"`` in the JSON, not ``"rows"``).
+
 The last line printed is the JSON summary ``{"bench": "partition", "rows": [...]}``.
 """
 
@@ -49,10 +56,13 @@ from partitioner import (
     route,
     row_imbalance,
 )
+from partitioner.assemble import build_placement
+from partitioner.graph import compact, per_worker_counts
 
 __all__ = ["main"]
 
 STRATEGIES = ("hash", "static", "full", "incremental")
+ORACLE = "segments"
 
 
 @dataclass
@@ -82,6 +92,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="stream and partitioner seed")
     parser.add_argument("--row-bytes", type=int, default=512,
                         help="bytes per migrated row (e.g. 64 float32 + Adagrad state)")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also score 'segments', a placement built from the generator's own "
+                             "community labels: a ceiling for placement quality, not a strategy")
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers")
     args = parser.parse_args(argv)
@@ -109,18 +122,34 @@ def _score(records: np.ndarray, placement: Placement, global_batch: int,
     return total, records.shape[0], worst
 
 
-def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace) -> dict[str, _Track]:
+def _oracle(window: WindowGraph, segments: np.ndarray, config: PartitionConfig) -> Placement:
+    """The placement of a partitioner that knew each window sample's community (see docstring)."""
+    n = config.num_workers
+    sizes = np.bincount(segments)
+    worker_of_segment = np.zeros(sizes.size, dtype=np.int64)
+    load = np.zeros(n)
+    for segment in np.argsort(-sizes, kind="stable"):
+        worker_of_segment[segment] = int(np.argmin(load))
+        load[worker_of_segment[segment]] += sizes[segment]
+    cw = compact(window)
+    owner = np.argmax(per_worker_counts(cw, worker_of_segment[segments], n), axis=1)
+    return build_placement(cw, owner.astype(np.int32), None, config, version=1)
+
+
+def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
+                 segments: np.ndarray | None = None) -> dict[str, _Track]:
     w, p = args.window, args.period_records
     config = PartitionConfig(num_workers=n, global_batch=args.global_batch, seed=args.seed)
     makers = {"static": FullPartitioner, "full": FullPartitioner,
               "incremental": IncrementalPartitioner}
     partitioners = {name: make(config) for name, make in makers.items()}
-    current = {name: Placement.hash(n) for name in STRATEGIES}
-    tracks = {name: _Track() for name in STRATEGIES}
+    names = STRATEGIES + ((ORACLE,) if segments is not None else ())
+    current = {name: Placement.hash(n) for name in names}
+    tracks = {name: _Track() for name in names}
     print(f"\n== {n} workers: window {w}, {args.periods} periods of {p} records, "
           f"global batch {args.global_batch} ==")
     header = f"{'period':>6} {'start':>8} | " + " | ".join(
-        f"{name:>11} rr/s  red  imb  migrated   sec" for name in STRATEGIES)
+        f"{name:>11} rr/s  red  imb  migrated   sec" for name in names)
     print(header)
     for t in range(args.periods):
         start = w + t * p
@@ -128,10 +157,18 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace) -> dict[str,
         records = ids[start:start + p]
         cells = []
         hash_rate = 0.0
-        for name in STRATEGIES:
+        for name in names:
             old = current[name]
             seconds, migrated = 0.0, 0
-            if name in partitioners and (t == 0 or name != "static"):
+            if name == ORACLE:
+                assert segments is not None
+                began = time.perf_counter()
+                new = _oracle(window, segments[start - w:start], config).with_version(
+                    old.version + 1)
+                seconds = time.perf_counter() - began
+                migrated = plan_diff(old, new, args.row_bytes).rows_moved
+                current[name] = new
+            elif name in partitioners and (t == 0 or name != "static"):
                 began = time.perf_counter()
                 new = partitioners[name].partition(window, None if t == 0 else old)
                 seconds = time.perf_counter() - began
@@ -171,7 +208,7 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
     print(f"\n-- {n} workers, whole run ({len(after)} periods after drift) --")
     print(f"{'strategy':>12} {'rr/sample':>9} {'vs hash':>8} {'after drift':>11} "
           f"{'imbalance':>9} {'migrated':>9} {'seconds':>8} {'initial rows/sec':>17}")
-    for name in STRATEGIES:
+    for name in tracks:
         tr = tracks[name]
         rate = sum(tr.remote) / sum(tr.samples)
         after_rate: float | None = None  # null in the JSON when no period follows a drift
@@ -210,14 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     stream_config = SyntheticConfig(seed=args.seed)
     total = args.window + args.periods * args.period_records
     began = time.perf_counter()
-    ids = SyntheticStream(stream_config).feature_ids(0, total)
+    stream = SyntheticStream(stream_config)
+    ids = stream.feature_ids(0, total)
+    segments = stream.take(0, total).segment if args.oracle else None
     print(f"generated {total} records x {ids.shape[1]} fields in "
           f"{time.perf_counter() - began:.1f} s (drift every {stream_config.drift_every})")
     rows: list[dict[str, object]] = []
     for n in args.worker_counts:
-        tracks = _run_workers(n, ids, args)
+        tracks = _run_workers(n, ids, args, segments)
         rows.extend(_summary(n, tracks, args, stream_config.drift_every))
-    print(json.dumps({"bench": "partition", "rows": rows}))
+    summary: dict[str, object] = {"bench": "partition",
+                                  "rows": [r for r in rows if r["strategy"] != ORACLE]}
+    if args.oracle:
+        summary["ceiling"] = [r for r in rows if r["strategy"] == ORACLE]
+    print(json.dumps(summary))
     return 0
 
 

@@ -31,3 +31,17 @@ def test_bench_prints_one_json_row_per_worker_count_and_strategy(
             "remote_rows_per_sample"]
         assert rows[(n, "static")]["rows_migrated"] == 0
         assert rows[(n, "hash")]["imbalance"] < 1.01  # arrival-order split
+
+
+def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--workers", "2", "--window", "6000", "--period-records", "3000",
+                 "--periods", "2", "--global-batch", "512", "--oracle"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static", "full", "incremental"}
+    (ceiling,) = summary["ceiling"]
+    assert ceiling["strategy"] == "segments" and ceiling["workers"] == 2
+    hash_rate = next(r["remote_rows_per_sample"] for r in summary["rows"]
+                     if r["strategy"] == "hash")
+    # Knowing the communities must beat sharding by hash on a stream made of communities.
+    assert ceiling["remote_rows_per_sample"] < hash_rate
