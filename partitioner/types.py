@@ -166,6 +166,14 @@ class Placement:
             if rep.size and bool(np.any(self.owner_of(rep) == worker)):
                 raise ValueError(f"worker {worker} replicates rows it owns")
 
+    def __getstate__(self) -> dict[str, object]:
+        # Lookup tables cached by routing are rebuilt where needed, not shipped: a placement
+        # handed to the partitioner process or another rank travels as its arrays only.
+        state = dict(self.__dict__)
+        for cached in ("replica_table", "_holder_table"):
+            state.pop(cached, None)
+        return state
+
     @classmethod
     def hash(cls, num_workers: int, version: int = 0) -> Placement:
         """The hash placement (row-wise sharding as in TorchRec/HugeCTR): no explicit ids."""

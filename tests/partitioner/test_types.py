@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,11 @@ def test_holders_agree_with_owner_of_and_the_replica_sets() -> None:
             on = (bits >> np.uint64(worker)) & np.uint64(1) == 1
             assert np.array_equal(on, placement.is_replicated(worker, query))
     assert placed.holders(query)[1].any()
+    # The cached index stays behind when a placement is pickled (to a process or a rank).
+    shipped = pickle.loads(pickle.dumps(placed))
+    assert "_holder_table" in placed.__dict__ and "_holder_table" not in shipped.__dict__
+    assert shipped == placed
+    assert all(np.array_equal(a, b) for a, b in zip(shipped.holders(query), placed.holders(query)))
 
 
 @pytest.mark.parametrize("kwargs, message", [
