@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.routing import held_matrix
 from partitioner.types import MigrationPlan, Placement
 
 __all__ = [
@@ -42,7 +41,9 @@ def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
         raise ValueError("worker_of_sample needs one entry per sample")
     flat = dense.ravel()
     entry_worker = np.repeat(workers, dense.shape[1])
-    held = held_matrix(placement, flat)[np.arange(flat.size), entry_worker]
+    owner, bits = placement.holders(flat)
+    held = (owner == entry_worker) | (
+        (bits >> entry_worker.astype(np.uint64)) & np.uint64(1) == 1)
     out = np.zeros(placement.num_workers, dtype=np.int64)
     missing_ids = flat[~held]
     missing_workers = entry_worker[~held]

@@ -11,7 +11,6 @@ from partitioner.types import Placement, WindowGraph
 __all__ = [
     "assign_with_capacity",
     "capacity",
-    "held_matrix",
     "local_counts",
     "route",
     "route_window",
@@ -24,17 +23,6 @@ def capacity(num_samples: int, num_workers: int, epsilon: float) -> int:
         raise ValueError("num_workers must be positive and epsilon non-negative")
     mean = num_samples / num_workers
     return max(math.ceil(mean), math.floor((1.0 + epsilon) * mean))
-
-
-def held_matrix(placement: Placement, ids: np.ndarray) -> np.ndarray:
-    """Which workers own or replicate each id: bool ``[len(ids), num_workers]``."""
-    owner, bits = placement.holders(ids)
-    held = np.zeros((owner.size, placement.num_workers), dtype=bool)
-    held[np.arange(owner.size), owner] = True
-    if bits.any():
-        for worker in range(placement.num_workers):
-            held[:, worker] |= (bits >> np.uint64(worker)) & np.uint64(1) == 1
-    return held
 
 
 def local_counts(indptr: np.ndarray, indices: np.ndarray, placement: Placement) -> np.ndarray:

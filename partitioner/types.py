@@ -167,11 +167,10 @@ class Placement:
                 raise ValueError(f"worker {worker} replicates rows it owns")
 
     def __getstate__(self) -> dict[str, object]:
-        # Lookup tables cached by routing are rebuilt where needed, not shipped: a placement
-        # handed to the partitioner process or another rank travels as its arrays only.
+        # The routing index is rebuilt where needed, not shipped: a placement handed to the
+        # partitioner process or another rank travels as its arrays only.
         state = dict(self.__dict__)
-        for cached in ("replica_table", "_holder_table"):
-            state.pop(cached, None)
+        state.pop("_holder_table", None)
         return state
 
     @classmethod
@@ -207,34 +206,18 @@ class Placement:
         return np.array([r.size for r in self.replicas], dtype=np.int64)
 
     @cached_property
-    def replica_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every replicated id once, sorted, and a uint64 bit mask of the workers holding it.
-
-        Computed once per placement (routing asks for it every step).
-        """
-        sizes = [r.size for r in self.replicas]
-        if not sum(sizes):
-            return _EMPTY_IDS, np.zeros(0, dtype=np.uint64)
-        rep_ids = np.concatenate(self.replicas)
-        worker = np.repeat(np.arange(self.num_workers, dtype=np.uint64), sizes)
-        order = np.argsort(rep_ids, kind="stable")
-        rep_ids, worker = rep_ids[order], worker[order]
-        first = np.ones(rep_ids.size, dtype=bool)
-        first[1:] = rep_ids[1:] != rep_ids[:-1]
-        group = np.cumsum(first) - 1
-        bits = np.zeros(int(first.sum()), dtype=np.uint64)
-        np.bitwise_or.at(bits, group, np.left_shift(np.uint64(1), worker))
-        return _frozen(rep_ids[first]), _frozen(bits)
-
-    @cached_property
     def _holder_table(self) -> tuple[IdIndex, np.ndarray, np.ndarray] | None:
-        """Hash index over every id placed or replicated, with its owner and replica bits."""
-        table, bits = self.replica_table
-        if not self.ids.size and not table.size:
+        """Hash index over every id placed or replicated, with its owner and a uint64 bit mask
+        of the workers replicating it."""
+        sizes = [r.size for r in self.replicas]
+        if not self.ids.size and not sum(sizes):
             return None
-        keys = np.union1d(self.ids, table)
+        rep_ids = np.concatenate(self.replicas) if sum(sizes) else _EMPTY_IDS
+        rep_worker = np.repeat(np.arange(self.num_workers, dtype=np.uint64), sizes)
+        keys = np.union1d(self.ids, rep_ids)
         rbits = np.zeros(keys.size, dtype=np.uint64)
-        rbits[np.searchsorted(keys, table)] = bits
+        np.bitwise_or.at(rbits, np.searchsorted(keys, rep_ids),
+                         np.left_shift(np.uint64(1), rep_worker))
         index = IdIndex(4 * keys.size)  # load <= 1/4: short probes for a whole batch
         index.insert(keys, np.arange(keys.size, dtype=np.int64))
         return index, self.owner_of(keys), rbits
