@@ -248,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     total = args.window + args.periods * args.period_records
     began = time.perf_counter()
     stream = SyntheticStream(stream_config)
-    ids = stream.feature_ids(0, total)
-    segments = stream.take(0, total).segment if args.oracle else None
+    block = stream.take(0, total)
+    ids = stream.block_ids(block)
+    segments = block.segment if args.oracle else None
+    del block
     print(f"generated {total} records x {ids.shape[1]} fields in "
           f"{time.perf_counter() - began:.1f} s (drift every {stream_config.drift_every})")
     rows: list[dict[str, object]] = []

@@ -272,7 +272,10 @@ class SyntheticStream:
 
     def feature_ids(self, start: int, count: int) -> np.ndarray:
         """int64 ``[count, S]``: the feature ids a decoder computes for these records."""
-        block = self.take(start, count)
+        return self.block_ids(self.take(start, count))
+
+    def block_ids(self, block: SyntheticBlock) -> np.ndarray:
+        """int64 ``[len(block), S]``: the feature ids of a block already generated."""
         digits = self._hex(block)
         n, s = block.values.shape
         buf = np.ascontiguousarray(digits).reshape(-1)
