@@ -24,7 +24,7 @@ Then, in this order:
    access window and computes placement ``v+1``: a full (METIS) partition at cold start, the
    incremental one after that. Training does not wait for it, and its numpy and METIS work
    never holds the training process's GIL.
-3. **Placement.** When the thread is done, rank 0 broadcasts the placement; every rank pushes
+3. **Placement.** When the partitioner is done, rank 0 broadcasts the placement; every rank pushes
    its pending replica updates, switches to the new replica sets and starts a
    :class:`~trainer.migrate.Migration`.
 4. **Migration.** One chunk of at most ``--migration-chunk-bytes`` moves between two steps
@@ -158,7 +158,8 @@ class OnlineLoop:
         # A resumed run does not rewrite the checkpoint it started from.
         self._last_checkpoint_step = -1 if resumed_step is None else resumed_step
         self._ckpt_records, self._ckpt_time = records, clock.monotonic()
-        # Rank 0: the partitioner, its thread, its window and the drift detector.
+        # Rank 0: the partitioner process, the thread that waits on it, the samples on their way
+        # to its window, and the drift detector.
         self._executor: ThreadPoolExecutor | None = None
         self._future: Future[tuple[Placement, float, str]] | None = None
         self._parts: list[np.ndarray] = []

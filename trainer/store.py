@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from streaming.hashing import fmix64
 from partitioner.idindex import IdIndex
+from streaming.hashing import fmix64
 from trainer.types import StoreConfig
 
 __all__ = ["EmbeddingStore", "RowOptimizer", "StoreStats", "initial_rows"]
