@@ -31,14 +31,16 @@ def fmix64(ids: np.ndarray) -> np.ndarray:
     return x
 
 
-def default_owner(ids: np.ndarray, num_workers: int) -> np.ndarray:
+def default_owner(ids: np.ndarray, num_workers: int, hashed: np.ndarray | None = None) -> np.ndarray:
     """Owner of ids that no placement has placed explicitly: ``fmix64(id) mod num_workers``.
 
     Args:
         ids: int64 feature ids, any shape.
         num_workers: Number of workers (> 0).
+        hashed: ``fmix64(ids)``, when the caller has it already.
 
     Returns:
         int32 array of owners, same shape as ``ids``.
     """
-    return (fmix64(ids) % np.uint64(num_workers)).astype(np.int32)
+    h = fmix64(ids) if hashed is None else hashed
+    return (h % np.uint64(num_workers)).astype(np.int32)

@@ -69,32 +69,47 @@ class IdIndex:
     def find(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where absent (any shape; returns the same shape)."""
         query = np.ascontiguousarray(ids, dtype=np.int64)
-        buckets = self._locate(query.ravel())
-        out = np.where(buckets >= 0, self._vals[np.maximum(buckets, 0)], -1)
+        buckets = self.locate(query.ravel())
+        out = np.where(buckets >= 0, self._vals[buckets], -1)  # -1 reads the last bucket: masked
         return out.reshape(query.shape)
 
-    def _locate(self, flat: np.ndarray) -> np.ndarray:
-        """Bucket of each id, -1 where absent."""
-        out = np.full(flat.size, -1, dtype=np.int64)
+    def locate(self, flat: np.ndarray, hashed: np.ndarray | None = None) -> np.ndarray:
+        """Bucket of each id of a flat int64 array, -1 where absent.
+
+        Buckets are stable until the next insert, growth or rebuild, so a caller may keep
+        arrays aligned with them (see ``Placement.holders``).
+
+        Args:
+            flat: 1-d int64 ids.
+            hashed: ``fmix64(flat)``, when the caller has it already.
+        """
         if flat.size == 0 or self.size == 0:
+            return np.full(flat.size, -1, dtype=np.int64)
+        h = fmix64(flat) if hashed is None else hashed
+        pos = (h & self._mask).view(np.int64)
+        # First probe on whole arrays: at load <= 1/2 most ids end here (found, or an empty
+        # bucket), and whole-array operations skip the gathers through an index of survivors.
+        keys = self._keys[pos]
+        hit = keys == flat
+        out = np.where(hit, pos, -1)
+        active = np.flatnonzero(~hit & (keys != _EMPTY))
+        if active.size == 0:
             return out
-        pos = self._home(flat)
-        active = np.arange(flat.size)
         mask = np.int64(self._mask)
+        pos = (pos[active] + 1) & mask
+        want = flat[active]
         while active.size:
-            p = pos[active]
-            k = self._keys[p]
-            hit = k == flat[active]
-            out[active[hit]] = p[hit]
+            k = self._keys[pos]
+            hit = k == want
+            out[active[hit]] = pos[hit]
             # A miss continues past occupied (or removed) buckets; an empty one ends the probe.
             go_on = ~hit & (k != _EMPTY)
-            active = active[go_on]
-            pos[active] = (p[go_on] + 1) & mask
+            active, want, pos = active[go_on], want[go_on], (pos[go_on] + 1) & mask
         return out
 
     def remove(self, ids: np.ndarray) -> int:
         """Remove ids (absent ones are ignored); returns how many were present."""
-        buckets = self._locate(np.ascontiguousarray(ids, dtype=np.int64).ravel())
+        buckets = self.locate(np.ascontiguousarray(ids, dtype=np.int64).ravel())
         buckets = np.unique(buckets[buckets >= 0])
         self._keys[buckets] = _DEAD
         self.size -= int(buckets.size)

@@ -207,8 +207,8 @@ class Placement:
 
     @cached_property
     def _holder_table(self) -> tuple[IdIndex, np.ndarray, np.ndarray] | None:
-        """Hash index over every id placed or replicated, with its owner and a uint64 bit mask
-        of the workers replicating it."""
+        """Hash index over every id placed or replicated, with arrays aligned with its buckets:
+        the owner (int32) and a uint64 bit mask of the workers replicating the id there."""
         sizes = [r.size for r in self.replicas]
         if not self.ids.size and not sum(sizes):
             return None
@@ -218,9 +218,15 @@ class Placement:
         rbits = np.zeros(keys.size, dtype=np.uint64)
         np.bitwise_or.at(rbits, np.searchsorted(keys, rep_ids),
                          np.left_shift(np.uint64(1), rep_worker))
-        index = IdIndex(4 * keys.size)  # load <= 1/4: short probes for a whole batch
+        index = IdIndex(4 * keys.size)  # load <= 1/4: most probes end at the first bucket
         index.insert(keys, np.arange(keys.size, dtype=np.int64))
-        return index, self.owner_of(keys), rbits
+        # Payloads by bucket rather than by key: a probe's bucket reads them directly, with no
+        # second gather through the slot.
+        at = index.locate(keys)
+        owner_at = np.zeros(index.buckets, dtype=np.int32)
+        bits_at = np.zeros(index.buckets, dtype=np.uint64)
+        owner_at[at], bits_at[at] = self.owner_of(keys), rbits
+        return index, owner_at, bits_at
 
     def holders(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Owner and replica holders of each id, for per-step routing of whole batches.
@@ -235,16 +241,16 @@ class Placement:
             (int32 owner of each id, uint64 bit mask of the workers replicating it).
         """
         flat = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        hashed = fmix64(flat)
+        default = default_owner(flat, self.num_workers, hashed)
         lookup = self._holder_table
         if lookup is None:
-            return default_owner(flat, self.num_workers), np.zeros(flat.size, dtype=np.uint64)
-        index, owners, rbits = lookup
-        slot = index.find(flat)
-        hit = slot >= 0
-        safe = np.maximum(slot, 0)
-        owner = np.where(hit, owners[safe], default_owner(flat, self.num_workers))
-        bits = np.where(hit, rbits[safe], np.uint64(0))
-        return owner, bits
+            return default, np.zeros(flat.size, dtype=np.uint64)
+        index, owner_at, bits_at = lookup
+        bucket = index.locate(flat, hashed)
+        hit = bucket >= 0  # bucket -1 reads the last entry, which the masks discard
+        return (np.where(hit, owner_at[bucket], default),
+                np.where(hit, bits_at[bucket], np.uint64(0)))
 
     def with_version(self, version: int) -> Placement:
         """The same placement under another version number."""

@@ -39,6 +39,22 @@ def test_index_handles_colliding_homes_and_rebuild() -> None:
         index.insert(np.array([-5]), np.array([0]))
 
 
+def test_index_probes_past_removed_entries_and_locates_buckets() -> None:
+    # At load 1/2 in a small table many ids sit past their home bucket; removing others on
+    # the way (tombstones) must not end their probe, and ``locate`` gives each id's own bucket.
+    index = IdIndex(256)
+    ids = np.arange(1, 129, dtype=np.int64) * 7919
+    index.insert(ids, np.arange(ids.size))
+    buckets = index.locate(ids)
+    assert np.unique(buckets).size == ids.size and (buckets >= 0).all()
+    gone = ids[::3]
+    assert index.remove(gone) == gone.size
+    kept = np.setdiff1d(ids, gone)
+    assert np.array_equal(index.find(kept), np.searchsorted(ids, kept))
+    assert (index.find(gone) == -1).all() and (index.locate(gone) == -1).all()
+    assert np.array_equal(index.locate(kept), buckets[np.searchsorted(ids, kept)])
+
+
 def test_initial_rows_depend_only_on_seed_and_id() -> None:
     ids = np.array([7, 2**62 + 3, 0, 7], dtype=np.int64)
     a = initial_rows(ids, 8, seed=1, scale=0.05)
