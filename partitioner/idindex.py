@@ -63,8 +63,10 @@ class IdIndex:
         """Bytes held by the table."""
         return int(self._keys.nbytes + self._vals.nbytes)
 
-    def _home(self, ids: np.ndarray) -> np.ndarray:
-        return (fmix64(ids) & self._mask).astype(np.int64)
+    def _home(self, ids: np.ndarray, hashed: np.ndarray | None = None) -> np.ndarray:
+        """Home bucket of each id (``hashed``: ``fmix64(ids)``, when the caller has it)."""
+        h = fmix64(ids) if hashed is None else hashed
+        return (h & self._mask).view(np.int64)  # h & mask is a fresh array: the view owns it
 
     def find(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where absent (any shape; returns the same shape)."""
@@ -85,8 +87,7 @@ class IdIndex:
         """
         if flat.size == 0 or self.size == 0:
             return np.full(flat.size, -1, dtype=np.int64)
-        h = fmix64(flat) if hashed is None else hashed
-        pos = (h & self._mask).view(np.int64)
+        pos = self._home(flat, hashed)
         # First probe on whole arrays: at load <= 1/2 most ids end here (found, or an empty
         # bucket), and whole-array operations skip the gathers through an index of survivors.
         keys = self._keys[pos]
