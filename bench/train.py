@@ -17,8 +17,9 @@ Protocol (one run, every configuration on the same records and the same model):
   1.2M records it cost 0.0017 (both with a 5% replica budget). Production runs are far longer
   still.
 * Replica budget: 5% of the rows a rank uses (``--replica-fraction``; the trainer's default
-  and HET-GMP's is 1%). At s = 10 a replica read costs far less than a fetch, and over 1.2M
-  records 1% sent 0.361x hash's bytes at 0.885x its speed, against 0.240x and 0.983x at 5%.
+  and HET-GMP's is 1%). Fewer replicas leave more rows to fetch: over 1.2M records 1% left
+  1.71 remote rows a sample and sent 0.361x hash's bytes at 0.885x its speed, against 1.01,
+  0.240x and 0.983x at 5%.
 * ``single``: one process, one thread, the same code with a one-rank communicator (the
   per-core ceiling). ``hash``: 2 ranks, rows sharded by id hash, each rank trains the samples
   it reads (row-wise sharding as in TorchRec/HugeCTR). ``graph_sK``: 2 ranks, the graph
