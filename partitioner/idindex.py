@@ -2,9 +2,11 @@
 
 The embedding store has no fixed vocabulary: ids are 63-bit hashes, so rows live in dense arrays
 and this index maps an id to its row's slot. A Python dict would cost ~100 bytes and a
-Python-level call per id; this table costs 16 bytes per bucket (two int64 arrays at load <= 1/2)
-and resolves a whole batch of ids with a few numpy operations per probe round (one or two rounds
-at that load). It lives in the partitioner because placements use it too: routing probes every
+Python-level call per id; this table costs 16 bytes per bucket (an id and its value side by side,
+at load <= 1/2) and resolves a whole batch of ids with a few numpy operations per probe round
+(one or two rounds at that load). Side by side, a probe's one gather brings the id and its value
+from the same cache line: for tables past the core's cache, the gathers' misses are what a batch
+lookup costs. It lives in the partitioner because placements use it too: routing probes every
 entry of a batch (``Placement.holders``), and the trainer imports the partitioner, never the
 reverse.
 
@@ -25,6 +27,7 @@ __all__ = ["IdIndex"]
 
 _EMPTY = np.int64(-1)
 _DEAD = np.int64(-2)  # a removed entry: probes go on past it, inserts do not reuse it
+_ENTRY = np.dtype([("key", np.int64), ("val", np.int64)])
 
 
 class IdIndex:
@@ -49,8 +52,11 @@ class IdIndex:
         self._alloc(_pow2(capacity))
 
     def _alloc(self, buckets: int) -> None:
-        self._keys = np.full(buckets, _EMPTY, dtype=np.int64)
-        self._vals = np.zeros(buckets, dtype=np.int64)
+        self._table = np.zeros(buckets, dtype=_ENTRY)
+        self._table["key"] = _EMPTY
+        # Strided views of the two fields, for the probe rounds past the first and for inserts.
+        self._keys = self._table["key"]
+        self._vals = self._table["val"]
         self._mask = np.uint64(buckets - 1)
 
     @property
@@ -61,7 +67,7 @@ class IdIndex:
     @property
     def nbytes(self) -> int:
         """Bytes held by the table."""
-        return int(self._keys.nbytes + self._vals.nbytes)
+        return int(self._table.nbytes)
 
     def _home(self, ids: np.ndarray, hashed: np.ndarray | None = None) -> np.ndarray:
         """Home bucket of each id (``hashed``: ``fmix64(ids)``, when the caller has it)."""
@@ -71,15 +77,46 @@ class IdIndex:
     def find(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where absent (any shape; returns the same shape)."""
         query = np.ascontiguousarray(ids, dtype=np.int64)
-        buckets = self.locate(query.ravel())
-        out = np.where(buckets >= 0, self._vals[buckets], -1)  # -1 reads the last bucket: masked
-        return out.reshape(query.shape)
+        values, found = self.lookup(query.ravel())
+        values[~found] = -1
+        return values.reshape(query.shape)
+
+    def lookup(self, flat: np.ndarray, hashed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Value of each id of a flat int64 array, and whether it is present.
+
+        The first probe round gathers whole entries (id and value together) on whole arrays:
+        at load <= 1/2 most ids end there, found or at an empty bucket. Only the rest go on,
+        through the locate loop.
+
+        Args:
+            flat: 1-d int64 ids.
+            hashed: ``fmix64(flat)``, when the caller has it already.
+
+        Returns:
+            (int64 value of each id, unspecified where absent; bool presence of each id).
+        """
+        if flat.size == 0 or self.size == 0:
+            return np.zeros(flat.size, dtype=np.int64), np.zeros(flat.size, dtype=bool)
+        pos = self._home(flat, hashed)
+        entries = self._table[pos]
+        keys = entries["key"]
+        found = keys == flat
+        values = np.ascontiguousarray(entries["val"])
+        rest = np.flatnonzero(~found & (keys != _EMPTY))
+        if rest.size:
+            buckets = self._probe(np.arange(rest.size), flat[rest],
+                                  (pos[rest] + 1) & np.int64(self._mask),
+                                  np.full(rest.size, -1, dtype=np.int64))
+            hit = buckets >= 0
+            values[rest[hit]] = self._vals[buckets[hit]]
+            found[rest[hit]] = True
+        return values, found
 
     def locate(self, flat: np.ndarray, hashed: np.ndarray | None = None) -> np.ndarray:
         """Bucket of each id of a flat int64 array, -1 where absent.
 
-        Buckets are stable until the next insert, growth or rebuild, so a caller may keep
-        arrays aligned with them (see ``Placement.holders``).
+        Buckets are stable until the next insert, growth or rebuild.
 
         Args:
             flat: 1-d int64 ids.
@@ -96,9 +133,13 @@ class IdIndex:
         active = np.flatnonzero(~hit & (keys != _EMPTY))
         if active.size == 0:
             return out
+        return self._probe(active, flat[active], (pos[active] + 1) & np.int64(self._mask), out)
+
+    def _probe(self, active: np.ndarray, want: np.ndarray, pos: np.ndarray,
+               out: np.ndarray) -> np.ndarray:
+        """Go on probing from ``pos`` for the ids ``want`` (entries ``active`` of ``out``),
+        writing the bucket where each is found into ``out``; returns ``out``."""
         mask = np.int64(self._mask)
-        pos = (pos[active] + 1) & mask
-        want = flat[active]
         while active.size:
             k = self._keys[pos]
             hit = k == want

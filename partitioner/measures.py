@@ -41,9 +41,7 @@ def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
         raise ValueError("worker_of_sample needs one entry per sample")
     flat = dense.ravel()
     entry_worker = np.repeat(workers, dense.shape[1])
-    owner, bits = placement.holders(flat)
-    held = (owner == entry_worker) | (
-        (bits >> entry_worker.astype(np.uint64)) & np.uint64(1) == 1)
+    held = placement.held_by(entry_worker, placement.holders(flat))
     out = np.zeros(placement.num_workers, dtype=np.int64)
     missing_ids = flat[~held]
     missing_workers = entry_worker[~held]

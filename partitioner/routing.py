@@ -29,15 +29,14 @@ def local_counts(indptr: np.ndarray, indices: np.ndarray, placement: Placement) 
     """Per sample and worker, how many of the sample's ids the worker holds: int64 ``[B, N]``."""
     n = placement.num_workers
     num_samples = indptr.size - 1
-    owner, bits = placement.holders(indices)
-    sample = np.repeat(np.arange(num_samples, dtype=np.int64), np.diff(indptr))
-    scores = np.bincount(sample * n + owner, minlength=num_samples * n).reshape(num_samples, n)
-    replicated = np.flatnonzero(bits)
-    if replicated.size:
-        rep_sample, rep_bits = sample[replicated], bits[replicated]
-        for worker in range(n):
-            on = (rep_bits >> np.uint64(worker)) & np.uint64(1) == 1
-            scores[:, worker] += np.bincount(rep_sample[on], minlength=num_samples)
+    masks = placement.holders(indices)
+    scores = np.empty((num_samples, n), dtype=np.int64)
+    running = np.zeros(masks.size + 1, dtype=np.int64)
+    for worker in range(n):
+        # Held entries counted per sample as differences of a running count: one pass over
+        # the entries per worker, samples of any length (empty ones too).
+        np.cumsum(placement.held_by(worker, masks), out=running[1:])
+        scores[:, worker] = running[indptr[1:]] - running[indptr[:-1]]
     return scores
 
 

@@ -16,6 +16,7 @@ from partitioner.hashing import default_owner, fmix64
 from partitioner.idindex import IdIndex
 
 __all__ = [
+    "MAX_WORKERS",
     "MigrationPlan",
     "PartitionConfig",
     "Partitioner",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
+
+# Routing and the remote-row measure test "does worker w hold this id" as bit w of a uint64.
+MAX_WORKERS = 64
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -147,8 +151,9 @@ class Placement:
     replicas: tuple[np.ndarray, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.num_workers <= 0:
-            raise ValueError("num_workers must be positive")
+        if not 0 < self.num_workers <= MAX_WORKERS:
+            raise ValueError(f"num_workers must lie in 1..{MAX_WORKERS} (holder masks are "
+                             f"64-bit), got {self.num_workers}")
         ids = _as_id_set(self.ids, "ids")
         owners = _frozen(np.ascontiguousarray(self.owners, dtype=np.int32).ravel())
         if owners.shape != ids.shape:
@@ -206,51 +211,52 @@ class Placement:
         return np.array([r.size for r in self.replicas], dtype=np.int64)
 
     @cached_property
-    def _holder_table(self) -> tuple[IdIndex, np.ndarray, np.ndarray] | None:
-        """Hash index over every id placed or replicated, with arrays aligned with its buckets:
-        the owner (int32) and a uint64 bit mask of the workers replicating the id there."""
+    def _holder_table(self) -> IdIndex | None:
+        """Hash index from every id placed or replicated to its holder mask (as int64)."""
         sizes = [r.size for r in self.replicas]
         if not self.ids.size and not sum(sizes):
             return None
         rep_ids = np.concatenate(self.replicas) if sum(sizes) else _EMPTY_IDS
         rep_worker = np.repeat(np.arange(self.num_workers, dtype=np.uint64), sizes)
         keys = np.union1d(self.ids, rep_ids)
-        rbits = np.zeros(keys.size, dtype=np.uint64)
-        np.bitwise_or.at(rbits, np.searchsorted(keys, rep_ids),
+        masks = np.left_shift(np.uint64(1), self.owner_of(keys).astype(np.uint64))
+        np.bitwise_or.at(masks, np.searchsorted(keys, rep_ids),
                          np.left_shift(np.uint64(1), rep_worker))
         index = IdIndex(4 * keys.size)  # load <= 1/4: most probes end at the first bucket
-        index.insert(keys, np.arange(keys.size, dtype=np.int64))
-        # Payloads by bucket rather than by key: a probe's bucket reads them directly, with no
-        # second gather through the slot.
-        at = index.locate(keys)
-        owner_at = np.zeros(index.buckets, dtype=np.int32)
-        bits_at = np.zeros(index.buckets, dtype=np.uint64)
-        owner_at[at], bits_at[at] = self.owner_of(keys), rbits
-        return index, owner_at, bits_at
+        index.insert(keys, masks.view(np.int64))
+        return index
 
-    def holders(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Owner and replica holders of each id, for per-step routing of whole batches.
+    def holders(self, ids: np.ndarray) -> np.ndarray:
+        """Which workers hold (own or replicate) each id, for per-step routing of whole batches.
 
-        One hash probe per entry: no sort of the batch (``owner_of``'s binary search wants its
-        queries deduplicated to be cheap, and deduplicating costs more than the probe).
+        One hash probe per entry, whose one gather brings the id's mask: no sort of the batch
+        (``owner_of``'s binary search wants its queries deduplicated to be cheap, and
+        deduplicating costs more than the probe).
 
         Args:
             ids: int64 ids, any shape (flattened).
 
         Returns:
-            (int32 owner of each id, uint64 bit mask of the workers replicating it).
+            uint64 mask of each id: bit ``w`` is set where worker ``w`` owns or replicates it.
         """
         flat = np.ascontiguousarray(ids, dtype=np.int64).ravel()
         hashed = fmix64(flat)
-        default = default_owner(flat, self.num_workers, hashed)
-        lookup = self._holder_table
-        if lookup is None:
-            return default, np.zeros(flat.size, dtype=np.uint64)
-        index, owner_at, bits_at = lookup
-        bucket = index.locate(flat, hashed)
-        hit = bucket >= 0  # bucket -1 reads the last entry, which the masks discard
-        return (np.where(hit, owner_at[bucket], default),
-                np.where(hit, bits_at[bucket], np.uint64(0)))
+        index = self._holder_table
+        if index is None:
+            masks, found = np.zeros(flat.size, dtype=np.int64), np.zeros(flat.size, dtype=bool)
+        else:
+            masks, found = index.lookup(flat, hashed)
+        masks = masks.view(np.uint64)
+        unseen = np.flatnonzero(~found)
+        if unseen.size:
+            owner = default_owner(flat[unseen], self.num_workers, hashed[unseen])
+            masks[unseen] = np.left_shift(np.uint64(1), owner.astype(np.uint64))
+        return masks
+
+    def held_by(self, worker: np.ndarray | int, masks: np.ndarray) -> np.ndarray:
+        """Whether ``worker`` (one, or one per entry) is among the holders in ``masks``."""
+        shift = np.asarray(worker).astype(np.uint64)
+        return (masks >> shift) & np.uint64(1) == np.uint64(1)
 
     def with_version(self, version: int) -> Placement:
         """The same placement under another version number."""
