@@ -19,6 +19,12 @@ __all__ = ["Comm", "Counts", "LocalComm", "DistComm"]
 
 Counts = Sequence[int] | np.ndarray  # rows per rank (numpy arrays straight from the headers)
 
+# All-reduces of at most this many bytes are done as an all-gather and a local sum (CPU only).
+# Measured on 2 gloo ranks over loopback: 13 int64 took 2.1-2.4 ms by gloo's all_reduce and
+# 0.8 ms by one all_to_all and the sum. For the 1.9 MB of dense gradients gloo's ring is the
+# faster (3.6 ms, against 5.4 ms by reduce-scatter + all-gather over all_to_all), so it stays.
+_GATHER_MAX_BYTES = 64 * 1024
+
 
 class Comm(Protocol):
     """Collectives among the ranks of one job, with byte accounting."""
@@ -153,10 +159,20 @@ class DistComm(_CommState):
         return out.cpu().numpy()
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+        n = self.world
+        size = tensor.numel() * tensor.element_size()
+        if self.device.type == "cpu" and size <= _GATHER_MAX_BYTES and tensor.is_contiguous():
+            # Small tensors (the per-step control vector): every rank gathers every copy and
+            # sums the same copies the same way, so every rank gets the same bits.
+            flat = tensor.view(-1)
+            copies = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
+            self._dist.all_to_all_single(copies, flat.repeat(n))
+            torch.sum(copies, dim=0, out=flat)
+            self.traffic.add(kind, (n - 1) * size, (n - 1) * size)
+            return
         self._dist.all_reduce(tensor)
         # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
-        n = self.world
-        moved = int(2 * (n - 1) * tensor.numel() * tensor.element_size() // n)
+        moved = int(2 * (n - 1) * size // n)
         self.traffic.add(kind, moved, moved)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:

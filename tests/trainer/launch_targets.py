@@ -24,3 +24,16 @@ def die_on(comm: Comm, rank: int) -> None:
     if comm.rank == rank:
         os._exit(3)
     comm.barrier()
+
+
+def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int]]:
+    """``all_reduce_sum`` of a rank-dependent float64 tensor of each size: (result, bytes sent)."""
+    import torch
+
+    out = []
+    for n in sizes:
+        before = int(comm.traffic.sent.sum())
+        x = torch.arange(n, dtype=torch.float64) * (comm.rank + 1) + 0.1 * comm.rank
+        comm.all_reduce_sum(x, "control")
+        out.append((x.tolist(), int(comm.traffic.sent.sum()) - before))
+    return out

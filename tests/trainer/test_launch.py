@@ -39,3 +39,18 @@ def test_a_failing_rank_stops_the_job_without_hanging(targets, target: str, expe
     assert time.monotonic() - t0 < 60
     assert info.value.rank == 1 and expected in str(info.value)
     assert not mp.active_children()  # the surviving rank was stopped, not left behind
+
+
+def test_all_reduce_sums_small_and_large_tensors_alike(targets) -> None:
+    # 13 values go by all-gather and a local sum, 20k (160 kB) by gloo's ring: both must give
+    # every rank the same sum, and count the bytes each way moves.
+    sizes, world = [13, 20_000], 3
+    results = launch(targets.reduce_sums, sizes, LaunchConfig(workers=world, device="cpu"))
+    for i, n in enumerate(sizes):
+        expected = [sum(k * (r + 1) + 0.1 * r for r in range(world)) for k in range(n)]
+        values = [r[i][0] for r in results]
+        assert values[0] == values[1] == values[2]  # the same bits on every rank
+        assert values[0] == pytest.approx(expected, rel=1e-12)
+    small, large = 13 * 8, 20_000 * 8
+    assert [r[0][1] for r in results] == [(world - 1) * small] * world
+    assert [r[1][1] for r in results] == [2 * (world - 1) * large // world] * world
