@@ -19,7 +19,7 @@ read time (it pushes iff ``pending + 1 > s``), so the read request announces it 
 knows the size of every gradient message without another count exchange.
 
 Collectives per step: counts, requests, versions, rows, gradients (five all-to-alls; the counts
-one is tiny). With ``s = 0`` every replica pushes every step and is refreshed whenever anyone
+one is tiny; the versions one is skipped while no rank holds a replica). With ``s = 0`` every replica pushes every step and is refreshed whenever anyone
 else updated the row, so training is synchronous.
 
 Message layouts (int64 unless noted), per destination owner, ids sorted within each part:
@@ -180,10 +180,14 @@ class RowExchange:
         request = comm.all_to_all(self._ints(req.message), req.sizes, recv_sizes, "request")
         srv = self._serve(received, request.cpu().numpy(), uniq[req.own], step, counters)
         # Versions first: both ends derive the same refresh decisions from them, so the rows
-        # reply needs no count exchange of its own.
-        versions_in = comm.all_to_all(
-            self._ints(np.concatenate(srv.versions)), [v.size for v in srv.versions],
-            req.sent[:, 1] + req.sent[:, 2], "response").cpu().numpy()
+        # reply needs no count exchange of its own. Where no rank holds a replica (every rank
+        # knows: the replica sets are the placement's), there are none to send.
+        if self._replicated.size:
+            versions_in = comm.all_to_all(
+                self._ints(np.concatenate(srv.versions)), [v.size for v in srv.versions],
+                req.sent[:, 1] + req.sent[:, 2], "response").cpu().numpy()
+        else:
+            versions_in = np.zeros(0, dtype=np.int64)
         is_r = req.kind != _FETCH
         rep_seen = req.seen[is_r]
         refresh = _refresh(versions_in, rep_seen, self.s)
