@@ -81,9 +81,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", default="256,128", help="hidden layer sizes")
     p.add_argument("--replica-fraction", type=float, default=0.05,
                    help="replica budget per rank, a fraction of the rows it uses (HET-GMP "
-                        "replicates 1%%; with s = 10 a replica read costs ~1/7 of a fetch, "
-                        "so a larger budget pays)")
-    p.add_argument("--route-epsilon", type=float, default=0.0,
+                        "replicates 1%%; 1%% left 1.71 remote rows a sample here against 1.01 "
+                        "at 5%%, see the protocol)")
+    p.add_argument("--route-epsilon", type=float, default=TrainConfig.route_epsilon,
                    help="graph runs: most samples a rank takes in a step, over the mean")
     p.add_argument("--placement-from", choices=["train", "window"], default="train",
                    help="records the graph placement is fitted to: 'train', the records trained "
