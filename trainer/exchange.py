@@ -19,8 +19,9 @@ read time (it pushes iff ``pending + 1 > s``), so the read request announces it 
 knows the size of every gradient message without another count exchange.
 
 Collectives per step: counts, requests, versions, rows, gradients (five all-to-alls; the counts
-one is tiny; the versions one is skipped while no rank holds a replica). With ``s = 0`` every replica pushes every step and is refreshed whenever anyone
-else updated the row, so training is synchronous.
+one is tiny; the versions one is skipped while no rank holds a replica). With ``s = 0`` every
+replica pushes every step and is refreshed whenever anyone else updated the row, so training is
+synchronous.
 
 Message layouts (int64 unless noted), per destination owner, ids sorted within each part:
 
