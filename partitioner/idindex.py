@@ -86,8 +86,8 @@ class IdIndex:
         """Value of each id of a flat int64 array, and whether it is present.
 
         The first probe round gathers whole entries (id and value together) on whole arrays:
-        at load <= 1/2 most ids end there, found or at an empty bucket. Only the rest go on,
-        through the locate loop.
+        at load <= 1/2 most ids end there, found or at an empty bucket. Only the rest go on
+        probing, bucket by bucket.
 
         Args:
             flat: 1-d int64 ids.
