@@ -85,10 +85,6 @@ class IdIndex:
                ) -> tuple[np.ndarray, np.ndarray]:
         """Value of each id of a flat int64 array, and whether it is present.
 
-        The first probe round gathers whole entries (id and value together) on whole arrays:
-        at load <= 1/2 most ids end there, found or at an empty bucket. Only the rest go on
-        probing, bucket by bucket.
-
         Args:
             flat: 1-d int64 ids.
             hashed: ``fmix64(flat)``, when the caller has it already.
@@ -98,19 +94,11 @@ class IdIndex:
         """
         if flat.size == 0 or self.size == 0:
             return np.zeros(flat.size, dtype=np.int64), np.zeros(flat.size, dtype=bool)
-        pos = self._home(flat, hashed)
-        entries = self._table[pos]
-        keys = entries["key"]
-        found = keys == flat
+        _, entries, found, rest, later = self._search(flat, hashed)
         values = np.ascontiguousarray(entries["val"])
-        rest = np.flatnonzero(~found & (keys != _EMPTY))
-        if rest.size:
-            buckets = self._probe(np.arange(rest.size), flat[rest],
-                                  (pos[rest] + 1) & np.int64(self._mask),
-                                  np.full(rest.size, -1, dtype=np.int64))
-            hit = buckets >= 0
-            values[rest[hit]] = self._vals[buckets[hit]]
-            found[rest[hit]] = True
+        hit = later >= 0
+        values[rest[hit]] = self._vals[later[hit]]
+        found[rest[hit]] = True
         return values, found
 
     def locate(self, flat: np.ndarray, hashed: np.ndarray | None = None) -> np.ndarray:
@@ -124,30 +112,39 @@ class IdIndex:
         """
         if flat.size == 0 or self.size == 0:
             return np.full(flat.size, -1, dtype=np.int64)
-        pos = self._home(flat, hashed)
-        # First probe on whole arrays: at load <= 1/2 most ids end here (found, or an empty
-        # bucket), and whole-array operations skip the gathers through an index of survivors.
-        keys = self._keys[pos]
-        hit = keys == flat
-        out = np.where(hit, pos, -1)
-        active = np.flatnonzero(~hit & (keys != _EMPTY))
-        if active.size == 0:
-            return out
-        return self._probe(active, flat[active], (pos[active] + 1) & np.int64(self._mask), out)
+        pos, _, found, rest, later = self._search(flat, hashed)
+        out = np.where(found, pos, -1)
+        out[rest] = later
+        return out
 
-    def _probe(self, active: np.ndarray, want: np.ndarray, pos: np.ndarray,
-               out: np.ndarray) -> np.ndarray:
-        """Go on probing from ``pos`` for the ids ``want`` (entries ``active`` of ``out``),
-        writing the bucket where each is found into ``out``; returns ``out``."""
+    def _search(self, flat: np.ndarray, hashed: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Probe for every id of ``flat`` (a non-empty table).
+
+        The first round gathers whole entries (id and value together) on whole arrays: at
+        load <= 1/2 most ids end there, found or at an empty bucket. Only the rest go on,
+        bucket by bucket, gathering through the shrinking set of survivors.
+
+        Returns:
+            (home bucket of each id, its entry there, whether that entry holds it, the ids
+            that went on probing, and for each of those its bucket or -1 where absent).
+        """
+        pos = self._home(flat, hashed)
+        entries = self._table[pos]
+        keys = entries["key"]
+        found = keys == flat
+        rest = np.flatnonzero(~found & (keys != _EMPTY))
         mask = np.int64(self._mask)
+        later = np.full(rest.size, -1, dtype=np.int64)
+        active, want, at = np.arange(rest.size), flat[rest], (pos[rest] + 1) & mask
         while active.size:
-            k = self._keys[pos]
+            k = self._keys[at]
             hit = k == want
-            out[active[hit]] = pos[hit]
+            later[active[hit]] = at[hit]
             # A miss continues past occupied (or removed) buckets; an empty one ends the probe.
             go_on = ~hit & (k != _EMPTY)
-            active, want, pos = active[go_on], want[go_on], (pos[go_on] + 1) & mask
-        return out
+            active, want, at = active[go_on], want[go_on], (at[go_on] + 1) & mask
+        return pos, entries, found, rest, later
 
     def remove(self, ids: np.ndarray) -> int:
         """Remove ids (absent ones are ignored); returns how many were present."""
