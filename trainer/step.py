@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from partitioner import Placement, route
+from partitioner.routing import capacity
 from streaming.types import ClickBatch, Clock, SystemClock
 from trainer.comm import Comm
 from trainer.counters import StepCounters, Totals
@@ -48,13 +49,13 @@ class ModelState:
     versions: np.ndarray
 
 
-def _pack(batch: ClickBatch) -> torch.Tensor:
+def _pack(batch: ClickBatch) -> np.ndarray:
     """int64 ``[B, F + W]``: ids, then label and dense float32 bits (routing message)."""
     floats = np.concatenate([batch.labels[:, None], batch.dense], axis=1).astype(np.float32)
     if floats.shape[1] % 2:
         floats = np.concatenate([floats, np.zeros((floats.shape[0], 1), np.float32)], axis=1)
     packed = np.concatenate([batch.ids, np.ascontiguousarray(floats).view(np.int64)], axis=1)
-    return torch.from_numpy(np.ascontiguousarray(packed))
+    return np.ascontiguousarray(packed)
 
 
 def _unpack(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
@@ -123,6 +124,11 @@ class Trainer:
         self.step_index = 0
         self.totals = Totals()
         self.routes = tc.routes and comm.world > 1
+        # Routing: a rank's share of the global batch, the most samples it may route to one
+        # rank, and whether the last global batch was whole (see _send_with_header).
+        self._share = max(1, -(-tc.global_batch // comm.world))
+        self._block = capacity(self._share, comm.world, tc.route_epsilon)
+        self._whole_batches = False
         self.last_logits = torch.zeros(0)
         self.last_labels = np.zeros(0, np.float32)
         self.last_dest: np.ndarray | None = None
@@ -195,26 +201,36 @@ class Trainer:
         """Send samples to the rank that holds most of their rows (when routing is on)."""
         comm, me, world = self.comm, self.comm.rank, self.comm.world
         n = len(batch)
+        if self.routes and n > self._share:
+            raise ValueError(f"rank {me} was given {n} samples, more than its share of the "
+                             f"global batch ({self._share} of {self.train_config.global_batch})")
         if self.routes and n:
             dest = route(batch.ids, self.placement, self.train_config.route_epsilon)
         else:
             dest = np.full(n, me, dtype=np.int32)
         counts = np.bincount(dest, minlength=world).astype(np.int64)
         header = np.stack([counts, np.full(world, n), np.full(world, int(exhausted))], axis=1)
-        heard = comm.exchange_counts(header, "header")
+        packed = _pack(batch.take(np.argsort(dest, kind="stable"))) if self.routes else None
+        received = None
+        if packed is not None and self._whole_batches:
+            heard, received = self._send_with_header(header, packed)
+        else:
+            heard = comm.exchange_counts(header, "header")
         global_n = int(heard[:, 1].sum())
+        # Every rank hears every rank's count, so all take the same path next step.
+        self._whole_batches = global_n >= self.train_config.global_batch
         if global_n == 0:
             return None if bool(heard[:, 2].all()) else (batch, 0)
         c.global_samples = global_n
         c.samples_routed_out = int(n - counts[me])
-        if not self.routes:
+        if packed is None:
             c.samples_trained = n
             self.last_dest = None
             self.last_routed_in = self.last_routed_in[:0]
             return batch, global_n
-        perm = np.argsort(dest, kind="stable")
-        packed = _pack(batch.take(perm)).to(comm.device)
-        received = comm.all_to_all(packed, counts, heard[:, 0], "route").cpu().numpy()
+        if received is None:
+            received = comm.all_to_all(torch.from_numpy(packed).to(comm.device), counts,
+                                       heard[:, 0], "route").cpu().numpy()
         local = _unpack(received, self.n_fields, self.n_dense)
         c.samples_trained = len(local)
         # Which of the samples read here went to rank 0, and the ids of those other ranks
@@ -225,6 +241,38 @@ class Trainer:
         mine[bounds[me]:bounds[me + 1]] = True
         self.last_routed_in = local.ids[~mine]
         return local, global_n
+
+    def _send_with_header(
+        self, header: np.ndarray, packed: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The header and the routed samples in one all-to-all (one collective, not two).
+
+        Every block has room for the most samples routing can send one rank from a full share
+        (``_block``), so its size is known without a count exchange. Used while the previous
+        step's global batch was whole: then, with ``route_epsilon = 0``, a share splits into
+        blocks that are exactly full and nothing is padded; a stream that delivers partial
+        batches keeps the two-collective path and sends no padding.
+
+        Returns:
+            The header each rank sent here (``[world, 3]``) and the samples, by source rank.
+        """
+        comm, world = self.comm, self.comm.world
+        width = packed.shape[1]
+        counts = header[:, 0]
+        size = header.shape[1] + self._block * width
+        message = np.zeros((world, size), dtype=np.int64)
+        message[:, :header.shape[1]] = header
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for dest in range(world):
+            rows = packed[bounds[dest]:bounds[dest + 1]].ravel()
+            message[dest, header.shape[1]:header.shape[1] + rows.size] = rows
+        out = comm.all_to_all(torch.from_numpy(message.ravel()).to(comm.device), [size] * world,
+                              [size] * world, "route").cpu().numpy().reshape(world, size)
+        heard = out[:, :header.shape[1]].copy()
+        start = header.shape[1]
+        received = np.concatenate([out[src, start:start + heard[src, 0] * width]
+                                   for src in range(world)]).reshape(-1, width)
+        return heard, received
 
     def _dense_tensor(self, dense: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(dense)).to(device=self.comm.device,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -46,3 +47,13 @@ def max_diff() -> Callable[[RankResult, list[RankResult]], tuple[float, float]]:
 def rows_of() -> Callable[[list[RankResult]], dict[int, torch.Tensor]]:
     """:func:`owned_rows`."""
     return owned_rows
+
+
+@pytest.fixture()
+def targets(monkeypatch: pytest.MonkeyPatch):
+    """The module of rank functions for ``launch`` (``launch_targets``)."""
+    # Spawned ranks inherit sys.path, so they can import the target module by its plain name.
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import launch_targets
+
+    return launch_targets

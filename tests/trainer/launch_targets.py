@@ -37,3 +37,39 @@ def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int]]:
         comm.all_reduce_sum(x, "control")
         out.append((x.tolist(), int(comm.traffic.sent.sum()) - before))
     return out
+
+
+def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, int]]:
+    """``Trainer._route`` of steps whose per-rank batch sizes are ``sizes[step][rank]``, with
+    a global batch of twice the first step's first size.
+
+    Returns per step: whether the header rode with the samples, the samples trained here (their
+    ids, as lists) and the route and header bytes this rank sent.
+    """
+    import numpy as np
+
+    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from trainer.counters import KINDS, StepCounters
+    from trainer.sources import synthetic_batch
+    from trainer.step import Trainer
+    from trainer.types import ModelConfig, TrainConfig
+    from trainer.worker import graph_placement
+
+    stream = SyntheticStream(SyntheticConfig(vocab_max=5_000, seed=5))
+    train = TrainConfig(global_batch=2 * sizes[0][0], replica_fraction=0.05, route_epsilon=0.0)
+    placement = graph_placement(stream.feature_ids(0, 5_000), comm.world, train)
+    trainer = Trainer(comm, placement, 26, 13, model=ModelConfig(embed_dim=4, hidden=(8,)),
+                      train=train)
+    out, start = [], 5_000
+    for step in sizes:
+        lo = start + int(np.sum(step[:comm.rank]))
+        kinds = [KINDS.index("route"), KINDS.index("header")]
+        before = int(comm.traffic.sent[kinds].sum())
+        merged = trainer._whole_batches
+        routed = trainer._route(synthetic_batch(stream, lo, step[comm.rank]), False,
+                                StepCounters())
+        assert routed is not None
+        sent = int(comm.traffic.sent[kinds].sum()) - before
+        out.append((merged, routed[0].ids.tolist(), sent))
+        start += int(np.sum(step))
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,15 +11,6 @@ from trainer.launch import WorkerFailed, launch
 from trainer.types import LaunchConfig
 
 pytestmark = pytest.mark.distributed
-
-
-@pytest.fixture()
-def targets(monkeypatch: pytest.MonkeyPatch):
-    # Spawned ranks inherit sys.path, so they can import the target module by its plain name.
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    import launch_targets
-
-    return launch_targets
 
 
 def test_results_come_back_in_rank_order(targets) -> None:

@@ -24,7 +24,7 @@ def one_thread() -> None:
 
 def test_routing_message_round_trips_exactly() -> None:
     batch = synthetic_batch(SyntheticStream(SYN), 0, 50)
-    back = _unpack(_pack(batch).numpy(), 26, 13)
+    back = _unpack(_pack(batch), 26, 13)
     assert np.array_equal(back.ids, batch.ids)
     assert np.array_equal(back.labels, batch.labels) and np.array_equal(back.dense, batch.dense)
 
