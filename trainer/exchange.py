@@ -305,7 +305,8 @@ class RowExchange:
         comm, world = self.comm, self.comm.world
         self.replicas.update(plan.replica_slots, grads.index_select(0, self._t(plan.replica)))
         push_pos = plan.order[plan.kind == _PUSH]
-        summed, counts = self.replicas.take_push(self.replicas.slots(plan.uniq[push_pos]))
+        rep_kind = plan.kind[plan.kind != _FETCH]  # aligned with replica / replica_slots
+        summed, counts = self.replicas.take_push(plan.replica_slots[rep_kind == _PUSH])
         if not np.array_equal(counts, plan.push_counts):
             raise RuntimeError("replica push counts changed between read and write")
         # s = 0: a push is this step's gradient, summed by the owner with everyone else's.
