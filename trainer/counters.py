@@ -1,12 +1,13 @@
 """What the trainer really does, counted per step: rows, replicas, staleness, bytes by purpose.
 
 Bytes are what crosses between ranks (a rank's messages to itself are free and not counted),
-by purpose (:data:`KINDS`): ``route`` (samples sent to the rank holding their rows), ``header``
-(the per-step count exchanges), ``request`` (ids, replica versions and push counts sent to
-owners), ``response`` (rows, optimizer state of refreshed replicas, owner versions),
-``gradient`` (gradients of remote rows and replica pushes), ``flush`` (pushes of pending
-replica updates at evaluation/checkpoint time), ``eval`` (read-only row fetches for evaluation),
-``dense`` (the all-reduce of the dense gradients, counted as ring all-reduce traffic), and the
+by purpose (:data:`KINDS`): ``route`` (samples sent to the rank holding their rows, with the
+step's header when it rides in the same message), ``header`` (the per-step count exchanges),
+``request`` (ids, replica versions and push counts sent to owners), ``response`` (rows,
+optimizer state of refreshed replicas, owner versions), ``gradient`` (gradients of remote rows
+and replica pushes), ``flush`` (pushes of pending replica updates at evaluation/checkpoint
+time), ``eval`` (read-only row fetches for evaluation), ``dense`` (the all-reduce of the dense
+gradients, counted as ring all-reduce traffic), and the
 online loop's own traffic between steps: ``control`` (the per-step control all-reduce),
 ``window`` (access-window samples gathered for the partitioner), ``placement`` (new placements
 broadcast) and ``migrate`` (rows handed to new owners).

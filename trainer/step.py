@@ -217,7 +217,7 @@ class Trainer:
         else:
             heard = comm.exchange_counts(header, "header")
         global_n = int(heard[:, 1].sum())
-        # Every rank hears every rank's count, so all take the same path next step.
+        # Every rank hears every rank's batch size, so all take the same path next step.
         self._whole_batches = global_n >= self.train_config.global_batch
         if global_n == 0:
             return None if bool(heard[:, 2].all()) else (batch, 0)
@@ -257,19 +257,17 @@ class Trainer:
             The header each rank sent here (``[world, 3]``) and the samples, by source rank.
         """
         comm, world = self.comm, self.comm.world
-        width = packed.shape[1]
-        counts = header[:, 0]
-        size = header.shape[1] + self._block * width
+        width, start = packed.shape[1], header.shape[1]
+        size = start + self._block * width
         message = np.zeros((world, size), dtype=np.int64)
-        message[:, :header.shape[1]] = header
-        bounds = np.concatenate([[0], np.cumsum(counts)])
+        message[:, :start] = header
+        bounds = np.concatenate([[0], np.cumsum(header[:, 0])])
         for dest in range(world):
             rows = packed[bounds[dest]:bounds[dest + 1]].ravel()
-            message[dest, header.shape[1]:header.shape[1] + rows.size] = rows
+            message[dest, start:start + rows.size] = rows
         out = comm.all_to_all(torch.from_numpy(message.ravel()).to(comm.device), [size] * world,
                               [size] * world, "route").cpu().numpy().reshape(world, size)
-        heard = out[:, :header.shape[1]].copy()
-        start = header.shape[1]
+        heard = out[:, :start].copy()
         received = np.concatenate([out[src, start:start + heard[src, 0] * width]
                                    for src in range(world)]).reshape(-1, width)
         return heard, received
