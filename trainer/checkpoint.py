@@ -9,7 +9,8 @@ Layout (one directory per checkpoint, ``step-<step>`` under the checkpoint direc
         MANIFEST.json                       written last: the checkpoint is complete once it exists
 
 Every file is written to a temporary name, flushed to disk, renamed into place, and the directory
-entry is synced too, so a crash leaves either the old state or the new file, never half a file.
+entry is synced too, so a crash leaves either the old state or the new file, never half a file;
+after the manifest, the checkpoint directory's entry in the root is synced as well.
 The manifest, written by rank 0 after every rank's files are durable, names them with their sizes
 and SHA-256 digests and holds the step, the world size, the records trained and the next Kafka
 offset of every partition trained from. Offsets are committed to Kafka only after the manifest is
@@ -226,6 +227,9 @@ def write_manifest(directory: Path, *, step: int, world: int, placement_version:
             "created": time.time(), "files": files, "extra": extra}
     data = json.dumps(body, indent=1, sort_keys=True).encode()
     _atomic_write(directory / MANIFEST, lambda f: f.write(data))
+    # The checkpoint directory's own entry too: offsets are committed to Kafka once this
+    # returns, and a crash must not then lose the checkpoint that covers them.
+    _fsync_dir(directory.parent)
     return _manifest(directory, body)
 
 

@@ -349,6 +349,23 @@ def test_checkpoint_directories_are_not_reused_by_accident(tmp_path: Path) -> No
     assert (manifest.path / ckpt.MANIFEST).stat().st_mtime_ns == before
 
 
+def test_a_complete_checkpoint_is_durable_in_its_root(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[tuple[Path, bool]] = []
+    real = ckpt._fsync_dir
+
+    def record(path: Path) -> None:  # which directory, and was a manifest in the root by then
+        synced.append((Path(path), any(tmp_path.glob(f"*/{ckpt.MANIFEST}"))))
+        real(path)
+
+    monkeypatch.setattr(ckpt, "_fsync_dir", record)
+    online = _online(checkpoint_dir=str(tmp_path), max_records=2 * BATCH)
+    run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=online))
+    assert ckpt.latest(tmp_path) is not None
+    # The root's entry for the new checkpoint directory is synced once the manifest is there.
+    assert (tmp_path, True) in synced
+
+
 @pytest.mark.broker
 def test_records_read_ahead_for_the_warmup_are_not_checkpointed_untrained(
         kafka: KafkaSettings, unique, tmp_path: Path) -> None:
