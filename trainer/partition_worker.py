@@ -78,6 +78,10 @@ def _partitioner_main(conn: Any, fields: int, window_size: int, config: Partitio
             if placement.version <= version:
                 placement = placement.with_version(version + 1)
             kind = "full" if current is None else "incremental"
-            conn.send(("ok", (placement, time.monotonic() - t0, kind)))
+            reply: tuple[str, Any] = ("ok", (placement, time.monotonic() - t0, kind))
         except Exception as exc:  # reported to rank 0, which fails the job
-            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            reply = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        try:
+            conn.send(reply)
+        except OSError:  # the rank closed the pipe while this placement was computed: job over
+            return
