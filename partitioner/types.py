@@ -23,6 +23,7 @@ __all__ = [
     "Placement",
     "WindowGraph",
     "default_owner",
+    "find_sorted",
     "fmix64",
 ]
 
@@ -44,13 +45,18 @@ def _as_id_set(values: np.ndarray, name: str) -> np.ndarray:
     return _frozen(ids)
 
 
+def find_sorted(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each of ``values`` in a sorted unique array, -1 where absent (binary search,
+    any shape; numpy's search is fastest when ``values`` come sorted too)."""
+    if sorted_set.size == 0:
+        return np.full(np.shape(values), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
+    return np.where(sorted_set[pos] == values, pos, -1)
+
+
 def _isin_sorted(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Membership of ``values`` in a sorted unique array (binary search, any shape)."""
-    if sorted_set.size == 0:
-        return np.zeros(np.shape(values), dtype=bool)
-    pos = np.searchsorted(sorted_set, values)
-    pos = np.minimum(pos, sorted_set.size - 1)
-    return sorted_set[pos] == values
+    return find_sorted(sorted_set, values) >= 0
 
 
 @dataclass(frozen=True, eq=False)

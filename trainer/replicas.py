@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from partitioner.types import find_sorted
 from trainer.store import RowOptimizer
 
 __all__ = ["ReplicaTable"]
@@ -78,11 +79,7 @@ class ReplicaTable:
         in cache) and the step's queries come sorted, which numpy's search exploits; measured
         at 0.19 ms against 0.67 ms for a hash probe, 6.4k queries into 6.2k copies.
         """
-        query = np.asarray(ids, dtype=np.int64)
-        if self.ids.size == 0:
-            return np.full(query.shape, -1, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(self.ids, query), self.ids.size - 1)
-        return np.where(self.ids[pos] == query, pos, -1)
+        return find_sorted(self.ids, np.asarray(ids, dtype=np.int64))
 
     def _t(self, slots: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)).to(self.device)
