@@ -259,7 +259,8 @@ class Placement:
             masks[unseen] = np.left_shift(np.uint64(1), owner.astype(np.uint64))
         return masks
 
-    def held_by(self, worker: np.ndarray | int, masks: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def held_by(worker: np.ndarray | int, masks: np.ndarray) -> np.ndarray:
         """Whether ``worker`` (one, or one per entry) is among the holders in ``masks``."""
         shift = np.asarray(worker).astype(np.uint64)
         return (masks >> shift) & np.uint64(1) == np.uint64(1)
