@@ -133,7 +133,7 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
         config: Partitioner settings.
         version: Version of the new placement.
         budget_scale: Multiplies the replica budget, for a ``cw`` that is only part of the
-            window (the budget is defined on the rows touched in the whole window).
+            window (the budget is defined on the rows of the whole window).
         max_moves: Optional cap on the rows that row balancing may move.
     """
     n = config.num_workers
@@ -150,7 +150,7 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
         routed = route_compact(cw, balanced, None, n, config.epsilon)
     owner = balanced
     replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * budget_scale,
-                               config.batch_per_worker)
+                               config.batch_per_worker, of_table=config.replica_basis == "table")
 
     window_ids = cw.ids
     keep = owner != default_owner(window_ids, n)

@@ -10,9 +10,10 @@ __all__ = ["choose_replicas"]
 
 
 def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: np.ndarray,
-                    num_workers: int, fraction: float, batch_per_worker: float) -> tuple[
-                        np.ndarray, ...]:
-    """Per-worker replica sets under a budget of ``fraction`` of the rows each worker touches.
+                    num_workers: int, fraction: float, batch_per_worker: float,
+                    of_table: bool = False) -> tuple[np.ndarray, ...]:
+    """Per-worker replica sets under a budget of ``fraction`` of the rows each worker touches
+    (or, with ``of_table``, of all the window's rows).
 
     A worker's candidates are the ids its samples use but it does not own, ranked by the fetches a
     local copy saves: the soft count of batches that contain the id (see ``soft_batches``). This
@@ -27,6 +28,9 @@ def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: n
         num_workers: Number of workers.
         fraction: Budget, as a fraction of the distinct rows each worker's samples touch.
         batch_per_worker: Samples per worker per step (for the soft count).
+        of_table: Budget every worker ``fraction`` of the distinct rows of the whole window
+            instead: the same number of copies everywhere, as a cache sized against the
+            embedding table would have.
 
     Returns:
         One sorted int64 array of ids per worker.
@@ -36,8 +40,8 @@ def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: n
     out = []
     for worker in range(num_workers):
         column = counts[:, worker]
-        touched = int(np.count_nonzero(column))
-        budget = int(min(fraction, 1.0) * touched)
+        rows = cw.num_ids if of_table else int(np.count_nonzero(column))
+        budget = int(min(fraction, 1.0) * rows)
         candidates = np.flatnonzero((column > 0) & (id_owner != worker))
         if budget <= 0 or candidates.size == 0:
             out.append(np.zeros(0, dtype=np.int64))

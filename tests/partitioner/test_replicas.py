@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from partitioner import WindowGraph
+from partitioner import PartitionConfig, WindowGraph
 from partitioner.graph import compact
 from partitioner.replicas import choose_replicas
 
@@ -35,3 +36,29 @@ def test_budget_is_a_fraction_of_the_rows_each_worker_touches() -> None:
         touched = np.unique(window.indices.reshape(2000, 8)[workers == worker]).size
         assert 0 < replicas[worker].size <= int(0.01 * touched)
         assert not np.any(replicas[worker] % 4 == worker)  # never its own rows
+
+
+def test_table_basis_gives_every_worker_a_fraction_of_the_whole_window() -> None:
+    rng = np.random.default_rng(5)
+    window = WindowGraph.from_dense(rng.integers(0, 3000, size=(2000, 8)))
+    cw = compact(window)
+    owner = (cw.ids % 4).astype(np.int32)
+    # Worker 3 runs few samples: it touches far fewer rows than the window holds.
+    workers = np.where(rng.random(2000) < 0.05, 3, rng.integers(0, 3, size=2000)).astype(np.int32)
+    touched = choose_replicas(cw, owner, workers, 4, fraction=0.02, batch_per_worker=128)
+    table = choose_replicas(cw, owner, workers, 4, fraction=0.02, batch_per_worker=128,
+                            of_table=True)
+    budget = int(0.02 * cw.num_ids)
+    for worker in range(4):
+        mine = np.unique(window.indices.reshape(2000, 8)[workers == worker])
+        foreign = np.count_nonzero(mine % 4 != worker)
+        assert table[worker].size == min(budget, foreign)
+        assert touched[worker].size == int(0.02 * mine.size)
+        # The wider budget keeps the touched basis's choice and adds to it.
+        assert np.isin(touched[worker], table[worker]).all()
+    assert table[3].size > 2 * touched[3].size
+
+
+def test_an_unknown_budget_basis_is_refused() -> None:
+    with pytest.raises(ValueError, match="'touched' or 'table'"):
+        PartitionConfig(num_workers=2, replica_basis="rows")
