@@ -45,3 +45,23 @@ def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture
                      if r["strategy"] == "hash")
     # Knowing the communities must beat sharding by hash on a stream made of communities.
     assert ceiling["remote_rows_per_sample"] < hash_rate
+
+
+def test_offline_protocol_scores_one_partition_on_its_own_records(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--offline", "--workers", "2", "--records", "6000", "--global-batch", "512",
+                 "--replica-fraction", "0.02"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["protocol"] == "offline" and summary["records"] == 6000
+    rows = {(r["strategy"], r["replica_basis"]): r for r in summary["rows"]}
+    assert set(rows) == {("hash", None), ("static", "touched"), ("static", "table")}
+    hash_rate = rows[("hash", None)]["remote_rows_per_sample"]
+    touched, table = rows[("static", "touched")], rows[("static", "table")]
+    # Scored on the records it was computed from, the partition beats hash sharding, and a
+    # budget counted against the whole table buys more copies and fewer remote rows.
+    assert touched["remote_rows_per_sample"] < hash_rate
+    assert table["replicas_per_worker"] > touched["replicas_per_worker"]
+    assert table["remote_rows_per_sample"] < touched["remote_rows_per_sample"]
+    assert touched["reduction_vs_hash"] == pytest.approx(
+        1 - touched["remote_rows_per_sample"] / hash_rate, abs=1e-3)
