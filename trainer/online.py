@@ -181,7 +181,8 @@ class OnlineLoop:
         self._started_ms = clock.time() * 1000.0
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,
-                                 replica_fraction=train.replica_fraction, seed=seed)
+                                 replica_fraction=train.replica_fraction,
+                                 replica_basis=train.replica_basis, seed=seed)
             self._worker = PartitionerProcess(trainer.n_fields, config.window, pc)
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="hetgmp-partitioner")
 

@@ -129,6 +129,11 @@ class TrainConfig:
     replica_fraction: float = field(
         default=0.01, metadata={"help": "replica budget per rank (fraction of the rows it uses)"}
     )
+    replica_basis: Literal["touched", "table"] = field(
+        default="touched",
+        metadata={"help": "what --replica-fraction counts: the rows a rank's samples use, or "
+                  "all the rows of the access window (a cache sized against the table)"},
+    )
     dense_optimizer: Literal["adam", "adagrad", "sgd"] = field(
         default="adam", metadata={"help": "optimizer of the dense (MLP) parameters"}
     )

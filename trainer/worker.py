@@ -171,7 +171,8 @@ class RankResult:
 def graph_placement(ids: np.ndarray, world: int, train: TrainConfig, seed: int = 0) -> Placement:
     """The graph placement (METIS partition plus replicas) of an access window ``[n, F]``."""
     config = PartitionConfig(num_workers=world, global_batch=train.global_batch,
-                             replica_fraction=train.replica_fraction, seed=seed)
+                             replica_fraction=train.replica_fraction,
+                             replica_basis=train.replica_basis, seed=seed)
     return FullPartitioner(config).partition(WindowGraph.from_dense(ids), None)
 
 

@@ -12,6 +12,7 @@ from trainer.comm import LocalComm
 from trainer.sources import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
 from trainer.step import Trainer, _pack, _unpack
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.worker import graph_placement
 
 SYN = SyntheticConfig(vocab_max=5_000, seed=5)
 SMALL = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,))
@@ -76,3 +77,15 @@ def test_eviction_bounds_the_store_on_an_endless_stream() -> None:
     after_maintenance = sizes[15::16]
     assert len(after_maintenance) == 5 and max(after_maintenance) <= 3_000
     assert max(sizes) > 3_000  # the cap was exceeded between passes, so it did the work
+
+
+def test_the_replica_budget_basis_reaches_the_partitioner() -> None:
+    ids = SyntheticStream(SyntheticConfig(seed=4)).feature_ids(0, 4000)
+    distinct = np.unique(ids).size
+    touched = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02), seed=4)
+    table = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02, replica_basis="table"),
+                            seed=4)
+    # Counted against the whole window, every rank gets 2% of all its rows (it has more
+    # candidates than that); counted against its own rows, fewer.
+    assert table.replica_counts().tolist() == [int(0.02 * distinct)] * 2
+    assert (touched.replica_counts() < table.replica_counts()).all()
