@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from partitioner import Placement, route
-from partitioner.routing import capacity
+from partitioner.routing import _assign_rounds, assign_with_capacity, capacity
 
 
 def test_sample_goes_where_most_of_its_rows_are() -> None:
@@ -45,3 +45,17 @@ def test_routing_is_deterministic_and_spreads_ties() -> None:
     a, b = route(batch, placement), route(batch, placement)
     assert np.array_equal(a, b)
     assert np.bincount(a, minlength=4).max() <= capacity(1000, 4, 0.05)
+
+
+def test_two_workers_closed_form_matches_the_general_rounds() -> None:
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        rows = int(rng.integers(1, 60))
+        # Small score ranges make ties (equal scores, equal gaps) common.
+        scores = rng.integers(0, int(rng.integers(1, 5)), size=(rows, 2))
+        if trial % 3 == 0:
+            scores[:, 0] += 2  # most samples prefer worker 0: it overflows
+        cap = int(rng.integers(-(-rows // 2), rows + 1))
+        fast = assign_with_capacity(scores, cap)
+        assert fast.tolist() == _assign_rounds(scores, cap).tolist()
+        assert np.bincount(fast, minlength=2).max() <= cap
