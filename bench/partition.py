@@ -31,15 +31,15 @@ Protocol (one run, every strategy on the same records):
   the others, on the next period, and shows how far placement quality alone can go on this
   stream (its rows go to ``"ceiling"`` in the JSON, not ``"rows"``).
 
-* ``--offline`` runs HET-GMP's own protocol instead, the one behind the figures the issue quotes
-  for it (74% / 81% fewer remote rows than hash at 4 / 8 workers, with 1% replicas, offline, on
-  500k records of a static stream of this shape): the generator's shape with drift turned off,
-  ``--records`` records (default 500k), one full partition of all of them (every id placed:
-  ``min_count`` 1, since an offline partitioner sees every sample it is scored on), scored on
-  those same records. It runs the partition twice, with the replica budget counted against the
-  rows each worker touches (ours) and against the whole table (``replica_basis="table"``),
-  since which of the two "1%" means for HET-GMP changes the figure a lot. JSON rows carry
-  ``replica_basis`` and the summary ``"protocol": "offline"``.
+* ``--offline`` runs HET-GMP's own protocol instead, the one behind the figures quoted for the
+  official HET-GMP partitioner (74% / 81% fewer remote rows than hash at 4 / 8 workers, with 1%
+  replicas, offline, on 500k records of a static stream of this shape): the generator's shape
+  with drift turned off, ``--records`` records (default 500k), one full partition of all of
+  them (every id placed: ``min_count`` 1, since an offline partitioner sees every sample it is
+  scored on), scored on those same records. It runs the partition twice, with the replica
+  budget counted against the rows each worker touches (ours) and against the whole table
+  (``replica_basis="table"``), since which of the two "1%" means for HET-GMP changes the
+  figure a lot. JSON rows carry ``replica_basis`` and the summary ``"protocol": "offline"``.
 
 The last line printed is the JSON summary ``{"bench": "partition", "rows": [...]}``.
 """

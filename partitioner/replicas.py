@@ -28,8 +28,8 @@ def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: n
         num_workers: Number of workers.
         fraction: Budget, as a fraction of the distinct rows each worker's samples touch.
         batch_per_worker: Samples per worker per step (for the soft count).
-        of_table: Budget every worker ``fraction`` of the distinct rows of the whole window
-            instead: the same number of copies everywhere, as a cache sized against the
+        of_table: Give every worker a budget of ``fraction`` of the distinct rows of the whole
+            window instead: the same number of copies everywhere, as a cache sized against the
             embedding table would have.
 
     Returns:
