@@ -37,9 +37,10 @@ Protocol (one run, every strategy on the same records):
   with drift turned off, ``--records`` records (default 500k), one full partition of all of
   them (every id placed: ``min_count`` 1, since an offline partitioner sees every sample it is
   scored on), scored on those same records. It runs the partition twice, with the replica
-  budget counted against the rows each worker touches (ours) and against the whole table
-  (``replica_basis="table"``), since which of the two "1%" means for HET-GMP changes the
-  figure a lot. JSON rows carry ``replica_basis`` and the summary ``"protocol": "offline"``.
+  budget counted against the rows each worker touches (ours) and against all the records' rows,
+  here the whole table (``replica_basis="window"``), since which of the two "1%" means for
+  HET-GMP changes the figure a lot. JSON rows carry ``replica_basis`` and the mean
+  ``replicas_per_worker``, the summary ``"protocol": "offline"``.
 
 The last line printed is the JSON summary ``{"bench": "partition", "rows": [...]}``.
 """
@@ -107,19 +108,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                              "community labels: a ceiling for placement quality, not a strategy")
     parser.add_argument("--replica-fraction", type=float, default=0.01,
                         help="replica budget per worker (default 1%%)")
-    parser.add_argument("--replica-basis", choices=["touched", "table"], default="touched",
+    parser.add_argument("--replica-basis", choices=["touched", "window"], default="touched",
                         help="what the budget is a fraction of: the rows a worker's samples "
                              "touch (default) or all the window's rows")
     parser.add_argument("--offline", action="store_true",
                         help="HET-GMP's protocol instead: one partition of a static stream, "
                              "scored on the records it was computed from, with the budget "
-                             "counted both ways (see the module docstring)")
+                             "counted both ways (see the module docstring); not with "
+                             "--oracle or --replica-basis")
     parser.add_argument("--records", type=int, default=500_000,
                         help="records of the static stream (--offline only)")
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers "
                              "(--offline: 100k records)")
     args = parser.parse_args(argv)
+    if args.offline and (args.oracle or args.replica_basis != "touched"):
+        parser.error("--offline runs both replica bases itself and has no oracle")
     if args.quick:
         args.window, args.period_records, args.periods = 50_000, 25_000, 4
         args.records = min(args.records, 100_000)
@@ -267,7 +271,7 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
     """HET-GMP's protocol: one partition of all the records, scored on those same records."""
     graph = WindowGraph.from_dense(ids)
     rows: list[dict[str, object]] = []
-    print(f"{'workers':>7} {'strategy':>8} {'budget of':>9} {'replicas/worker':>15} "
+    print(f"{'workers':>7} {'strategy':>8} {'budget of':>9} {'mean replicas':>15} "
           f"{'rr/sample':>9} {'vs hash':>8} {'imbalance':>9} {'seconds':>8}")
     for n in args.worker_counts:
         hashed = Placement.hash(n)
@@ -278,7 +282,7 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
                      "imbalance": 1.0, "seconds": 0.0, "replicas_per_worker": 0})
         print(f"{n:>7} {'hash':>8} {'-':>9} {0:>15} {hash_rate:9.3f} {0.0:7.1f}% "
               f"{1.0:9.3f} {0.0:8.1f}", flush=True)
-        for basis in ("touched", "table"):
+        for basis in ("touched", "window"):
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
                                      seed=args.seed, min_count=1,
                                      replica_fraction=args.replica_fraction, replica_basis=basis)
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.global_batch}, replicas {args.replica_fraction:.1%} per worker, one full "
               f"partition scored on the records it was computed from")
         summary = {"bench": "partition", "protocol": "offline", "records": args.records,
-                   "rows": _offline(ids, args)}
+                   "replica_fraction": args.replica_fraction, "rows": _offline(ids, args)}
         print(json.dumps(summary))
         return 0
     stream_config = SyntheticConfig(seed=args.seed)
@@ -337,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         tracks = _run_workers(n, ids, args, segments)
         rows.extend(_summary(n, tracks, args, stream_config.drift_every))
     summary: dict[str, object] = {"bench": "partition",
+                                  "replica_fraction": args.replica_fraction,
+                                  "replica_basis": args.replica_basis,
                                   "rows": [r for r in rows if r["strategy"] != ORACLE]}
     if args.oracle:
         summary["ceiling"] = [r for r in rows if r["strategy"] == ORACLE]

@@ -119,7 +119,7 @@ def replica_matrix(placement: Placement, cw: CompactWindow) -> np.ndarray:
 
 def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | None,
                     config: PartitionConfig, version: int, budget_scale: float = 1.0,
-                    max_moves: int | None = None) -> Placement:
+                    max_moves: int | None = None, window_rows: int | None = None) -> Placement:
     """Balance rows, pick replicas and write the explicit table of a new placement.
 
     The explicit table keeps every entry of ``current`` for ids outside the window (rows nobody
@@ -132,9 +132,11 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
         current: The placement in force, if any.
         config: Partitioner settings.
         version: Version of the new placement.
-        budget_scale: Multiplies the replica budget, for a ``cw`` that is only part of the
-            window (the budget is defined on the rows of the whole window).
+        budget_scale: Multiplies the replica budget of the ``"touched"`` basis, for a ``cw``
+            that is only part of the window (the budget is defined on the whole window).
         max_moves: Optional cap on the rows that row balancing may move.
+        window_rows: Distinct rows of the whole window, for the ``"window"`` basis when ``cw``
+            is only part of it (default: ``cw``'s own).
     """
     n = config.num_workers
     eligible = cw.degree >= config.min_count
@@ -149,8 +151,13 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
     if not np.array_equal(balanced, owner):
         routed = route_compact(cw, balanced, None, n, config.epsilon)
     owner = balanced
-    replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * budget_scale,
-                               config.batch_per_worker, of_table=config.replica_basis == "table")
+    if config.replica_basis == "window":
+        rows = cw.num_ids if window_rows is None else window_rows
+        replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction,
+                                   config.batch_per_worker, budget_rows=rows)
+    else:
+        replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * budget_scale,
+                                   config.batch_per_worker)
 
     window_ids = cw.ids
     keep = owner != default_owner(window_ids, n)

@@ -354,7 +354,8 @@ class IncrementalPartitioner:
         budget = _regroup(cw, owner, replicas, eligible, cfg, budget)
         budget = _balance_groups(cw, owner, replicas, eligible, cfg, budget)
         budget = _refine(cw, owner, replicas, eligible, cfg, budget)
-        # The replica budget is defined on the rows touched in the whole window.
-        scale = _distinct(window.indices) / max(cw.num_ids, 1)
-        return build_placement(cw, owner, current, cfg, version, budget_scale=scale,
-                               max_moves=budget + reserve)
+        # The replica budget is defined on the whole window, not on cw.
+        rows = _distinct(window.indices)
+        return build_placement(cw, owner, current, cfg, version,
+                               budget_scale=rows / max(cw.num_ids, 1),
+                               max_moves=budget + reserve, window_rows=rows)

@@ -11,9 +11,9 @@ __all__ = ["choose_replicas"]
 
 def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: np.ndarray,
                     num_workers: int, fraction: float, batch_per_worker: float,
-                    of_table: bool = False) -> tuple[np.ndarray, ...]:
+                    budget_rows: int | None = None) -> tuple[np.ndarray, ...]:
     """Per-worker replica sets under a budget of ``fraction`` of the rows each worker touches
-    (or, with ``of_table``, of all the window's rows).
+    (or, with ``budget_rows``, of that many rows).
 
     A worker's candidates are the ids its samples use but it does not own, ranked by the fetches a
     local copy saves: the soft count of batches that contain the id (see ``soft_batches``). This
@@ -28,9 +28,9 @@ def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: n
         num_workers: Number of workers.
         fraction: Budget, as a fraction of the distinct rows each worker's samples touch.
         batch_per_worker: Samples per worker per step (for the soft count).
-        of_table: Give every worker a budget of ``fraction`` of the distinct rows of the whole
-            window instead: the same number of copies everywhere, as a cache sized against the
-            embedding table would have.
+        budget_rows: Give every worker a budget of ``fraction * budget_rows`` copies instead
+            (the rows of the whole access window: the same budget everywhere, as a cache sized
+            against the embedding table would have).
 
     Returns:
         One sorted int64 array of ids per worker.
@@ -40,7 +40,7 @@ def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: n
     out = []
     for worker in range(num_workers):
         column = counts[:, worker]
-        rows = cw.num_ids if of_table else int(np.count_nonzero(column))
+        rows = int(np.count_nonzero(column)) if budget_rows is None else budget_rows
         budget = int(min(fraction, 1.0) * rows)
         candidates = np.flatnonzero((column > 0) & (id_owner != worker))
         if budget <= 0 or candidates.size == 0:

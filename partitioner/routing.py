@@ -49,15 +49,16 @@ def assign_with_capacity(scores: np.ndarray, cap: int) -> np.ndarray:
     next-best worker; a worker keeps the proposers that would lose most by going elsewhere (the
     gap to their next choice) up to its remaining room. Total room >= samples, so N rounds place
     every sample (a sample refused by all N workers would mean all of them are full).
-    Two workers take a closed form of the same rounds (see ``_assign_two``).
+    Two workers with integer scores (local counts) take a closed form of the same rounds (see
+    ``_assign_two``).
     """
-    if scores.shape[1] == 2:
+    if scores.shape[1] == 2 and np.issubdtype(scores.dtype, np.integer):
         return _assign_two(scores, cap)
     return _assign_rounds(scores, cap)
 
 
 def _assign_two(scores: np.ndarray, cap: int) -> np.ndarray:
-    """``_assign_rounds`` for two workers, in a few array operations instead of two rounds.
+    """``_assign_rounds`` for two workers and integer scores, in a few array operations.
 
     The first choice is the higher score, ties going to worker 1 for even rows and worker 0 for
     odd ones (the rotation of the general rounds); the gap to the second choice is the score

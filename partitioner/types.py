@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -399,11 +399,11 @@ class PartitionConfig:
         global_batch: Samples per training step over all workers; sets the per-worker batch in
             the soft count of fetches (lookups are deduplicated within a batch).
         replica_fraction: Replica budget per worker, as a fraction of the rows its samples touch.
-        replica_basis: ``"touched"`` (the default: the budget above) or ``"table"``: every
-            worker may copy ``replica_fraction`` of all the distinct rows of the window, as a
-            cache sized against the whole embedding table would (a worker whose samples touch
-            a share q of the table gets 1/q times the copies of ``"touched"``; see
-            ``hetgmp bench partition --offline``).
+        replica_basis: ``"touched"`` (the default: the budget above) or ``"window"``: every
+            worker may copy ``replica_fraction`` of all the distinct rows of the access window,
+            as a cache sized against the embedding table would (a worker whose samples touch a
+            share q of the window's rows gets up to 1/q times the copies of ``"touched"``; in
+            ``hetgmp bench partition --offline`` the window is the whole table).
         min_count: Ids used by fewer window samples are not placed (they keep their current or
             default owner): one sighting says nothing about where an id's future samples go.
         hub_per_step: Ids used by more than this many samples per step are hubs: in every batch of
@@ -422,7 +422,7 @@ class PartitionConfig:
     epsilon: float = 0.05
     global_batch: int = 8192
     replica_fraction: float = 0.01
-    replica_basis: str = "touched"
+    replica_basis: Literal["touched", "window"] = "touched"
     min_count: int = 2
     hub_per_step: float = 20.0
     seed: int = 0
@@ -435,8 +435,8 @@ class PartitionConfig:
             raise ValueError("num_workers and global_batch must be positive, rounds >= 0")
         if self.epsilon < 0 or not 0 <= self.replica_fraction <= 1:
             raise ValueError("epsilon must be >= 0 and replica_fraction in [0, 1]")
-        if self.replica_basis not in ("touched", "table"):
-            raise ValueError(f"replica_basis must be 'touched' or 'table', not "
+        if self.replica_basis not in ("touched", "window"):
+            raise ValueError(f"replica_basis must be 'touched' or 'window', not "
                              f"{self.replica_basis!r}")
         if self.min_count < 1 or self.max_move_fraction < 0 or self.migration_cost < 0:
             raise ValueError("min_count >= 1, max_move_fraction >= 0, migration_cost >= 0")

@@ -127,9 +127,11 @@ class TrainConfig:
                   "trained on too)"},
     )
     replica_fraction: float = field(
-        default=0.01, metadata={"help": "replica budget per rank (fraction of the rows it uses)"}
+        default=0.01,
+        metadata={"help": "replica budget per rank, as a fraction of the rows counted by "
+                  "--replica-basis"},
     )
-    replica_basis: Literal["touched", "table"] = field(
+    replica_basis: Literal["touched", "window"] = field(
         default="touched",
         metadata={"help": "what --replica-fraction counts: the rows a rank's samples use, or "
                   "all the rows of the access window (a cache sized against the table)"},
@@ -147,6 +149,9 @@ class TrainConfig:
             raise ValueError("route_epsilon must be >= 0")
         if not 0.0 <= self.replica_fraction <= 1.0 or self.dense_lr <= 0:
             raise ValueError("replica_fraction in [0, 1] and dense_lr > 0 required")
+        if self.replica_basis not in ("touched", "window"):
+            raise ValueError(f"replica_basis must be 'touched' or 'window', not "
+                             f"{self.replica_basis!r}")
 
     @property
     def routes(self) -> bool:

@@ -93,3 +93,16 @@ def test_same_seed_same_incremental_placement(make_stream: Callable[..., np.ndar
                                           placement)
         results.append(placement)
     assert results[0] == results[1] and results[0].version == 2
+
+
+def test_window_basis_budget_counts_the_whole_window_not_the_new_samples(
+        make_stream: Callable[..., np.ndarray], config: Callable[..., PartitionConfig]) -> None:
+    ids = make_stream(6000, seed=9, drift_at=3000)
+    partitioner = IncrementalPartitioner(config(2, replica_fraction=0.05, replica_basis="window"))
+    first = partitioner.partition(WindowGraph.from_dense(ids[:4000], start=0), None)
+    # The second call looks only at the 2000 new samples, yet the budget is the whole window's.
+    window = WindowGraph.from_dense(ids[2000:], start=2000)
+    second = partitioner.partition(window, first)
+    budget = int(0.05 * np.unique(window.indices).size)
+    assert second.replica_counts().tolist() == [budget, budget]
+    assert first.replica_counts().tolist() == [int(0.05 * np.unique(ids[:4000]).size)] * 2

@@ -38,7 +38,7 @@ def test_budget_is_a_fraction_of_the_rows_each_worker_touches() -> None:
         assert not np.any(replicas[worker] % 4 == worker)  # never its own rows
 
 
-def test_table_basis_gives_every_worker_a_fraction_of_the_whole_window() -> None:
+def test_window_basis_gives_every_worker_a_fraction_of_the_whole_window() -> None:
     rng = np.random.default_rng(5)
     window = WindowGraph.from_dense(rng.integers(0, 3000, size=(2000, 8)))
     cw = compact(window)
@@ -47,7 +47,7 @@ def test_table_basis_gives_every_worker_a_fraction_of_the_whole_window() -> None
     workers = np.where(rng.random(2000) < 0.05, 3, rng.integers(0, 3, size=2000)).astype(np.int32)
     touched = choose_replicas(cw, owner, workers, 4, fraction=0.02, batch_per_worker=128)
     table = choose_replicas(cw, owner, workers, 4, fraction=0.02, batch_per_worker=128,
-                            of_table=True)
+                            budget_rows=cw.num_ids)
     budget = int(0.02 * cw.num_ids)
     for worker in range(4):
         mine = np.unique(window.indices.reshape(2000, 8)[workers == worker])
@@ -60,5 +60,5 @@ def test_table_basis_gives_every_worker_a_fraction_of_the_whole_window() -> None
 
 
 def test_an_unknown_budget_basis_is_refused() -> None:
-    with pytest.raises(ValueError, match="'touched' or 'table'"):
+    with pytest.raises(ValueError, match="'touched' or 'window'"):
         PartitionConfig(num_workers=2, replica_basis="rows")

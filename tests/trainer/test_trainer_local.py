@@ -83,7 +83,7 @@ def test_the_replica_budget_basis_reaches_the_partitioner() -> None:
     ids = SyntheticStream(SyntheticConfig(seed=4)).feature_ids(0, 4000)
     distinct = np.unique(ids).size
     touched = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02), seed=4)
-    table = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02, replica_basis="table"),
+    table = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02, replica_basis="window"),
                             seed=4)
     # Counted against the whole window, every rank gets 2% of all its rows (it has more
     # candidates than that); counted against its own rows, fewer.
