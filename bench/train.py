@@ -61,6 +61,9 @@ from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
 
 __all__ = ["main"]
 
+# The collectives of a training step (timed in the bench's report, slowest rank).
+_TIMED = ("route", "header", "request", "response", "gradient", "dense")
+
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -129,6 +132,10 @@ def _row(config: str, r: RankResult) -> dict[str, Any]:
         "replica_pushes": t.counts["replica_pushes"],
         "seconds": round(r.seconds, 2),
         "seconds_by_phase": {phase: round(float(v), 2) for phase, v in zip(PHASES, t.seconds)},
+        "collective_seconds_by_kind": {k: round(float(t.traffic.seconds[KINDS.index(k)]), 2)
+                                       for k in _TIMED if t.traffic.calls[KINDS.index(k)]},
+        "collectives_per_step": round(float(t.traffic.calls[[KINDS.index(k) for k in _TIMED]]
+                                            .sum()) / max(r.steps, 1), 2),
         "bytes_per_sample_by_kind": {k: round(t.per_sample(float(v)), 1)
                                      for k, v in by_kind.items()},
     }
@@ -145,6 +152,10 @@ def _print(row: dict[str, Any]) -> None:
           f"max staleness {row['max_staleness']}", flush=True)
     phases = "  ".join(f"{k} {v:.2f}" for k, v in row["seconds_by_phase"].items())
     print(f"{'':>11}  seconds by phase (slowest rank): {phases}", flush=True)
+    waits = "  ".join(f"{k} {v:.2f}" for k, v in row["collective_seconds_by_kind"].items())
+    if waits:
+        print(f"{'':>11}  of which in collectives ({row['collectives_per_step']} a step; "
+              f"waiting included): {waits}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

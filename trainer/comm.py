@@ -8,6 +8,7 @@ makes the ``s = 0`` equivalence test meaningful). Byte counts are per purpose
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -140,13 +141,15 @@ class DistComm(_CommState):
         send_counts = [int(c) for c in send_counts]
         recv_counts = [int(c) for c in recv_counts]
         out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
+        began = time.perf_counter()
         self._dist.all_to_all_single(
             out, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts
         )
+        took = time.perf_counter() - began
         row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
         me = self.rank
         self.traffic.add(kind, (sum(send_counts) - send_counts[me]) * row,
-                         (sum(recv_counts) - recv_counts[me]) * row)
+                         (sum(recv_counts) - recv_counts[me]) * row, took)
         return out
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
@@ -166,14 +169,18 @@ class DistComm(_CommState):
             # sums the same copies the same way, so every rank gets the same bits.
             flat = tensor.view(-1)
             copies = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
+            began = time.perf_counter()
             self._dist.all_to_all_single(copies, flat.repeat(n))
+            took = time.perf_counter() - began
             torch.sum(copies, dim=0, out=flat)
-            self.traffic.add(kind, (n - 1) * size, (n - 1) * size)
+            self.traffic.add(kind, (n - 1) * size, (n - 1) * size, took)
             return
+        began = time.perf_counter()
         self._dist.all_reduce(tensor)
+        took = time.perf_counter() - began
         # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
         moved = int(2 * (n - 1) * size // n)
-        self.traffic.add(kind, moved, moved)
+        self.traffic.add(kind, moved, moved, took)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         self._dist.broadcast(tensor, src=src)

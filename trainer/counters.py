@@ -32,23 +32,47 @@ _EMBEDDING_KINDS = ("route", "header", "request", "response", "gradient", "flush
 
 @dataclass
 class Traffic:
-    """Bytes sent and received by one rank, per purpose (cumulative)."""
+    """Bytes sent and received by one rank, per purpose (cumulative), and the time spent in the
+    collectives that moved them.
+
+    ``seconds`` is the wall time inside each collective, waiting for the slowest peer included:
+    on a shared CPU most of it is waiting, so it shows where ranks fall out of step rather than
+    what the wire costs. ``calls`` counts the timed collectives.
+    """
 
     sent: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), np.int64))
     received: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), np.int64))
+    seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS)))
+    calls: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), np.int64))
 
-    def add(self, kind: str, sent: int, received: int) -> None:
-        """Count one exchange."""
+    def add(self, kind: str, sent: int, received: int, seconds: float | None = None) -> None:
+        """Count one exchange; ``seconds``: the collective's wall time, when it was timed."""
         i = KINDS.index(kind)
         self.sent[i] += sent
         self.received[i] += received
+        if seconds is not None:
+            self.seconds[i] += seconds
+            self.calls[i] += 1
 
     def copy(self) -> Traffic:
         """A snapshot."""
-        return Traffic(self.sent.copy(), self.received.copy())
+        return Traffic(self.sent.copy(), self.received.copy(), self.seconds.copy(),
+                       self.calls.copy())
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.sent + other.sent, self.received + other.received,
+                       self.seconds + other.seconds, self.calls + other.calls)
 
     def __sub__(self, other: Traffic) -> Traffic:
-        return Traffic(self.sent - other.sent, self.received - other.received)
+        return Traffic(self.sent - other.sent, self.received - other.received,
+                       self.seconds - other.seconds, self.calls - other.calls)
+
+    def merge(self, other: Traffic) -> Traffic:
+        """Two ranks' traffic over the same steps: bytes add up; ranks wait side by side, so
+        the time in collectives is the longer of the two (as for phases)."""
+        return Traffic(self.sent + other.sent, self.received + other.received,
+                       np.maximum(self.seconds, other.seconds),
+                       np.maximum(self.calls, other.calls))
 
 
 @dataclass
@@ -123,8 +147,7 @@ class Totals:
         for name in _SCALARS:
             self.counts[name] += int(getattr(c, name))
         self.staleness = _add_hist(self.staleness, c.staleness)
-        self.traffic = Traffic(self.traffic.sent + c.traffic.sent,
-                               self.traffic.received + c.traffic.received)
+        self.traffic = self.traffic + c.traffic
         self.loss_sum += c.loss_sum
         self.loss_samples += c.global_samples
         self.seconds = self.seconds + c.seconds
@@ -137,8 +160,7 @@ class Totals:
         out.counts["global_samples"] = max(self.counts["global_samples"],
                                            other.counts["global_samples"])
         out.staleness = _add_hist(self.staleness, other.staleness)
-        out.traffic = Traffic(self.traffic.sent + other.traffic.sent,
-                              self.traffic.received + other.traffic.received)
+        out.traffic = self.traffic.merge(other.traffic)
         out.loss_sum, out.loss_samples = self.loss_sum, self.loss_samples
         # Ranks run their phases side by side: the slower rank's time is the job's.
         out.seconds = np.maximum(self.seconds, other.seconds)
@@ -185,8 +207,9 @@ class Totals:
             max_staleness=self.max_staleness,
             mean_loss=self.loss_sum / self.loss_samples if self.loss_samples else float("nan"),
         )
-        for kind, sent in zip(KINDS, self.traffic.sent):
+        for kind, sent, secs in zip(KINDS, self.traffic.sent, self.traffic.seconds):
             out[f"bytes_{kind}"] = int(sent)
+            out[f"collective_seconds_{kind}"] = round(float(secs), 4)
         for phase, secs in zip(PHASES, self.seconds):
             out[f"seconds_{phase}"] = round(float(secs), 4)
         return out

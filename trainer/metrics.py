@@ -12,7 +12,9 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_replica_pushes_total``, ``hetgmp_remote_rows_total`` (rows fetched from owners without
     a local copy), ``hetgmp_rows_served_total`` (rows sent as owner),
     ``hetgmp_exchanged_bytes_total{direction="sent"|"received", kind}`` (kinds:
-    :data:`trainer.counters.KINDS`), ``hetgmp_migration_steps_total`` (steps taken while a migration
+    :data:`trainer.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
+    the collectives of each kind, waiting for peers included), ``hetgmp_migration_steps_total``
+    (steps taken while a migration
     was in progress), ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
     ``hetgmp_checkpoints_total``.
@@ -176,6 +178,7 @@ class TrainerMetrics(Collector):
         self._bytes: dict[tuple[str, str], int] = {
             (d, k): 0 for d in ("sent", "received") for k in _counters.KINDS
         }
+        self._collective_s = dict.fromkeys(_counters.KINDS, 0.0)
         self._imbalance: dict[str, float] = {}
         self._repartitions = {k: 0 for k in REPARTITION_KINDS}
         self._step = BucketCounts(STEP_BUCKETS)
@@ -211,6 +214,8 @@ class TrainerMetrics(Collector):
             for kind, sent, received in zip(_counters.KINDS, traffic.sent, traffic.received):
                 self._bytes[("sent", kind)] = self._bytes.get(("sent", kind), 0) + int(sent)
                 self._bytes[("received", kind)] = self._bytes.get(("received", kind), 0) + int(received)
+            for kind, secs in zip(_counters.KINDS, traffic.seconds):
+                self._collective_s[kind] += float(secs)
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)
             self._freshness.observe(fresh)
@@ -301,6 +306,14 @@ class TrainerMetrics(Collector):
         for (direction, kind), n in self._bytes.items():
             traffic.add_metric([r, direction, kind], n)
         out.append(traffic)
+        waits = CounterMetricFamily(
+            "hetgmp_collective_seconds_total",
+            "Wall time inside collectives, by purpose (waiting for the slowest peer included).",
+            labels=["rank", "kind"],
+        )
+        for kind, secs in self._collective_s.items():
+            waits.add_metric([r, kind], secs)
+        out.append(waits)
         repartitions = CounterMetricFamily(
             "hetgmp_repartitions_total", "Repartitions (new placements computed), by kind.",
             labels=["rank", "kind"],

@@ -63,6 +63,9 @@ PANELS: list[Panel] = [
         (quantile(0.99, "hetgmp_step_duration_seconds"), "p99"),
         (f"sum(rate(hetgmp_migration_steps_total{RATE})) / sum(rate(hetgmp_steps_total{RATE}))",
          "share of steps during a migration"),
+        ('sum(rate(hetgmp_collective_seconds_total{kind=~"route|header|request|response|'
+         f'gradient|dense"}}{RATE})) / sum(rate(hetgmp_step_duration_seconds_sum{RATE}))',
+         "share of step time in collectives (waiting for peers included)"),
     ]),
     Panel("Replica staleness at reads (updates behind)", "short", [
         (quantile(0.5, "hetgmp_replica_staleness_updates"), "p50"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from trainer.comm import Comm
 
@@ -26,16 +27,21 @@ def die_on(comm: Comm, rank: int) -> None:
     comm.barrier()
 
 
-def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int]]:
-    """``all_reduce_sum`` of a rank-dependent float64 tensor of each size: (result, bytes sent)."""
+def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int, int, float]]:
+    """``all_reduce_sum`` of a rank-dependent float64 tensor of each size: (result, bytes sent,
+    collectives timed, seconds in them)."""
     import torch
 
     out = []
     for n in sizes:
-        before = int(comm.traffic.sent.sum())
+        before = comm.traffic.copy()
         x = torch.arange(n, dtype=torch.float64) * (comm.rank + 1) + 0.1 * comm.rank
+        if comm.rank == 0:
+            time.sleep(0.2)  # the others wait for rank 0 inside the collective
         comm.all_reduce_sum(x, "control")
-        out.append((x.tolist(), int(comm.traffic.sent.sum()) - before))
+        moved = comm.traffic - before
+        out.append((x.tolist(), int(moved.sent.sum()), int(moved.calls.sum()),
+                    float(moved.seconds.sum())))
     return out
 
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainer.counters import KINDS, StepCounters
+from trainer.counters import KINDS, StepCounters, Totals
 from trainer.metrics import (
     FRESHNESS_BUCKETS,
     STALENESS_BUCKETS,
@@ -47,7 +47,7 @@ def step(seed: int, staleness: list[int]) -> StepCounters:
         loss_sum=200.0 + seed,
     )
     for i, kind in enumerate(KINDS):
-        c.traffic.add(kind, 1000 * (i + 1) + seed, 10 * (i + 1))
+        c.traffic.add(kind, 1000 * (i + 1) + seed, 10 * (i + 1), seconds=0.5 * i + seed)
     return c
 
 
@@ -77,6 +77,8 @@ def test_step_counters_add_up_over_two_steps(registry):
         received = s[("hetgmp_exchanged_bytes_total", (("direction", "received"), ("kind", kind)))]
         assert sent == a.traffic.sent[i] + b.traffic.sent[i] == 2000 * (i + 1) + 7
         assert received == 20 * (i + 1)
+        waited = s[("hetgmp_collective_seconds_total", (("kind", kind),))]
+        assert waited == pytest.approx(1.0 * i + 7)
     # The gauges hold the last step.
     assert s[("hetgmp_train_loss", ())] == pytest.approx(207.0 / 400)
     assert s[("hetgmp_remote_rows_per_sample", ())] == pytest.approx((24 + 3) / 97)
@@ -207,3 +209,17 @@ def test_importing_creates_nothing_in_the_global_registry():
     importlib.reload(importlib.import_module("trainer.metrics"))
     assert set(prometheus_client.REGISTRY._names_to_collectors) == before
     assert not any(n.startswith("hetgmp_") for n in before)
+
+
+def test_job_totals_add_bytes_and_keep_the_longer_wait_of_two_ranks() -> None:
+    a, b = Totals(), Totals()
+    a.add(step(0, [1]))
+    b.add(step(7, [1]))
+    b.add(step(7, [1]))  # rank b's totals cover two steps
+    job = a.merge(b)
+    for i in range(len(KINDS)):
+        assert job.traffic.sent[i] == 1000 * (i + 1) + 2 * (1000 * (i + 1) + 7)
+        assert job.traffic.seconds[i] == pytest.approx(max(0.5 * i, 2 * (0.5 * i + 7)))
+        assert job.traffic.calls[i] == 2
+    assert job.summary()["collective_seconds_gradient"] == pytest.approx(
+        2 * (0.5 * KINDS.index("gradient") + 7), abs=1e-4)
