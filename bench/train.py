@@ -135,7 +135,7 @@ def _row(config: str, r: RankResult) -> dict[str, Any]:
         "collective_seconds_by_kind": {k: round(float(t.traffic.seconds[KINDS.index(k)]), 2)
                                        for k in _TIMED if t.traffic.calls[KINDS.index(k)]},
         "collectives_per_step": round(float(t.traffic.calls[[KINDS.index(k) for k in _TIMED]]
-                                            .sum()) / max(r.steps, 1), 2),
+                                            .sum()) / max(t.steps, 1), 2),
         "bytes_per_sample_by_kind": {k: round(t.per_sample(float(v)), 1)
                                      for k, v in by_kind.items()},
     }
@@ -154,8 +154,8 @@ def _print(row: dict[str, Any]) -> None:
     print(f"{'':>11}  seconds by phase (slowest rank): {phases}", flush=True)
     waits = "  ".join(f"{k} {v:.2f}" for k, v in row["collective_seconds_by_kind"].items())
     if waits:
-        print(f"{'':>11}  of which in collectives ({row['collectives_per_step']} a step; "
-              f"waiting included): {waits}", flush=True)
+        print(f"{'':>11}  in collectives ({row['collectives_per_step']} a step; longest wait "
+              f"of any rank, per kind): {waits}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

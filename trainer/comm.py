@@ -141,9 +141,10 @@ class DistComm(_CommState):
         send_counts = [int(c) for c in send_counts]
         recv_counts = [int(c) for c in recv_counts]
         out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
+        send = send.contiguous()
         began = time.perf_counter()
         self._dist.all_to_all_single(
-            out, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts
+            out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts
         )
         took = time.perf_counter() - began
         row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
@@ -169,8 +170,9 @@ class DistComm(_CommState):
             # sums the same copies the same way, so every rank gets the same bits.
             flat = tensor.view(-1)
             copies = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
+            repeated = flat.repeat(n)
             began = time.perf_counter()
-            self._dist.all_to_all_single(copies, flat.repeat(n))
+            self._dist.all_to_all_single(copies, repeated)
             took = time.perf_counter() - began
             torch.sum(copies, dim=0, out=flat)
             self.traffic.add(kind, (n - 1) * size, (n - 1) * size, took)

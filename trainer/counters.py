@@ -37,7 +37,9 @@ class Traffic:
 
     ``seconds`` is the wall time inside each collective, waiting for the slowest peer included:
     on a shared CPU most of it is waiting, so it shows where ranks fall out of step rather than
-    what the wire costs. ``calls`` counts the timed collectives.
+    what the wire costs. ``calls`` counts the timed collectives. With gloo a collective returns
+    when it is done; with NCCL it returns once queued, so on CUDA the time is the launch only.
+    Bytes counted outside a timed collective (the placement broadcast) add no time.
     """
 
     sent: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), np.int64))
@@ -68,8 +70,9 @@ class Traffic:
                        self.seconds - other.seconds, self.calls - other.calls)
 
     def merge(self, other: Traffic) -> Traffic:
-        """Two ranks' traffic over the same steps: bytes add up; ranks wait side by side, so
-        the time in collectives is the longer of the two (as for phases)."""
+        """Two ranks' traffic over the same steps: bytes add up; the time in collectives is
+        the longer wait of the two, per kind (the rank that waits longest is usually the
+        fastest one)."""
         return Traffic(self.sent + other.sent, self.received + other.received,
                        np.maximum(self.seconds, other.seconds),
                        np.maximum(self.calls, other.calls))

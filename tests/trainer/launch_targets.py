@@ -34,10 +34,11 @@ def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int, in
 
     out = []
     for n in sizes:
-        before = comm.traffic.copy()
         x = torch.arange(n, dtype=torch.float64) * (comm.rank + 1) + 0.1 * comm.rank
+        comm.barrier()  # every rank starts together ...
+        before = comm.traffic.copy()
         if comm.rank == 0:
-            time.sleep(0.2)  # the others wait for rank 0 inside the collective
+            time.sleep(0.5)  # ... and the others wait for rank 0 inside the collective
         comm.all_reduce_sum(x, "control")
         moved = comm.traffic - before
         out.append((x.tolist(), int(moved.sent.sum()), int(moved.calls.sum()),

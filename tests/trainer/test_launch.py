@@ -44,9 +44,9 @@ def test_all_reduce_sums_small_and_large_tensors_alike(targets) -> None:
     small, large = 13 * 8, 20_000 * 8
     assert [r[0][1] for r in results] == [(world - 1) * small] * world
     assert [r[1][1] for r in results] == [2 * (world - 1) * large // world] * world
-    # Each sum is one timed collective; ranks 1 and 2 wait in it for rank 0's 0.2 s sleep.
+    # Each sum is one timed collective; ranks 1 and 2 wait in it for rank 0's 0.5 s sleep.
     for rank, per_size in enumerate(results):
         for _, _, calls, seconds in per_size:
             assert calls == 1
             if rank:
-                assert seconds > 0.15
+                assert seconds > 0.25

@@ -214,12 +214,16 @@ def test_importing_creates_nothing_in_the_global_registry():
 def test_job_totals_add_bytes_and_keep_the_longer_wait_of_two_ranks() -> None:
     a, b = Totals(), Totals()
     a.add(step(0, [1]))
+    a.add(step(0, [1]))
     b.add(step(7, [1]))
-    b.add(step(7, [1]))  # rank b's totals cover two steps
+    slow_a = step(0, [1])
+    slow_a.traffic.seconds[:3] += 100.0  # rank a waits longer in the first three kinds
+    a.add(slow_a)
     job = a.merge(b)
     for i in range(len(KINDS)):
-        assert job.traffic.sent[i] == 1000 * (i + 1) + 2 * (1000 * (i + 1) + 7)
-        assert job.traffic.seconds[i] == pytest.approx(max(0.5 * i, 2 * (0.5 * i + 7)))
-        assert job.traffic.calls[i] == 2
+        assert job.traffic.sent[i] == 3 * 1000 * (i + 1) + (1000 * (i + 1) + 7)
+        waited_a = 3 * 0.5 * i + (100.0 if i < 3 else 0.0)
+        assert job.traffic.seconds[i] == pytest.approx(max(waited_a, 0.5 * i + 7))
+        assert job.traffic.calls[i] == 3
     assert job.summary()["collective_seconds_gradient"] == pytest.approx(
-        2 * (0.5 * KINDS.index("gradient") + 7), abs=1e-4)
+        max(3 * 0.5 * KINDS.index("gradient"), 0.5 * KINDS.index("gradient") + 7), abs=1e-4)
