@@ -8,7 +8,7 @@ import numpy as np
 
 from partitioner.graph import CompactWindow, per_worker_counts, route_compact, soft_batches
 from partitioner.replicas import choose_replicas
-from partitioner.types import PartitionConfig, Placement, default_owner
+from partitioner.types import PartitionConfig, Placement, default_owner, find_sorted
 
 __all__ = ["balance_rows", "build_placement", "match_labels", "replica_matrix"]
 
@@ -110,10 +110,8 @@ def replica_matrix(placement: Placement, cw: CompactWindow) -> np.ndarray:
     """Which workers hold a replica of each compact id of the window: bool ``[G, N]``."""
     out = np.zeros((cw.num_ids, placement.num_workers), dtype=bool)
     for worker, ids in enumerate(placement.replicas):
-        if ids.size:
-            pos = np.minimum(np.searchsorted(cw.ids, ids), cw.num_ids - 1)
-            hit = cw.ids[pos] == ids
-            out[pos[hit], worker] = True
+        pos = find_sorted(cw.ids, ids)
+        out[pos[pos >= 0], worker] = True
     return out
 
 
@@ -164,9 +162,7 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
     ids = window_ids[keep]
     owners = owner[keep]
     if current is not None and current.ids.size:
-        pos = np.minimum(np.searchsorted(window_ids, current.ids), max(window_ids.size - 1, 0))
-        outside = window_ids[pos] != current.ids if window_ids.size else np.ones(
-            current.ids.size, dtype=bool)
+        outside = find_sorted(window_ids, current.ids) < 0
         ids = np.concatenate([ids, current.ids[outside]])
         owners = np.concatenate([owners, current.owners[outside]])
         order = np.argsort(ids, kind="stable")

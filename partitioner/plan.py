@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.types import MigrationPlan, Placement
+from partitioner.types import MigrationPlan, Placement, find_sorted
 
 __all__ = ["plan_diff"]
 
@@ -37,9 +37,10 @@ def plan_diff(old: Placement, new: Placement, row_bytes: int) -> MigrationPlan:
     moving = before != after
 
     # Explicit-table changes: entries that are new or whose owner changed, and entries dropped.
-    pos = np.minimum(np.searchsorted(old.ids, new.ids), max(old.ids.size - 1, 0))
-    in_old = old.ids[pos] == new.ids if old.ids.size else np.zeros(new.ids.size, dtype=bool)
-    changed = ~in_old | (old.owners[pos] != new.owners if old.ids.size else True)
+    pos = find_sorted(old.ids, new.ids)
+    changed = pos < 0
+    kept = np.flatnonzero(~changed)
+    changed[kept] = old.owners[pos[kept]] != new.owners[kept]
     released = np.setdiff1d(old.ids, new.ids, assume_unique=True)
 
     adds = tuple(np.setdiff1d(n, o, assume_unique=True) for o, n in zip(old.replicas,

@@ -193,10 +193,9 @@ class Placement:
         """Owner of each id (vectorised; any shape): explicit owner, else the default owner."""
         query = np.asarray(ids, dtype=np.int64)
         result = default_owner(query, self.num_workers)
-        if self.ids.size:
-            pos = np.minimum(np.searchsorted(self.ids, query), self.ids.size - 1)
-            hit = self.ids[pos] == query
-            result[hit] = self.owners[pos[hit]]
+        pos = find_sorted(self.ids, query)
+        hit = pos >= 0
+        result[hit] = self.owners[pos[hit]]
         return result
 
     def is_replicated(self, worker: int, ids: np.ndarray) -> np.ndarray:
