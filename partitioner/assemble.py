@@ -116,8 +116,8 @@ def replica_matrix(placement: Placement, cw: CompactWindow) -> np.ndarray:
 
 
 def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | None,
-                    config: PartitionConfig, version: int, budget_scale: float = 1.0,
-                    max_moves: int | None = None, window_rows: int | None = None) -> Placement:
+                    config: PartitionConfig, version: int, max_moves: int | None = None,
+                    window_rows: int | None = None) -> Placement:
     """Balance rows, pick replicas and write the explicit table of a new placement.
 
     The explicit table keeps every entry of ``current`` for ids outside the window (rows nobody
@@ -130,11 +130,11 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
         current: The placement in force, if any.
         config: Partitioner settings.
         version: Version of the new placement.
-        budget_scale: Multiplies the replica budget of the ``"touched"`` basis, for a ``cw``
-            that is only part of the window (the budget is defined on the whole window).
         max_moves: Optional cap on the rows that row balancing may move.
-        window_rows: Distinct rows of the whole window, for the ``"window"`` basis when ``cw``
-            is only part of it (default: ``cw``'s own).
+        window_rows: Distinct rows of the whole window, when ``cw`` is only part of it
+            (default: ``cw``'s own). The replica budget is defined on the whole window: the
+            ``"window"`` basis counts these rows, the ``"touched"`` one scales each worker's
+            touched rows in ``cw`` by ``window_rows / cw.num_ids``.
     """
     n = config.num_workers
     eligible = cw.degree >= config.min_count
@@ -154,7 +154,8 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
         replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction,
                                    config.batch_per_worker, budget_rows=rows)
     else:
-        replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * budget_scale,
+        scale = 1.0 if window_rows is None else window_rows / max(cw.num_ids, 1)
+        replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * scale,
                                    config.batch_per_worker)
 
     window_ids = cw.ids

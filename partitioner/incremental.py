@@ -355,7 +355,5 @@ class IncrementalPartitioner:
         budget = _balance_groups(cw, owner, replicas, eligible, cfg, budget)
         budget = _refine(cw, owner, replicas, eligible, cfg, budget)
         # The replica budget is defined on the whole window, not on cw.
-        rows = _distinct(window.indices)
-        return build_placement(cw, owner, current, cfg, version,
-                               budget_scale=rows / max(cw.num_ids, 1),
-                               max_moves=budget + reserve, window_rows=rows)
+        return build_placement(cw, owner, current, cfg, version, max_moves=budget + reserve,
+                               window_rows=_distinct(window.indices))
