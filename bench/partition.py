@@ -69,6 +69,7 @@ from partitioner import (
 )
 from partitioner.assemble import build_placement
 from partitioner.graph import compact, per_worker_counts
+from partitioner.types import REPLICA_BASES
 
 __all__ = ["main"]
 
@@ -108,7 +109,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                              "community labels: a ceiling for placement quality, not a strategy")
     parser.add_argument("--replica-fraction", type=float, default=0.01,
                         help="replica budget per worker (default 1%%)")
-    parser.add_argument("--replica-basis", choices=["touched", "window"], default="touched",
+    parser.add_argument("--replica-basis", choices=REPLICA_BASES, default="touched",
                         help="what the budget is a fraction of: the rows a worker's samples "
                              "touch (default) or all the window's rows")
     parser.add_argument("--offline", action="store_true",
@@ -282,7 +283,7 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
                      "imbalance": 1.0, "seconds": 0.0, "replicas_per_worker": 0})
         print(f"{n:>7} {'hash':>8} {'-':>9} {0:>15} {hash_rate:9.3f} {0.0:7.1f}% "
               f"{1.0:9.3f} {0.0:8.1f}", flush=True)
-        for basis in ("touched", "window"):
+        for basis in REPLICA_BASES:
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
                                      seed=args.seed, min_count=1,
                                      replica_fraction=args.replica_fraction, replica_basis=basis)

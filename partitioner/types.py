@@ -21,13 +21,16 @@ __all__ = [
     "PartitionConfig",
     "Partitioner",
     "Placement",
+    "REPLICA_BASES",
     "WindowGraph",
+    "check_replica_basis",
     "default_owner",
     "find_sorted",
     "fmix64",
 ]
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
+REPLICA_BASES = ("touched", "window")  # what a replica budget fraction counts (PartitionConfig)
 
 # Routing and the remote-row measure test "does worker w hold this id" as bit w of a uint64.
 MAX_WORKERS = 64
@@ -43,6 +46,12 @@ def _as_id_set(values: np.ndarray, name: str) -> np.ndarray:
     if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
         raise ValueError(f"{name} must be sorted and unique")
     return _frozen(ids)
+
+
+def check_replica_basis(basis: str) -> None:
+    """Refuse a replica budget basis other than :data:`REPLICA_BASES`."""
+    if basis not in REPLICA_BASES:
+        raise ValueError(f"replica_basis must be 'touched' or 'window', not {basis!r}")
 
 
 def find_sorted(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -434,9 +443,7 @@ class PartitionConfig:
             raise ValueError("num_workers and global_batch must be positive, rounds >= 0")
         if self.epsilon < 0 or not 0 <= self.replica_fraction <= 1:
             raise ValueError("epsilon must be >= 0 and replica_fraction in [0, 1]")
-        if self.replica_basis not in ("touched", "window"):
-            raise ValueError(f"replica_basis must be 'touched' or 'window', not "
-                             f"{self.replica_basis!r}")
+        check_replica_basis(self.replica_basis)
         if self.min_count < 1 or self.max_move_fraction < 0 or self.migration_cost < 0:
             raise ValueError("min_count >= 1, max_move_fraction >= 0, migration_cost >= 0")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from partitioner.types import check_replica_basis
+
 __all__ = [
     "StoreConfig",
     "ModelConfig",
@@ -149,9 +151,7 @@ class TrainConfig:
             raise ValueError("route_epsilon must be >= 0")
         if not 0.0 <= self.replica_fraction <= 1.0 or self.dense_lr <= 0:
             raise ValueError("replica_fraction in [0, 1] and dense_lr > 0 required")
-        if self.replica_basis not in ("touched", "window"):
-            raise ValueError(f"replica_basis must be 'touched' or 'window', not "
-                             f"{self.replica_basis!r}")
+        check_replica_basis(self.replica_basis)
 
     @property
     def routes(self) -> bool:
