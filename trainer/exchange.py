@@ -3,10 +3,19 @@
 Read phase (:meth:`RowExchange.read`), for the distinct ids of a rank's batch, each once:
 
 * owned rows are read from the local store;
-* replicated rows are requested as ``(id, seen version)``; the owner answers every such request
-  with its current version and, only where the copy is missing or more than ``s`` versions
-  behind, with the row and its optimizer state (HET's read rule);
+* replicated rows are read from the local copy while it is within ``s`` updates of the owner's
+  row; a copy that is missing or further behind is replaced by the owner's row and optimizer
+  state (HET's read rule);
 * all other rows are fetched from their owner (id out, row back).
+
+Who knows a copy's lag: its owner. The owner counts, per copy another rank holds of a row it
+owns, the updates it applied that the copy has not got (every update but the holder's own
+pushes); a refresh sets that count to zero. When a count passes ``s``, the owner tells the
+holder (a *notice*, carried by the next step's request message) and the copy is stale until
+it is read and refreshed. So at a read both ends know, without asking, which copies come with
+rows: HET's version check without a round trip of versions. Both ends follow placement and
+replica-set changes by the same rule (:meth:`RowExchange._sync`): a copy keeps its lag only
+while both its holder's set and its row's owner stay; any other copy starts stale.
 
 Write phase (:meth:`RowExchange.write`): the owner sums, per row, its own gradient and the
 gradients of ranks that fetched the row, and applies the row optimizer once with the sum; the
@@ -18,15 +27,15 @@ with the others. Whether a replica pushes in this step is known at
 read time (it pushes iff ``pending + 1 > s``), so the read request announces it and the owner
 knows the size of every gradient message without another count exchange.
 
-Collectives per step: counts, requests, versions, rows, gradients (five all-to-alls; the counts
-one is tiny; the versions one is skipped while no rank holds a replica). With ``s = 0`` every
-replica pushes every step and is refreshed whenever anyone else updated the row, so training is
-synchronous.
+Collectives per step: counts, requests, rows, gradients (four all-to-alls; the counts one is
+tiny). With ``s = 0`` every replica pushes every step and is refreshed whenever anyone else
+updated the row, so training is synchronous.
 
-Message layouts (int64 unless noted), per destination owner, ids sorted within each part:
+Message layouts (int64 unless noted), per destination rank, ids sorted within each part:
 
-* request: ``fetch ids | push ids | keep ids | seen of push+keep | counts of push``;
-* versions reply: owner version of each push and keep id;
+* request: ``fetch ids | push ids | keep ids | counts of push | notices`` (the first four as a
+  requester to the destination as owner; the notices as owner, naming the destination's copies
+  that became stale);
 * rows reply (float): fetched rows, then ``row | optimizer state`` of each refreshed replica;
 * gradients (float): gradients of fetched rows, then the pushes (``s = 0``: gradients;
   ``s > 0``: ``summed gradient | summed optimizer-state increments``).
@@ -40,6 +49,7 @@ import numpy as np
 import torch
 
 from partitioner import Placement
+from partitioner.types import find_sorted
 from trainer.comm import Comm
 from trainer.counters import StepCounters
 from trainer.replicas import ReplicaTable
@@ -100,6 +110,26 @@ class ReadPlan:
 
 
 @dataclass
+class _Copies:
+    """The copies one rank holds of rows this rank owns, as their owner follows them.
+
+    Attributes:
+        ids: Sorted ids of the copies.
+        lag: Updates applied here that each copy has not got (meaningless while stale).
+        stale: The holder knows the copy is to be refreshed at its next read (no copy yet, or
+            a notice was sent).
+    """
+
+    ids: np.ndarray
+    lag: np.ndarray
+    stale: np.ndarray
+
+    @classmethod
+    def fresh_start(cls, ids: np.ndarray) -> _Copies:
+        return cls(ids, np.zeros(ids.size, np.int64), np.ones(ids.size, bool))
+
+
+@dataclass
 class _Requests:
     """A rank's requests of one step (entries of ``order`` grouped by owner, then kind)."""
 
@@ -109,7 +139,6 @@ class _Requests:
     slots: np.ndarray
     owner: np.ndarray
     sent: np.ndarray
-    seen: np.ndarray
     push_counts: np.ndarray
     message: np.ndarray
     sizes: list[int]
@@ -123,7 +152,7 @@ class _Served:
     in_fetch: list[np.ndarray]
     in_push: list[np.ndarray]
     in_push_counts: list[np.ndarray]
-    versions: list[np.ndarray]
+    lags: np.ndarray
     rows: list[torch.Tensor]
     row_sizes: list[int]
 
@@ -160,6 +189,12 @@ class RowExchange:
         self.audit: Audit | None = None
         reps = [r for r in placement.replicas if r.size]
         self._replicated = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
+        # Owner side: per rank, its copies of rows owned here. Holder side: the ids and owners
+        # of this rank's copies when last followed. Both follow the placement and table below.
+        self._copies: list[_Copies] = []
+        self._held_ids: np.ndarray | None = None
+        self._held_owner = np.zeros(0, np.int32)
+        self._synced: tuple[Placement, ReplicaTable] | None = None
 
     def set_replicated(self, ids: np.ndarray) -> None:
         """Rows some rank replicates now (what the audit log follows)."""
@@ -175,23 +210,16 @@ class RowExchange:
     def read(self, uniq: np.ndarray, step: int, counters: StepCounters) -> ReadPlan:
         """Rows of the distinct ids ``uniq`` (sorted) for ``step``; owners serve requests."""
         comm, world = self.comm, self.comm.world
-        req = self._requests(uniq)
+        self._sync()
+        req = self._requests(uniq, self._notices())
         received = comm.exchange_counts(req.sent)
-        recv_sizes = received[:, 0] + 3 * received[:, 1] + 2 * received[:, 2]
+        recv_sizes = received[:, 0] + 2 * received[:, 1] + received[:, 2] + received[:, 3]
         request = comm.all_to_all(self._ints(req.message), req.sizes, recv_sizes, "request")
         srv = self._serve(received, request.cpu().numpy(), uniq[req.own], step, counters)
-        # Versions first: both ends derive the same refresh decisions from them, so the rows
-        # reply needs no count exchange of its own. Where no rank holds a replica (every rank
-        # knows: the replica sets are the placement's), there are none to send.
-        if self._replicated.size:
-            versions_in = comm.all_to_all(
-                self._ints(np.concatenate(srv.versions)), [v.size for v in srv.versions],
-                req.sent[:, 1] + req.sent[:, 2], "response").cpu().numpy()
-        else:
-            versions_in = np.zeros(0, dtype=np.int64)
+        # After the notices, both ends know which copies read now come with rows, so the rows
+        # reply needs no count exchange of its own.
         is_r = req.kind != _FETCH
-        rep_seen = req.seen[is_r]
-        refresh = _refresh(versions_in, rep_seen, self.s)
+        refresh = self.replicas.stale[req.slots[is_r]]
         n_ref = np.bincount(req.owner[is_r][refresh], minlength=world)
         row_w = self.dim + self.state_width
         rows_in = comm.all_to_all(torch.cat(srv.rows), srv.row_sizes,
@@ -207,12 +235,13 @@ class RowExchange:
             values.index_copy_(0, self._t(fetch_pos), fetched_rows)
         if refresh.any():
             self.replicas.refresh(rep_slots[refresh], fresh_rows[:, :self.dim],
-                                  fresh_rows[:, self.dim:], versions_in[refresh])
+                                  fresh_rows[:, self.dim:])
         if rep_pos.size:
             values.index_copy_(0, self._t(rep_pos), self.replicas.read(rep_slots))
 
-        lag = np.where(refresh, 0, versions_in - rep_seen)
-        counters.staleness = np.bincount(lag, minlength=1).astype(np.int64)
+        # The lag of every read is known to the row's owner, which counts it (job totals add
+        # up the same either way).
+        counters.staleness = np.bincount(srv.lags, minlength=1).astype(np.int64)
         counters.unique_ids += int(uniq.size)
         counters.owned_reads += int(req.own.size)
         counters.replica_reads += int(rep_pos.size)
@@ -225,8 +254,9 @@ class RowExchange:
                         req.sent, received, srv.in_fetch, srv.in_push, srv.in_push_counts,
                         req.push_counts, step)
 
-    def _requests(self, uniq: np.ndarray) -> _Requests:
-        """Sort the batch's non-owned ids by owner and kind, and build the request message."""
+    def _requests(self, uniq: np.ndarray, notices: list[np.ndarray]) -> _Requests:
+        """Sort the batch's non-owned ids by owner and kind, and build the request message
+        (with the notices this rank sends as owner, ``notices[d]`` for rank ``d``)."""
         me, world = self.comm.rank, self.comm.world
         owner = self.placement.owner_of(uniq)
         own = np.flatnonzero(owner == me)
@@ -238,37 +268,41 @@ class RowExchange:
         kind[is_rep] = np.where(self.replicas.pending[slots[is_rep]] + 1 > self.s, _PUSH, _KEEP)
         perm = np.lexsort((kind, owner[other]))
         order, kind, slots = other[perm], kind[perm], slots[perm]
-        sent = np.zeros((world, 3), dtype=np.int64)
+        sent = np.zeros((world, 4), dtype=np.int64)
         np.add.at(sent, (owner[order], kind), 1)
-        seen = np.full(order.size, -1, dtype=np.int64)
-        seen[kind != _FETCH] = self.replicas.seen[slots[kind != _FETCH]]
+        sent[:, 3] = [n.size for n in notices]
         counts = np.zeros(order.size, dtype=np.int64)
         counts[kind == _PUSH] = self.replicas.pending[slots[kind == _PUSH]] + 1
-        bounds = np.concatenate([[0], np.cumsum(sent.sum(axis=1))])
+        bounds = np.concatenate([[0], np.cumsum(sent[:, :3].sum(axis=1))])
         ids = uniq[order]
         parts, sizes = [], []
-        for o in range(world):  # per owner: ids of every kind | seen of replicas | push counts
+        for o in range(world):  # per rank: ids of every kind | push counts | notices
             a, b = bounds[o], bounds[o + 1]
-            k = kind[a:b]
-            piece = [ids[a:b], seen[a:b][k != _FETCH], counts[a:b][k == _PUSH]]
+            piece = [ids[a:b], counts[a:b][kind[a:b] == _PUSH], notices[o]]
             parts += piece
             sizes.append(sum(x.size for x in piece))
-        return _Requests(own, order, kind, slots, owner[order], sent, seen,
-                         counts[kind == _PUSH], np.concatenate(parts), sizes)
+        return _Requests(own, order, kind, slots, owner[order], sent, counts[kind == _PUSH],
+                         np.concatenate(parts), sizes)
 
     def _serve(self, received: np.ndarray, request: np.ndarray, own_ids: np.ndarray,
                step: int, counters: StepCounters) -> _Served:
         """Owner side of the read: this rank's own rows, and answers to every requester."""
-        in_fetch, in_push, in_push_counts, in_rep, in_seen = self._parse(received, request)
+        in_fetch, in_push, in_push_counts, in_rep, notices = self._parse(received, request)
+        told = np.concatenate(notices)
+        if told.size:  # as holder: copies whose owners say they fell more than s behind
+            slots = self.replicas.slots(told)
+            if (slots < 0).any():
+                raise RuntimeError("an owner sent a notice for a copy this rank does not hold")
+            self.replicas.stale[slots] = True
         served_ids = np.unique(np.concatenate([own_ids, *in_fetch, *in_rep]))
         served, state = self.store.lookup(served_ids, step, with_state=True)
         assert state is not None
         own_values = served.index_select(0, self._t(np.searchsorted(served_ids, own_ids)))
-        versions = [self.store.versions(ids) for ids in in_rep]
-        rows, row_sizes = [], []
+        rows, row_sizes, lags = [], [], []
         for src in range(self.comm.world):
             fetched = self._t(np.searchsorted(served_ids, in_fetch[src]))
-            fresh = _refresh(versions[src], in_seen[src], self.s)
+            fresh, lag = self._serve_copies(src, in_rep[src])
+            lags.append(lag)
             t = self._t(np.searchsorted(served_ids, in_rep[src])[fresh])
             rows += [served.index_select(0, fetched).reshape(-1),
                      torch.cat([served.index_select(0, t), state.index_select(0, t)],
@@ -277,26 +311,44 @@ class RowExchange:
                              + int(fresh.sum()) * (self.dim + self.state_width))
             if src != self.comm.rank:
                 counters.rows_served += int(in_fetch[src].size + fresh.sum())
-        return _Served(own_values, in_fetch, in_push, in_push_counts, versions, rows, row_sizes)
+        return _Served(own_values, in_fetch, in_push, in_push_counts, np.concatenate(lags), rows,
+                       row_sizes)
+
+    def _serve_copies(self, src: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Owner side of copy reads by ``src``: which get rows (stale ones, now fresh again)
+        and the lag of each read (0 for those refreshed)."""
+        if ids.size == 0:
+            return np.zeros(0, bool), np.zeros(0, np.int64)
+        c = self._copies[src]
+        pos = find_sorted(c.ids, ids)
+        if (pos < 0).any():
+            raise RuntimeError(f"rank {src} read copies of rows that are not its replicas of "
+                               f"rows owned here (placement out of step)")
+        fresh = c.stale[pos]
+        lag = np.where(fresh, 0, c.lag[pos])
+        c.lag[pos[fresh]] = 0
+        c.stale[pos[fresh]] = False
+        return fresh, lag
 
     def _parse(
         self, received: np.ndarray, request: np.ndarray
     ) -> tuple[list[np.ndarray], ...]:
-        """Split the requests by requester: fetch ids, push ids, push counts, replica ids, seen."""
-        in_fetch, in_push, in_counts, in_rep, in_seen = [], [], [], [], []
+        """Split the messages by sender: fetch ids, push ids, push counts, replica ids (push
+        and keep), and notices."""
+        in_fetch, in_push, in_counts, in_rep, notices = [], [], [], [], []
         pos = 0
-        for n_fetch, n_push, n_keep in received:
+        for n_fetch, n_push, n_keep, n_told in received:
             n_rep = n_push + n_keep
             ids = request[pos:pos + n_fetch + n_rep]
             in_fetch.append(ids[:n_fetch])
             in_push.append(ids[n_fetch:n_fetch + n_push])
             in_rep.append(ids[n_fetch:])
             pos += n_fetch + n_rep
-            in_seen.append(request[pos:pos + n_rep])
-            pos += n_rep
             in_counts.append(request[pos:pos + n_push])
             pos += n_push
-        return in_fetch, in_push, in_counts, in_rep, in_seen
+            notices.append(request[pos:pos + n_told])
+            pos += n_told
+        return in_fetch, in_push, in_counts, in_rep, notices
 
     # -- write -------------------------------------------------------------------------------
 
@@ -348,13 +400,14 @@ class RowExchange:
                 p_rows.append(block)
                 p_counts.append(plan.in_push_counts[src])
                 p_src.append(np.full(n_push, src, np.int64))
-        ids = np.concatenate(g_ids)
-        self._log(plan.step, ids, np.concatenate(g_src), np.ones(ids.size, np.int64))
+        ids, src = np.concatenate(g_ids), np.concatenate(g_src)
+        self._log(plan.step, ids, src, np.ones(ids.size, np.int64))
         pushed = None
         if p_ids:
-            pushed = (np.concatenate(p_ids), torch.cat(p_rows), np.concatenate(p_counts))
-            self._log(plan.step, pushed[0], np.concatenate(p_src), pushed[2])
-        self._apply(ids, torch.cat(g_rows), pushed)
+            pushed = (np.concatenate(p_ids), torch.cat(p_rows), np.concatenate(p_counts),
+                      np.concatenate(p_src))
+            self._log(plan.step, pushed[0], pushed[3], pushed[2])
+        self._apply(ids, torch.cat(g_rows), src, pushed)
 
     def _push_width(self) -> int:
         return self.dim if self.s == 0 else self.dim + self.state_width
@@ -370,15 +423,17 @@ class RowExchange:
         self,
         ids: np.ndarray,
         grads: torch.Tensor,
-        pushed: tuple[np.ndarray, torch.Tensor, np.ndarray] | None = None,
+        src: np.ndarray,
+        pushed: tuple[np.ndarray, torch.Tensor, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """One optimizer step per row: the sum of its gradients plus its replicas' pushes.
 
         Args:
             ids: Ids of single-update gradients (may repeat: one per contributor).
             grads: ``[len(ids), dim]`` those gradients.
+            src: The rank each gradient came from.
             pushed: Replica pushes ``(ids, [k, dim + state_width] summed gradient | summed
-                state increments, update counts)``.
+                state increments, update counts, source ranks)``.
         """
         width = self.dim + self.state_width
         p_ids = pushed[0] if pushed is not None else np.zeros(0, np.int64)
@@ -389,7 +444,9 @@ class RowExchange:
         direct.index_add_(0, self._t(inverse[:ids.size]), grads)
         counts = np.bincount(inverse[:ids.size], minlength=uniq.size).astype(np.int64)
         if pushed is None:
-            self.store.apply(uniq, direct, counts)
+            applied = self.store.apply(uniq, direct, counts)
+            self._age(uniq, np.where(applied, counts, 0), inverse, src,
+                      np.ones(ids.size, np.int64))
             return
         extra = torch.zeros((uniq.size, width), dtype=grads.dtype, device=grads.device)
         extra.index_add_(0, self._t(inverse[ids.size:]), pushed[1])
@@ -398,8 +455,72 @@ class RowExchange:
         # Rows without a direct gradient this step add nothing but the pushed increments.
         has_direct = torch.from_numpy(np.bincount(inverse[:ids.size], minlength=uniq.size) > 0)
         inc = self.store.optimizer.increments(direct) * has_direct.to(direct.device).unsqueeze(1)
-        self.store.apply(uniq, direct + extra[:, :self.dim], counts,
-                         increments=inc + extra[:, self.dim:])
+        applied = self.store.apply(uniq, direct + extra[:, :self.dim], counts,
+                                   increments=inc + extra[:, self.dim:])
+        self._age(uniq, np.where(applied, counts, 0), inverse, np.concatenate([src, pushed[3]]),
+                  np.concatenate([np.ones(ids.size, np.int64), pushed[2]]))
+
+    def _age(self, uniq: np.ndarray, counts: np.ndarray, inverse: np.ndarray, src: np.ndarray,
+             updates: np.ndarray) -> None:
+        """Copies of rows just updated fall behind by every update but their holder's own.
+
+        Args:
+            uniq: Rows updated (sorted), ``counts`` the updates each got.
+            inverse: The row (in ``uniq``) of each contribution, ``src`` its rank and
+                ``updates`` the updates it stands for.
+        """
+        for holder, c in enumerate(self._copies):
+            if c.ids.size == 0:
+                continue
+            pos = find_sorted(uniq, c.ids)
+            hit = np.flatnonzero(pos >= 0)
+            if hit.size == 0:
+                continue
+            theirs = src == holder
+            own = np.bincount(inverse[theirs], weights=updates[theirs], minlength=uniq.size)
+            c.lag[hit] += counts[pos[hit]] - own[pos[hit]].astype(np.int64)
+
+    def _notices(self) -> list[np.ndarray]:
+        """Per rank, its copies that fell more than ``s`` behind since the last notices (owner
+        side); they are stale from now on."""
+        out = []
+        for c in self._copies:
+            new = np.flatnonzero(~c.stale & (c.lag > self.s))
+            c.stale[new] = True
+            out.append(c.ids[new])
+        return out
+
+    def _sync(self) -> None:
+        """Follow a change of placement or of this rank's replica table (between steps).
+
+        Every rank calls it at the same points (the start of a read or a flush, both
+        collective), so holder and owner decide alike: a copy keeps its lag and staleness where
+        the holder had it before and its row's owner is the same; every other copy (new, or
+        whose row moved) is stale, to be refreshed from its owner now at its next read.
+        """
+        p, table = self.placement, self.replicas
+        if self._synced is not None and self._synced[0] is p and self._synced[1] is table:
+            return
+        me = self.comm.rank
+        copies = []
+        for holder, reps in enumerate(p.replicas):
+            ids = reps[p.owner_of(reps) == me] if holder != me else reps[:0]
+            c = _Copies.fresh_start(ids)
+            if self._copies and self._copies[holder].ids.size and ids.size:
+                old = self._copies[holder]
+                pos = find_sorted(old.ids, ids)
+                kept = np.flatnonzero(pos >= 0)
+                c.lag[kept] = old.lag[pos[kept]]
+                c.stale[kept] = old.stale[pos[kept]]
+            copies.append(c)
+        self._copies = copies
+        owners = p.owner_of(table.ids).astype(np.int32)
+        if self._held_ids is not None and self._held_ids.size and table.ids.size:
+            pos = find_sorted(self._held_ids, table.ids)
+            moved = (pos < 0) | (self._held_owner[np.maximum(pos, 0)] != owners)
+            table.stale[moved] = True  # new copies are stale already
+        self._held_ids, self._held_owner = table.ids, owners
+        self._synced = (p, table)
 
     # -- flush and read-only -----------------------------------------------------------------
 
@@ -415,6 +536,7 @@ class RowExchange:
             The number of replica rows pushed by this rank.
         """
         comm, world = self.comm, self.comm.world
+        self._sync()
         slots = self.replicas.pending_slots()
         if ids is not None:
             slots = slots[np.isin(self.replicas.ids[slots], ids)]
@@ -439,9 +561,11 @@ class RowExchange:
             in_counts.append(req[pos + n:pos + 2 * n])
             in_src.append(np.full(n, src, np.int64))
             pos += 2 * n
-        pushed = (np.concatenate(in_ids), rows_in, np.concatenate(in_counts))
-        self._log(step, pushed[0], np.concatenate(in_src), pushed[2])
-        self._apply(np.zeros(0, np.int64), rows_in[:, :0].reshape(0, self.dim), pushed)
+        pushed = (np.concatenate(in_ids), rows_in, np.concatenate(in_counts),
+                  np.concatenate(in_src))
+        self._log(step, pushed[0], pushed[3], pushed[2])
+        self._apply(np.zeros(0, np.int64), rows_in[:, :0].reshape(0, self.dim),
+                    np.zeros(0, np.int64), pushed)
         return int(slots.size)
 
     def read_only(self, uniq: np.ndarray, *, replicas: bool = False) -> torch.Tensor:
@@ -483,11 +607,6 @@ class RowExchange:
 
     def _floats(self, n: int) -> torch.Tensor:
         return torch.zeros(n, dtype=self.store.dtype, device=self.comm.device)
-
-
-def _refresh(versions: np.ndarray, seen: np.ndarray, s: int) -> np.ndarray:
-    """HET's read rule: the owner sends the row if the copy is missing or more than s behind."""
-    return (seen < 0) | (versions - seen > s)
 
 
 def _split_rows(

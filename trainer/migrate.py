@@ -18,8 +18,8 @@ rank enters; the chunk's collective sits between two of them), so at every step 
 exactly one owner, the one the transitional placement names, and that owner holds the row with
 every update applied so far (invariants 1 and 4). Replica sets switch to the new placement's
 when the migration starts, after every pending replica update was pushed: copies kept in both
-sets stay (their ``seen`` versions stay valid, since versions travel with rows), new ones start
-empty and are filled at their first read.
+sets stay, new ones start empty and are filled at their first read. A copy whose row changes
+owner is refreshed at its next read (the new owner has no count of its lag).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 A copy carries what the protocol needs:
 
-* ``seen``: the owner's version that the copy reflects (-1: no copy yet). The copy's lag is the
-  owner's version minus ``seen``: updates applied at the owner that the copy has not got.
+* ``stale``: the copy must be replaced by the owner's row at its next read, because it has
+  none yet or because the owner said so. The owner keeps each copy's lag (updates applied at
+  the owner that the copy has not got, see :class:`trainer.exchange.RowExchange`) and tells the
+  rank when a copy's lag passes ``s``; a copy, once stale, stays so until it is refreshed.
 * pending updates: the rank applies its own gradients to the copy at once (it reads its own
   writes) with its copy of the optimizer state, and accumulates the gradients
   (``pending_grad``), the optimizer-state increments they made (``pending_state``, Adagrad's
@@ -13,9 +15,9 @@ A copy carries what the protocol needs:
 Read rule: a copy is used while its lag is at most ``s``; otherwise the owner's row replaces it
 (plus the pending changes: updates not yet pushed stay applied). Write rule: when more than
 ``s`` updates are pending, the summed gradient and the summed state increments go to the owner,
-whose optimizer applies them (for SGD this is HET's "the owner adds deltas"); ``seen`` then
-advances by the pushed count, since the owner applies exactly those updates, which the copy
-already has.
+whose optimizer applies them (for SGD this is HET's "the owner adds deltas"); the copy's lag
+does not grow by them, since the owner applies exactly those updates, which the copy already
+has.
 
 Why the state increments travel: one Adagrad step on the sum of ``p`` gradients would grow the
 accumulator by ``mean((sum g)**2)``, up to ``p**2`` times what ``p`` steps add, and all but
@@ -47,7 +49,7 @@ class ReplicaTable:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        """Create empty copies (``seen = -1``) of ``ids``.
+        """Create empty copies (stale: filled at their first read) of ``ids``.
 
         Args:
             ids: Unique int64 ids replicated on this rank.
@@ -66,7 +68,7 @@ class ReplicaTable:
         self.pending_grad = zeros(dim)
         self.pending_state = zeros(optimizer.state_width)
         self.pending_delta = zeros(dim)
-        self.seen = np.full(n, -1, dtype=np.int64)
+        self.stale = np.ones(n, dtype=bool)
         self.pending = np.zeros(n, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -84,16 +86,14 @@ class ReplicaTable:
     def _t(self, slots: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)).to(self.device)
 
-    def refresh(
-        self, slots: np.ndarray, values: torch.Tensor, state: torch.Tensor, versions: np.ndarray
-    ) -> None:
-        """Replace copies with the owner's rows (at ``versions``), keeping unpushed updates."""
+    def refresh(self, slots: np.ndarray, values: torch.Tensor, state: torch.Tensor) -> None:
+        """Replace copies with the owner's rows, keeping unpushed updates; they are fresh."""
         if slots.size == 0:
             return
         t = self._t(slots)
         self.values.index_copy_(0, t, values + self.pending_delta.index_select(0, t))
         self.state.index_copy_(0, t, state + self.pending_state.index_select(0, t))
-        self.seen[slots] = versions
+        self.stale[slots] = False
 
     def read(self, slots: np.ndarray) -> torch.Tensor:
         """Current values of the copies."""
@@ -118,12 +118,11 @@ class ReplicaTable:
 
     def take_push(self, slots: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         """What the copies pushed now send: ``[k, dim + state_width]`` (summed gradient, then
-        summed state increments) and update counts; their pending is reset, ``seen`` advanced."""
+        summed state increments) and update counts; their pending is reset."""
         t = self._t(slots)
         push = torch.cat([self.pending_grad.index_select(0, t),
                           self.pending_state.index_select(0, t)], dim=1)
         counts = self.pending[slots].copy()
-        self.seen[slots] += counts
         self.pending[slots] = 0
         for pending in (self.pending_grad, self.pending_state, self.pending_delta):
             pending.index_fill_(0, t, 0)

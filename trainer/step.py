@@ -294,7 +294,7 @@ class Trainer:
         """Hold the copies ``replicas[rank]`` from now on (every rank's set given).
 
         Copies in both the old and the new set are kept with their values, optimizer state
-        and ``seen`` versions; new ones start empty (filled at first read). Every pending
+        and staleness; new ones start empty (filled at first read). Every pending
         update must have been pushed first (:meth:`flush`), or it would be lost.
         """
         old = self.replicas
@@ -310,7 +310,7 @@ class Trainer:
             dst = torch.from_numpy(kept).to(self.comm.device)
             table.values[dst] = old.values[src]
             table.state[dst] = old.state[src]
-            table.seen[kept] = old.seen[keep_old[kept]]
+            table.stale[kept] = old.stale[keep_old[kept]]
         used = [r for r in replicas if r.size]
         replicated = np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64)
         self.store.pin(replicated)

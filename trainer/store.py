@@ -243,7 +243,7 @@ class EmbeddingStore:
         return values, state
 
     def apply(self, ids: np.ndarray, grads: torch.Tensor, counts: np.ndarray,
-              increments: torch.Tensor | None = None) -> None:
+              increments: torch.Tensor | None = None) -> np.ndarray:
         """Apply one optimizer step per row with its summed gradient; version += its count.
 
         Args:
@@ -252,12 +252,16 @@ class EmbeddingStore:
             counts: int64 ``[n]`` updates the gradient stands for (contributions).
             increments: Optimizer-state increments ``[n, state_width]`` to use instead of
                 those of ``grads`` (see :meth:`RowOptimizer.step`).
+
+        Returns:
+            Whether each row was there to update (updates of rows without one are dropped).
         """
         slots = self._index.find(ids)
-        have = np.flatnonzero(slots >= 0)
+        applied = slots >= 0
+        have = np.flatnonzero(applied)
         self.stats.dropped_updates += int(ids.size - have.size)
         if have.size == 0:
-            return
+            return applied
         s = slots[have]
         t = self._t(s)
         # Slots are distinct (ids are unique): index_select / index_copy_ do the gather and
@@ -271,6 +275,7 @@ class EmbeddingStore:
         self._values.index_copy_(0, t, values)
         self._state.index_copy_(0, t, state)
         self._version[s] += np.asarray(counts, dtype=np.int64)[have]
+        return applied
 
     def ids(self) -> np.ndarray:
         """Ids that have a row, sorted."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,6 +36,43 @@ def model_gap(reference: RankResult, results: list[RankResult]) -> tuple[float, 
     assert first is not None
     dense = max(float((first.dense[k] - v).abs().max()) for k, v in ref.dense.items())
     return dense, emb
+
+
+def true_lags(result: RankResult, applied: np.ndarray) -> np.ndarray:
+    """Updates by other ranks that each replica read of ``result``'s rank missed, from the
+    owners' logs alone (``applied``: every rank's ``(step, id, source, updates)``)."""
+    assert result.audit is not None
+    reads = np.concatenate(result.audit.reads)
+    others = applied[applied[:, 2] != result.rank]
+    by_id: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for i in np.unique(others[:, 1]):
+        rows = others[others[:, 1] == i]
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        by_id[int(i)] = rows[:, 0], np.concatenate([[0], np.cumsum(rows[:, 3])])
+    last_refresh: dict[int, int] = {}
+    lags = np.zeros(len(reads), np.int64)
+    for k, (step, i, refreshed) in enumerate(reads.tolist()):
+        if refreshed:
+            last_refresh[i] = step
+            continue
+        steps, csum = by_id.get(i, (np.zeros(0, np.int64), np.zeros(1, np.int64)))
+        # The copy has every update applied before its refresh step; it misses the others'
+        # updates applied from that step up to (not including) this one.
+        lo, hi = np.searchsorted(steps, last_refresh[i]), np.searchsorted(steps, step)
+        lags[k] = csum[hi] - csum[lo]
+    return lags
+
+
+def job_true_lags(results: list[RankResult]) -> np.ndarray:
+    """:func:`true_lags` of every rank's reads (a job run with ``audit``)."""
+    applied = np.concatenate([a for r in results for a in r.audit.applied])  # type: ignore[union-attr]
+    return np.concatenate([true_lags(r, applied) for r in results])
+
+
+@pytest.fixture()
+def recount_lags() -> Callable[[list[RankResult]], np.ndarray]:
+    """:func:`job_true_lags`."""
+    return job_true_lags
 
 
 @pytest.fixture()

@@ -39,6 +39,7 @@ EXACT = dict(
     train=TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_every=0,
                       dense_optimizer="adam"),
 )
+STALE_S = 3
 # Rows of this model: 9 float64 values + 1 accumulator + id + version = 96 bytes; chunks of
 # 3,000 rows make a migration take several steps.
 CHUNK = 96 * 3000
@@ -103,6 +104,10 @@ def two_ranks(single: dict[str, RankResult], dirs: dict[str, Path]) -> list[list
             online=_online(checkpoint_dir=str(dirs["one"]), resume=True), return_state=True),
         # One record: rank 0 reads nothing and trains nothing in a step that rank 1 trains.
         Job(SyntheticSpec(SYN, 0, 1), **EXACT, placement=Placement.hash(2)),
+        # The migrations of job 0 with lagging copies: owners follow each copy's lag across
+        # changes of owner and of replica set.
+        Job(SOURCE, **{**EXACT, "train": replace(EXACT["train"], staleness=STALE_S)},
+            placement=Placement.hash(2), schedule=_schedule(2), online=_online(), audit=True),
     ]
     per_rank = launch(run_jobs, jobs, LaunchConfig(workers=2, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
@@ -124,6 +129,18 @@ def test_migrations_keep_s0_training_exact(two_ranks, single, max_diff) -> None:
     assert online["owner_checks"] >= migrating_steps
     assert ranks[0].placement["version"] == 5
     assert ranks[0].job_totals.steps == STEPS
+
+
+def test_staleness_bound_holds_across_migrations(two_ranks, recount_lags) -> None:
+    ranks = two_ranks[4]
+    totals = ranks[0].job_totals
+    assert ranks[0].online["placements"] == 5 and totals.steps == STEPS
+    hist = totals.staleness
+    assert totals.max_staleness <= STALE_S and hist[STALE_S] > 0  # copies did lag, up to s
+    # Recounted from what owners applied, with rows changing owner and copies coming and going.
+    lags = recount_lags(ranks)
+    assert lags.size == totals.counts["replica_reads"] and lags.max() <= STALE_S
+    assert np.array_equal(np.bincount(lags, minlength=hist.size), hist)
 
 
 def test_checkpoint_of_two_ranks_resumes_on_one(two_ranks, single, dirs, max_diff,

@@ -15,20 +15,22 @@ def _table() -> ReplicaTable:
     return ReplicaTable(np.array([30, 10, 20], dtype=np.int64), 2, opt, dtype=torch.float64)
 
 
-def test_copies_start_missing_and_refresh_sets_value_state_and_seen() -> None:
+def test_copies_start_stale_and_refresh_sets_value_and_state() -> None:
     t = _table()
     slots = t.slots(np.array([10, 20, 99], dtype=np.int64))
-    assert slots[2] == -1 and (t.seen[slots[:2]] == -1).all()
+    assert slots[2] == -1 and t.stale.all()
     rows = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
-    t.refresh(slots[:2], rows, torch.ones(2, 1, dtype=torch.float64), np.array([5, 7]))
-    assert torch.equal(t.read(slots[:2]), rows) and list(t.seen[slots[:2]]) == [5, 7]
+    t.refresh(slots[:2], rows, torch.ones(2, 1, dtype=torch.float64))
+    assert torch.equal(t.read(slots[:2]), rows) and torch.equal(t.state[slots[:2]],
+                                                                 torch.ones(2, 1, dtype=torch.float64))
+    assert not t.stale[slots[:2]].any() and t.stale[t.slots(np.array([30]))[0]]
 
 
 def test_local_updates_are_read_back_survive_a_refresh_and_push_once() -> None:
     t = _table()
     s = t.slots(np.array([10], dtype=np.int64))
     zero = torch.zeros(1, 2, dtype=torch.float64)
-    t.refresh(s, zero, torch.zeros(1, 1, dtype=torch.float64), np.array([3]))
+    t.refresh(s, zero, torch.zeros(1, 1, dtype=torch.float64))
     g = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
     t.update(s, g)
     t.update(s, g)
@@ -36,10 +38,10 @@ def test_local_updates_are_read_back_survive_a_refresh_and_push_once() -> None:
     assert mine[0, 0] < 0 < mine[0, 1] and t.pending[s[0]] == 2  # reads its own writes
     # The owner moved on (someone else's update): the refresh keeps the unpushed changes.
     owner_row = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
-    t.refresh(s, owner_row, torch.full((1, 1), 0.25, dtype=torch.float64), np.array([4]))
+    t.refresh(s, owner_row, torch.full((1, 1), 0.25, dtype=torch.float64))
     assert torch.allclose(t.read(s), owner_row + mine)
     assert float(t.state[s[0], 0]) == 0.25 + 2.0  # owner's accumulator + two local mean(g^2)
     push, counts = t.take_push(s)
-    assert list(counts) == [2] and t.seen[s[0]] == 6 and t.pending[s[0]] == 0
+    assert list(counts) == [2] and t.pending[s[0]] == 0
     assert torch.equal(push, torch.tensor([[2.0, -2.0, 2.0]], dtype=torch.float64))
     assert t.pending_slots().size == 0
