@@ -94,9 +94,11 @@ class StepCounters:
         replica_pushes: Replicas that pushed their accumulated updates to the owner.
         remote_rows: Rows fetched from owners without a local copy.
         rows_served: Rows this rank sent as owner (fetches and refreshes).
-        staleness: Histogram of the lag seen at replica reads: entry ``k`` counts reads whose
-            local copy was ``k`` updates behind the owner (refreshed reads count as 0). Its
-            length is not capped, so a lag above the bound would show rather than be clipped.
+        staleness: Histogram of the lag at replica reads of rows this rank owns (the owner
+            keeps each copy's lag): entry ``k`` counts reads whose copy was ``k`` updates
+            behind (refreshed reads count as 0). Summed over ranks, every replica read of the
+            step. Its length is not capped, so a lag above the bound would show rather than be
+            clipped.
         traffic: Bytes by purpose.
         loss_sum: Summed log-loss of the global batch (same on every rank).
         seconds: Wall time by phase (:data:`PHASES`): routing, row reads, forward/backward,

@@ -20,7 +20,7 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_checkpoints_total``.
 Histograms:
     ``hetgmp_step_duration_seconds`` (5 ms .. 10 s), ``hetgmp_replica_staleness_updates`` (lag of
-    the local copy at each replica read, in updates; 0 .. 1000), ``hetgmp_freshness_seconds``
+    the copy at each replica read of a row this rank owns, in updates; 0 .. 1000), ``hetgmp_freshness_seconds``
     (record appended to Kafka -> its gradient applied; 0.05 .. 60 s),
     ``hetgmp_repartition_duration_seconds{kind}``, ``hetgmp_migration_duration_seconds``.
 Gauges:
@@ -325,7 +325,7 @@ class TrainerMetrics(Collector):
         for name, doc, hist in (
             ("hetgmp_step_duration_seconds", "Wall time of a training step.", self._step),
             ("hetgmp_replica_staleness_updates",
-             "Updates the local copy was behind its owner at each replica read.", self._staleness),
+             "Updates a copy was behind this rank, its owner, at each replica read.", self._staleness),
             ("hetgmp_freshness_seconds",
              "Seconds from a record's append to Kafka to its gradient being applied.", self._freshness),
             ("hetgmp_migration_duration_seconds", "Wall time of a migration.", self._migration),
