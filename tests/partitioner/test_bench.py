@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench.partition import main
+from partitioner.types import REPLICA_BASES
 
 pytest.importorskip("streaming.synthetic")
 from streaming.synthetic import SyntheticConfig, SyntheticStream
@@ -52,12 +53,13 @@ def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture
 def test_offline_protocol_scores_one_partition_on_its_own_records(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--offline", "--workers", "2", "--records", "6000", "--global-batch", "512",
-                 "--replica-fraction", "0.02"])
+                 "--replica-fraction", "0.02", "--offline-passes", "2"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["protocol"] == "offline" and summary["records"] == 6000
     rows = {(r["strategy"], r["replica_basis"]): r for r in summary["rows"]}
-    assert set(rows) == {("hash", None), ("static", "touched"), ("static", "window")}
+    assert set(rows) == {("hash", None), ("static", "touched"), ("static", "window"),
+                         ("incremental", "touched"), ("incremental", "window")}
     hash_rate = rows[("hash", None)]["remote_rows_per_sample"]
     touched, table = rows[("static", "touched")], rows[("static", "window")]
     # Scored on the records it was computed from, the partition beats hash sharding, and a
@@ -69,6 +71,16 @@ def test_offline_protocol_scores_one_partition_on_its_own_records(
     assert touched["replicas_per_worker"] < table["replicas_per_worker"]
     assert touched["remote_rows_per_sample"] < hash_rate
     assert table["remote_rows_per_sample"] < touched["remote_rows_per_sample"]
+    # The incremental passes repair each static placement on the same records: they move rows,
+    # keep within the budget (a worker's touched rows change with the placement; the window's
+    # do not), and leave fewer remote rows than the hash placement.
+    for basis in REPLICA_BASES:
+        repaired = rows[("incremental", basis)]
+        assert repaired["passes"] == 2 and repaired["rows_migrated"] > 0
+        assert repaired["replicas_per_worker"] <= table["replicas_per_worker"]
+        assert repaired["remote_rows_per_sample"] < hash_rate
+        assert repaired["imbalance"] <= 1.10
+    assert rows[("incremental", "window")]["replicas_per_worker"] == table["replicas_per_worker"]
 
 
 def test_offline_refuses_the_flags_it_would_ignore() -> None:
