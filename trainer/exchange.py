@@ -62,7 +62,7 @@ _FETCH, _PUSH, _KEEP = 0, 1, 2
 
 @dataclass
 class Audit:
-    """Logs for checking the staleness bound independently of the version arithmetic.
+    """Logs for checking the staleness bound independently of the owners' lag counts.
 
     Attributes:
         applied: int64 ``[k, 4]`` chunks ``(step, id, source rank, updates)``: every update an
@@ -85,8 +85,9 @@ class ReadPlan:
         replica: Positions of replicated ids, and ``replica_slots`` their copies.
         order: Positions of non-owned ids grouped by owner, then fetch / push / keep.
         kind: Kind of each entry of ``order``.
-        sent: int64 ``[world, 3]`` fetch / push / keep counts sent to each owner.
-        received: int64 ``[world, 3]`` counts received from each requester.
+        sent: int64 ``[world, 4]`` fetch / push / keep counts sent to each owner, and the
+            notices sent to each rank as owner.
+        received: int64 ``[world, 4]`` the same, received from each rank.
         in_fetch: Ids other ranks fetched from this rank, by requester.
         in_push: Ids other ranks push to this rank, by requester, and ``in_push_counts``.
         push_counts: Update counts of this rank's pushes (entries of ``order`` of kind push).
@@ -125,7 +126,8 @@ class _Copies:
     stale: np.ndarray
 
     @classmethod
-    def fresh_start(cls, ids: np.ndarray) -> _Copies:
+    def all_stale(cls, ids: np.ndarray) -> _Copies:
+        """Copies the holder has no value for yet (or no longer trusts): refreshed at first read."""
         return cls(ids, np.zeros(ids.size, np.int64), np.ones(ids.size, bool))
 
 
@@ -465,7 +467,8 @@ class RowExchange:
         """Copies of rows just updated fall behind by every update but their holder's own.
 
         Args:
-            uniq: Rows updated (sorted), ``counts`` the updates each got.
+            uniq: Rows updated (sorted), ``counts`` the updates each got (0 where the store
+                had no row and dropped them).
             inverse: The row (in ``uniq``) of each contribution, ``src`` its rank and
                 ``updates`` the updates it stands for.
         """
@@ -478,7 +481,8 @@ class RowExchange:
                 continue
             theirs = src == holder
             own = np.bincount(inverse[theirs], weights=updates[theirs], minlength=uniq.size)
-            c.lag[hit] += counts[pos[hit]] - own[pos[hit]].astype(np.int64)
+            own = np.where(counts > 0, own, 0).astype(np.int64)  # dropped updates count nothing
+            c.lag[hit] += counts[pos[hit]] - own[pos[hit]]
 
     def _notices(self) -> list[np.ndarray]:
         """Per rank, its copies that fell more than ``s`` behind since the last notices (owner
@@ -505,7 +509,7 @@ class RowExchange:
         copies = []
         for holder, reps in enumerate(p.replicas):
             ids = reps[p.owner_of(reps) == me] if holder != me else reps[:0]
-            c = _Copies.fresh_start(ids)
+            c = _Copies.all_stale(ids)
             if self._copies and self._copies[holder].ids.size and ids.size:
                 old = self._copies[holder]
                 pos = find_sorted(old.ids, ids)
@@ -515,6 +519,11 @@ class RowExchange:
             copies.append(c)
         self._copies = copies
         owners = p.owner_of(table.ids).astype(np.int32)
+        # What the owners follow must be what this rank holds (the copies of rows it owns are
+        # unused until those rows move away): otherwise message sizes would part.
+        if not np.array_equal(table.ids[owners != me], p.replicas[me]):
+            raise RuntimeError(f"rank {me}: replica table and placement disagree on its copies "
+                               f"(replace_replicas and set_placement out of step)")
         if self._held_ids is not None and self._held_ids.size and table.ids.size:
             pos = find_sorted(self._held_ids, table.ids)
             moved = (pos < 0) | (self._held_owner[np.maximum(pos, 0)] != owners)
@@ -581,6 +590,11 @@ class RowExchange:
         owner = self.placement.owner_of(uniq)
         local = owner == me
         slots = self.replicas.slots(uniq) if replicas else np.full(uniq.size, -1)
+        # A copy stands for its row only where this rank does not own the row (a migration
+        # leaves copies of rows still owned here) and has been filled at least once.
+        copy = np.flatnonzero(slots >= 0)
+        unusable = local[copy] | ~self.replicas.filled[slots[copy]]
+        slots[copy[unusable]] = -1
         local |= slots >= 0
         perm = np.argsort(owner, kind="stable")
         perm = perm[~local[perm]]

@@ -20,8 +20,8 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_checkpoints_total``.
 Histograms:
     ``hetgmp_step_duration_seconds`` (5 ms .. 10 s), ``hetgmp_replica_staleness_updates`` (lag of
-    the copy at each replica read of a row this rank owns, in updates; 0 .. 1000), ``hetgmp_freshness_seconds``
-    (record appended to Kafka -> its gradient applied; 0.05 .. 60 s),
+    the copy at each replica read of a row this rank owns, in updates; 0 .. 1000),
+    ``hetgmp_freshness_seconds`` (record appended to Kafka -> its gradient applied; 0.05 .. 60 s),
     ``hetgmp_repartition_duration_seconds{kind}``, ``hetgmp_migration_duration_seconds``.
 Gauges:
     ``hetgmp_train_loss`` (mean log-loss of the last global batch), ``hetgmp_remote_rows_per_sample``

@@ -3,9 +3,12 @@
 A copy carries what the protocol needs:
 
 * ``stale``: the copy must be replaced by the owner's row at its next read, because it has
-  none yet or because the owner said so. The owner keeps each copy's lag (updates applied at
-  the owner that the copy has not got, see :class:`trainer.exchange.RowExchange`) and tells the
-  rank when a copy's lag passes ``s``; a copy, once stale, stays so until it is refreshed.
+  none yet, because the owner said so, or because its row changed owner (the new owner has no
+  count of its lag). The owner keeps each copy's lag (updates applied at the owner that the
+  copy has not got, see :class:`trainer.exchange.RowExchange`) and tells the rank when a copy's
+  lag passes ``s``; a copy, once stale, stays so until it is refreshed.
+* ``filled``: the copy has held a value since it was created (evaluation reads the owner's row
+  for the others).
 * pending updates: the rank applies its own gradients to the copy at once (it reads its own
   writes) with its copy of the optimizer state, and accumulates the gradients
   (``pending_grad``), the optimizer-state increments they made (``pending_state``, Adagrad's
@@ -69,6 +72,7 @@ class ReplicaTable:
         self.pending_state = zeros(optimizer.state_width)
         self.pending_delta = zeros(dim)
         self.stale = np.ones(n, dtype=bool)
+        self.filled = np.zeros(n, dtype=bool)
         self.pending = np.zeros(n, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -94,6 +98,7 @@ class ReplicaTable:
         self.values.index_copy_(0, t, values + self.pending_delta.index_select(0, t))
         self.state.index_copy_(0, t, state + self.pending_state.index_select(0, t))
         self.stale[slots] = False
+        self.filled[slots] = True
 
     def read(self, slots: np.ndarray) -> torch.Tensor:
         """Current values of the copies."""

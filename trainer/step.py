@@ -311,6 +311,7 @@ class Trainer:
             table.values[dst] = old.values[src]
             table.state[dst] = old.state[src]
             table.stale[kept] = old.stale[keep_old[kept]]
+            table.filled[kept] = old.filled[keep_old[kept]]
         used = [r for r in replicas if r.size]
         replicated = np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64)
         self.store.pin(replicated)

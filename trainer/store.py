@@ -10,7 +10,8 @@ replica's push of ``p`` accumulated updates counts ``p``). Memory stays bounded 
 stream through admission (an id gets a trainable row only after it was used in
 ``admit_after`` steps) and eviction (rows unused for ``evict_after`` steps, and the least
 recently used above ``max_rows``). Rows that some rank replicates are pinned: they are hot by
-construction, and evicting them would reset a version that replicas compare against.
+construction, and evicting one would reset it behind the back of its copies, whose lag the
+owner counts (see :mod:`trainer.exchange`).
 """
 
 from __future__ import annotations

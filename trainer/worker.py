@@ -424,7 +424,8 @@ def _log_progress(trainer: Trainer, seconds: float, loop: OnlineLoop) -> None:
     t = trainer.totals
     log.info(
         "step %d: %.0f samples/s (rank 0), loss %.4f, %.0f bytes/sample sent (rank 0), "
-        "%.2f remote rows/sample (rank 0), max staleness %d, placement v%d%s",
+        "%.2f remote rows/sample (rank 0), max staleness %d (reads of rank 0's rows), "
+        "placement v%d%s",
         trainer.step_index, t.samples / max(seconds, 1e-9),
         t.loss_sum / max(t.loss_samples, 1), t.per_sample(t.embedding_bytes),
         t.per_sample(t.counts["remote_rows"] + t.counts["replica_refreshes"]), t.max_staleness,

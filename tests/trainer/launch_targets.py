@@ -80,3 +80,48 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
         out.append((merged, routed[0].ids.tolist(), sent))
         start += int(np.sum(step))
     return out
+
+
+
+def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
+    """``read_only(replicas=True)`` (the rank's own view) on 2 ranks: before any copy is
+    filled, after a step, and with a copy of a row the rank still owns (as a migration leaves
+    them). Returns per case: its name, whether the rows checked are the expected ones (the
+    owners' rows, or the copies once filled), and whether every row read is non-zero.
+    """
+    import numpy as np
+    import torch
+
+    from partitioner import Placement
+    from streaming.types import ClickBatch
+    from trainer.step import Trainer
+    from trainer.types import ModelConfig, TrainConfig
+
+    ids = np.arange(1, 9, dtype=np.int64)
+    owners = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    placement = Placement(0, 2, ids, owners, (np.array([5, 6]), np.array([1, 2])))
+    trainer = Trainer(comm, placement, 2, 1, model=ModelConfig(embed_dim=4, hidden=(8,)),
+                      train=TrainConfig(staleness=5, global_batch=8, route="off"))
+    batch = ClickBatch(labels=np.array([1, 0, 1, 0], np.float32),
+                       dense=np.ones((4, 1), np.float32), ids=ids.reshape(4, 2),
+                       partitions=np.zeros(4, np.int32), offsets=np.arange(4, dtype=np.int64),
+                       timestamps_ms=np.zeros(4, np.int64))
+    ex, out = trainer.exchange, []
+
+    def check(name: str, rows: np.ndarray, expected: torch.Tensor) -> None:
+        mine = ex.read_only(ids, replicas=True)
+        out.append((name, bool(torch.equal(mine[rows - 1], expected)),
+                    bool((mine != 0).any(1).all())))
+
+    check("unfilled copies", ids, ex.read_only(ids, replicas=False))
+    trainer.step(batch)  # fills the copies (s = 5: their updates stay pending, unpushed)
+    copies = trainer.replicas.ids
+    check("filled copies", copies, trainer.replicas.read(trainer.replicas.slots(copies)))
+    trainer.flush()
+    # A migration is under way: the new replica sets are in the table, but rank 0 still owns
+    # row 3, which it will replicate once the row has moved away.
+    trainer.replace_replicas((np.array([3, 5, 6]), np.array([1, 2])))
+    trainer.set_placement(Placement(1, 2, ids, owners, (np.array([5, 6]), np.array([1, 2]))))
+    check("copy of a row still owned here", np.array([3, 4]),
+          ex.read_only(np.array([3, 4]), replicas=False))
+    return out

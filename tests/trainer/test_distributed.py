@@ -161,3 +161,10 @@ def test_counters_add_up(two_ranks) -> None:
         assert t.embedding_bytes > 0 and t.dense_bytes > 0
         # Bytes sent by all ranks = bytes received by all ranks.
         assert int(t.traffic.sent.sum()) == int(t.traffic.received.sum())
+
+
+def test_local_view_reads_owned_rows_and_unfilled_copies_from_owners(targets) -> None:
+    for cases in launch(targets.local_view_reads, None, LaunchConfig(workers=2, timeout_s=120)):
+        assert [c[0] for c in cases] == ["unfilled copies", "filled copies",
+                                         "copy of a row still owned here"]
+        assert all(expected and nonzero for _, expected, nonzero in cases), cases
