@@ -65,8 +65,9 @@ class Audit:
     """Logs for checking the staleness bound independently of the owners' lag counts.
 
     Attributes:
-        applied: int64 ``[k, 4]`` chunks ``(step, id, source rank, updates)``: every update an
-            owner applied to a replicated row.
+        applied: int64 ``[k, 5]`` chunks ``(step, id, source rank, updates, after reads)``:
+            every update an owner applied to a replicated row; ``after reads`` is 1 for the
+            step's write and 0 for a flush between steps (which comes before ``step``'s reads).
         reads: int64 ``[k, 3]`` chunks ``(step, id, refreshed)``: every replica read.
     """
 
@@ -403,23 +404,26 @@ class RowExchange:
                 p_counts.append(plan.in_push_counts[src])
                 p_src.append(np.full(n_push, src, np.int64))
         ids, src = np.concatenate(g_ids), np.concatenate(g_src)
-        self._log(plan.step, ids, src, np.ones(ids.size, np.int64))
+        self._log(plan.step, ids, src, np.ones(ids.size, np.int64), after_reads=True)
         pushed = None
         if p_ids:
             pushed = (np.concatenate(p_ids), torch.cat(p_rows), np.concatenate(p_counts),
                       np.concatenate(p_src))
-            self._log(plan.step, pushed[0], pushed[3], pushed[2])
+            self._log(plan.step, pushed[0], pushed[3], pushed[2], after_reads=True)
         self._apply(ids, torch.cat(g_rows), src, pushed)
 
     def _push_width(self) -> int:
         return self.dim if self.s == 0 else self.dim + self.state_width
 
-    def _log(self, step: int, ids: np.ndarray, src: np.ndarray, counts: np.ndarray) -> None:
+    def _log(self, step: int, ids: np.ndarray, src: np.ndarray, counts: np.ndarray, *,
+             after_reads: bool) -> None:
         if self.audit is None:
             return
         keep = np.isin(ids, self._replicated)
+        n = int(keep.sum())
         self.audit.applied.append(np.stack(
-            [np.full(int(keep.sum()), step), ids[keep], src[keep], counts[keep]], 1))
+            [np.full(n, step), ids[keep], src[keep], counts[keep], np.full(n, int(after_reads))],
+            1))
 
     def _apply(
         self,
@@ -572,7 +576,7 @@ class RowExchange:
             pos += 2 * n
         pushed = (np.concatenate(in_ids), rows_in, np.concatenate(in_counts),
                   np.concatenate(in_src))
-        self._log(step, pushed[0], pushed[3], pushed[2])
+        self._log(step, pushed[0], pushed[3], pushed[2], after_reads=False)
         self._apply(np.zeros(0, np.int64), rows_in[:, :0].reshape(0, self.dim),
                     np.zeros(0, np.int64), pushed)
         return int(slots.size)

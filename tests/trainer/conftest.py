@@ -40,25 +40,29 @@ def model_gap(reference: RankResult, results: list[RankResult]) -> tuple[float, 
 
 def true_lags(result: RankResult, applied: np.ndarray) -> np.ndarray:
     """Updates by other ranks that each replica read of ``result``'s rank missed, from the
-    owners' logs alone (``applied``: every rank's ``(step, id, source, updates)``)."""
+    owners' logs alone (``applied``: every rank's ``(step, id, source, updates, after reads)``).
+    """
     assert result.audit is not None
     reads = np.concatenate(result.audit.reads)
     others = applied[applied[:, 2] != result.rank]
     by_id: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i in np.unique(others[:, 1]):
         rows = others[others[:, 1] == i]
-        rows = rows[np.argsort(rows[:, 0], kind="stable")]
-        by_id[int(i)] = rows[:, 0], np.concatenate([[0], np.cumsum(rows[:, 3])])
+        # In time order: a flush before step k's reads (2k), then step k's write (2k + 1).
+        when = 2 * rows[:, 0] + rows[:, 4]
+        order = np.argsort(when, kind="stable")
+        by_id[int(i)] = when[order], np.concatenate([[0], np.cumsum(rows[order, 3])])
     last_refresh: dict[int, int] = {}
     lags = np.zeros(len(reads), np.int64)
     for k, (step, i, refreshed) in enumerate(reads.tolist()):
         if refreshed:
             last_refresh[i] = step
             continue
-        steps, csum = by_id.get(i, (np.zeros(0, np.int64), np.zeros(1, np.int64)))
-        # The copy has every update applied before its refresh step; it misses the others'
-        # updates applied from that step up to (not including) this one.
-        lo, hi = np.searchsorted(steps, last_refresh[i]), np.searchsorted(steps, step)
+        when, csum = by_id.get(i, (np.zeros(0, np.int64), np.zeros(1, np.int64)))
+        # The copy has every update applied before the read that refreshed it; it misses the
+        # others' updates from that step's write up to the flushes just before this read.
+        lo = np.searchsorted(when, 2 * last_refresh[i] + 1)
+        hi = np.searchsorted(when, 2 * step + 1)
         lags[k] = csum[hi] - csum[lo]
     return lags
 

@@ -66,10 +66,10 @@ def _jobs(world: int) -> list[Job]:
         Job(SOURCE, **EXACT, placement=graph, return_state=True),
         Job(SOURCE, **DCN_SGD, placement=graph, return_state=True),
     ]
+    stale = replace(EXACT["train"], staleness=STALE_S)
+    jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], stale, placement=graph,
+                    audit=True, record_steps=True))
     if world == 2:
-        stale = replace(EXACT["train"], staleness=STALE_S)
-        jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], stale, placement=graph,
-                        audit=True, record_steps=True))
         auc_ids = SyntheticStream(AUC_SYN).feature_ids(AUC_WINDOW.start, AUC_WINDOW.records)
         auc_graph = graph_placement(auc_ids, 2, AUC_JOB["train"])  # type: ignore[arg-type]
         jobs.append(Job(**AUC_JOB, placement=auc_graph))  # type: ignore[arg-type]
@@ -96,7 +96,8 @@ def single() -> dict[str, RankResult]:
 
 @pytest.fixture(scope="module")
 def three_ranks() -> list[list[RankResult]]:
-    """Results by job, then by rank, of one 3-rank launch (s = 0 jobs only)."""
+    """Results by job, then by rank, of one 3-rank launch (the s = 0 jobs and the audited
+    s = 3 one)."""
     per_rank = launch(run_jobs, _jobs(3), LaunchConfig(workers=3, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
 
@@ -138,6 +139,16 @@ def test_staleness_never_exceeds_bound(two_ranks, recount_lags) -> None:
     # Independent check: recount from what owners applied, not from the lags they kept.
     lags = recount_lags(ranks)
     assert lags.size > 0 and lags.max() <= STALE_S
+    assert np.array_equal(np.bincount(lags, minlength=hist.size), hist)
+
+
+def test_staleness_bound_on_three_ranks(three_ranks, recount_lags) -> None:
+    # With three ranks a copy misses the pushes of another holder, not only the owner's updates.
+    ranks = three_ranks[3]
+    hist = ranks[0].job_totals.staleness
+    assert ranks[0].job_totals.max_staleness <= STALE_S and hist[STALE_S] > 0
+    lags = recount_lags(ranks)
+    assert lags.size == ranks[0].job_totals.counts["replica_reads"] and lags.max() <= STALE_S
     assert np.array_equal(np.bincount(lags, minlength=hist.size), hist)
 
 
