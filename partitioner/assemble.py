@@ -67,7 +67,7 @@ def match_labels(parts: np.ndarray, current_owner: np.ndarray, num_workers: int)
 
 
 def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
-                 num_workers: int, epsilon: float, max_moves: int | None = None) -> np.ndarray:
+                 num_workers: int, epsilon: float) -> np.ndarray:
     """Move the rows that matter least until no worker owns more than ``(1 + eps)`` x the mean.
 
     Only ``movable`` rows count and move. From the most loaded worker to the least loaded one, the
@@ -80,7 +80,6 @@ def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
         movable: bool mask of the rows that are balanced (and may move).
         num_workers: N.
         epsilon: Tolerance.
-        max_moves: Optional cap on the rows moved (balance may then stay partial).
     """
     owner = owner.copy()
     rows = np.flatnonzero(movable)
@@ -88,17 +87,15 @@ def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
         return owner
     cap = max(math.ceil(rows.size / num_workers), math.floor((1 + epsilon) * rows.size
                                                              / num_workers))
-    left = rows.size if max_moves is None else max_moves
     for _ in range(num_workers * num_workers):
         load = np.bincount(owner[rows], minlength=num_workers)
         src = int(np.argmax(load))
         dst = int(np.argmin(load))
         if load[src] <= cap:
             break
-        amount = min(int(load[src] - cap), int(cap - load[dst]), left)
+        amount = min(int(load[src] - cap), int(cap - load[dst]))
         if amount <= 0:
             break
-        left -= amount
         candidates = rows[owner[rows] == src]
         loss = affinity[candidates, src] - affinity[candidates, dst]
         picked = candidates[np.argsort(loss, kind="stable")[:amount]]
@@ -116,7 +113,7 @@ def replica_matrix(placement: Placement, cw: CompactWindow) -> np.ndarray:
 
 
 def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | None,
-                    config: PartitionConfig, version: int, max_moves: int | None = None,
+                    config: PartitionConfig, version: int,
                     window_rows: int | None = None) -> Placement:
     """Balance rows, pick replicas and write the explicit table of a new placement.
 
@@ -130,7 +127,6 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
         current: The placement in force, if any.
         config: Partitioner settings.
         version: Version of the new placement.
-        max_moves: Optional cap on the rows that row balancing may move.
         window_rows: Distinct rows of the whole window, when ``cw`` is only part of it
             (default: ``cw``'s own). The replica budget is defined on the whole window: the
             ``"window"`` basis counts these rows, the ``"touched"`` one scales each worker's
@@ -143,7 +139,7 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
     counts = per_worker_counts(cw, first_route, n)
     loads = np.bincount(first_route, minlength=n)
     affinity = soft_batches(counts, float(loads.mean()), config.batch_per_worker)
-    balanced = balance_rows(owner, affinity, eligible, n, config.epsilon, max_moves)
+    balanced = balance_rows(owner, affinity, eligible, n, config.epsilon)
     # Replicas are chosen against the routing the trainer will see without them.
     routed = first_route
     if not np.array_equal(balanced, owner):

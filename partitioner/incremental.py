@@ -83,9 +83,6 @@ _ROWS_WEIGHT = 1.0
 # fit an underloaded worker's slack, big enough to hold a community together.
 _BALANCE_GROUPS = 8
 _EDGE_SCALE = 16
-# Rows that row balancing may move, as a share of the move cap (on top of what is left of it).
-_ROW_RESERVE = 0.5
-
 
 def _preferred_from(scores: np.ndarray) -> np.ndarray:
     """Worker each sample prefers without capacity (ties rotate over workers by sample)."""
@@ -349,11 +346,12 @@ class IncrementalPartitioner:
         replicas = replica_matrix(current, cw)
         eligible = cw.degree >= cfg.min_count
         budget = int(cfg.max_move_fraction * cw.num_ids)
-        # Row balancing is a constraint, not an improvement: it gets an allowance of its own.
-        reserve = int(_ROW_RESERVE * budget)
         budget = _regroup(cw, owner, replicas, eligible, cfg, budget)
         budget = _balance_groups(cw, owner, replicas, eligible, cfg, budget)
         budget = _refine(cw, owner, replicas, eligible, cfg, budget)
-        # The replica budget is defined on the whole window, not on cw.
-        return build_placement(cw, owner, current, cfg, version, max_moves=budget + reserve,
+        # Row balance is a constraint, not an improvement: it moves what it must, outside the
+        # budget (capped, it left 1.23 row imbalance after a pass over 500k static records at
+        # 8 workers, the group balance having emptied one worker). The replica budget is
+        # defined on the whole window, not on cw.
+        return build_placement(cw, owner, current, cfg, version,
                                window_rows=_distinct(window.indices))

@@ -423,7 +423,7 @@ class PartitionConfig:
             one row move costs about one fetch of the row and its optimizer state.
         max_move_fraction: Cap on the rows the incremental partitioner moves per call to improve
             the placement, as a fraction of the distinct ids in the samples it looks at; row
-            balancing, a constraint, may move up to half as many again.
+            balancing, a constraint, moves what it must on top.
     """
 
     num_workers: int

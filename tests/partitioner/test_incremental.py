@@ -82,6 +82,22 @@ def test_the_move_cap_is_respected(make_stream: Callable[..., np.ndarray],
         assert moved <= int(fraction * distinct_new)
 
 
+def test_row_balance_is_restored_whatever_the_move_cap(
+        make_stream: Callable[..., np.ndarray], config: Callable[..., PartitionConfig]) -> None:
+    # A placement that gives worker 0 every row of the window: the cap on improving moves
+    # (here none at all) does not hold back the moves balance requires.
+    ids = make_stream(4000, seed=9)
+    window = WindowGraph.from_dense(ids, start=0)
+    placed = np.unique(ids)
+    skewed = Placement(1, 4, placed, np.zeros(placed.size, np.int32))
+    cfg = config(4, max_move_fraction=0.0)
+    updated = IncrementalPartitioner(cfg, recent_fraction=1.0).partition(window, skewed)
+    uniq, degree = np.unique(window.indices, return_counts=True)
+    eligible = uniq[degree >= cfg.min_count]
+    owned = np.bincount(updated.owner_of(eligible), minlength=4)
+    assert owned.max() <= max(np.ceil(eligible.size / 4), (1 + cfg.epsilon) * eligible.size / 4)
+
+
 def test_same_seed_same_incremental_placement(make_stream: Callable[..., np.ndarray],
                                               config: Callable[..., PartitionConfig]) -> None:
     ids = make_stream(7000, seed=8, drift_at=3500)
