@@ -67,7 +67,8 @@ def match_labels(parts: np.ndarray, current_owner: np.ndarray, num_workers: int)
 
 
 def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
-                 num_workers: int, epsilon: float) -> np.ndarray:
+                 num_workers: int, epsilon: float,
+                 fixed: np.ndarray | None = None) -> np.ndarray:
     """Move the rows that matter least until no worker owns more than ``(1 + eps)`` x the mean.
 
     Only ``movable`` rows count and move. From the most loaded worker to the least loaded one, the
@@ -80,20 +81,27 @@ def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
         movable: bool mask of the rows that are balanced (and may move).
         num_workers: N.
         epsilon: Tolerance.
+        fixed: Rows each worker owns besides these, which stay where they are (an incremental
+            pass balances the window's rows, moving only those it looks at).
     """
     owner = owner.copy()
     rows = np.flatnonzero(movable)
     if rows.size == 0:
         return owner
-    cap = max(math.ceil(rows.size / num_workers), math.floor((1 + epsilon) * rows.size
-                                                             / num_workers))
+    base = np.zeros(num_workers, np.int64) if fixed is None else np.asarray(fixed, np.int64)
+    total = rows.size + int(base.sum())
+    cap = max(math.ceil(total / num_workers), math.floor((1 + epsilon) * total / num_workers))
     for _ in range(num_workers * num_workers):
-        load = np.bincount(owner[rows], minlength=num_workers)
-        src = int(np.argmax(load))
+        mine = np.bincount(owner[rows], minlength=num_workers)
+        load = base + mine
+        # Only the movable rows move: a worker over the cap with none left keeps its fixed
+        # rows, and the others are balanced as far as their movable rows allow.
+        over = np.where(mine > 0, load, np.iinfo(np.int64).min)
+        src = int(np.argmax(over))
         dst = int(np.argmin(load))
-        if load[src] <= cap:
+        if over[src] <= cap:
             break
-        amount = min(int(load[src] - cap), int(cap - load[dst]))
+        amount = min(int(load[src] - cap), int(cap - load[dst]), int(mine[src]))
         if amount <= 0:
             break
         candidates = rows[owner[rows] == src]
@@ -114,7 +122,8 @@ def replica_matrix(placement: Placement, cw: CompactWindow) -> np.ndarray:
 
 def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | None,
                     config: PartitionConfig, version: int,
-                    window_rows: int | None = None) -> Placement:
+                    window_rows: int | None = None,
+                    fixed_rows: np.ndarray | None = None) -> Placement:
     """Balance rows, pick replicas and write the explicit table of a new placement.
 
     The explicit table keeps every entry of ``current`` for ids outside the window (rows nobody
@@ -131,6 +140,8 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
             (default: ``cw``'s own). The replica budget is defined on the whole window: the
             ``"window"`` basis counts these rows, the ``"touched"`` one scales each worker's
             touched rows in ``cw`` by ``window_rows / cw.num_ids``.
+        fixed_rows: Rows of the window outside ``cw``'s placed ones that each worker owns and
+            keeps; rows are then balanced over the whole window, not over ``cw`` alone.
     """
     n = config.num_workers
     eligible = cw.degree >= config.min_count
@@ -139,7 +150,7 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
     counts = per_worker_counts(cw, first_route, n)
     loads = np.bincount(first_route, minlength=n)
     affinity = soft_batches(counts, float(loads.mean()), config.batch_per_worker)
-    balanced = balance_rows(owner, affinity, eligible, n, config.epsilon)
+    balanced = balance_rows(owner, affinity, eligible, n, config.epsilon, fixed_rows)
     # Replicas are chosen against the routing the trainer will see without them.
     routed = first_route
     if not np.array_equal(balanced, owner):

@@ -15,7 +15,7 @@ from partitioner import (
     remote_rows_per_sample,
     route,
 )
-from partitioner.assemble import match_labels
+from partitioner.assemble import balance_rows, match_labels
 from partitioner.full import metis_owners
 from partitioner.graph import compact
 
@@ -86,3 +86,17 @@ def test_degenerate_windows_give_valid_placements(
     assert placement.ids.size == 0  # nothing worth placing: all keep their default owner
     single = FullPartitioner(config(1)).partition(unique, None)
     assert np.all(single.owner_of(np.arange(600)) == 0)
+
+
+def test_balance_counts_fixed_rows_and_moves_only_movable_ones() -> None:
+    flat = np.zeros((16, 3))  # no affinity: any row may go
+    # Worker 0's 12 fixed rows alone pass the cap (22 rows: 8 a worker), so its 10 movable
+    # rows go to the others, none of them over the cap; rows not movable stay.
+    owner = balance_rows(np.zeros(16, np.int32), flat, np.arange(16) < 10, 3, 0.0,
+                         fixed=np.array([12, 0, 0]))
+    moved = np.bincount(owner[:10], minlength=3)
+    assert moved[0] == 0 and moved.max() <= 8 and (owner[10:] == 0).all()
+    # Worker 0 is over the cap with nothing movable: worker 1 still sheds its excess.
+    owner = balance_rows(np.ones(16, np.int32), flat, np.ones(16, bool), 3, 0.0,
+                         fixed=np.array([20, 0, 0]))
+    assert list(np.bincount(owner, minlength=3)) == [0, 12, 4]

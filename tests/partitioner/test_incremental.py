@@ -90,7 +90,7 @@ def test_row_balance_is_restored_whatever_the_move_cap(
     window = WindowGraph.from_dense(ids, start=0)
     placed = np.unique(ids)
     skewed = Placement(1, 4, placed, np.zeros(placed.size, np.int32))
-    cfg = config(4, max_move_fraction=0.0)
+    cfg = config(4, max_move_fraction=0.0, min_count=1)
     updated = IncrementalPartitioner(cfg, recent_fraction=1.0).partition(window, skewed)
     uniq, degree = np.unique(window.indices, return_counts=True)
     eligible = uniq[degree >= cfg.min_count]
