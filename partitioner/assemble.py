@@ -69,11 +69,14 @@ def match_labels(parts: np.ndarray, current_owner: np.ndarray, num_workers: int)
 def balance_rows(owner: np.ndarray, affinity: np.ndarray, movable: np.ndarray,
                  num_workers: int, epsilon: float,
                  fixed: np.ndarray | None = None) -> np.ndarray:
-    """Move the rows that matter least until no worker owns more than ``(1 + eps)`` x the mean.
+    """Move the rows that matter least until no worker owns more than ``(1 + eps)`` x the mean,
+    as far as the movable rows allow.
 
-    Only ``movable`` rows count and move. From the most loaded worker to the least loaded one, the
-    rows whose affinity to their owner exceeds their affinity to the receiver by the least are
-    moved first (for cold rows that difference is close to zero).
+    Load is the ``movable`` rows a worker owns plus its ``fixed`` ones; only movable rows move.
+    A worker whose fixed rows alone pass the cap keeps them (it gives away all its movable
+    rows). From the most loaded worker to the least loaded one, the rows whose affinity to their
+    owner exceeds their affinity to the receiver by the least are moved first (for cold rows
+    that difference is close to zero).
 
     Args:
         owner: int32 owner of each row (a copy is returned).
@@ -145,7 +148,8 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
     """
     n = config.num_workers
     eligible = cw.degree >= config.min_count
-    # Rows are balanced over the ids the window actually uses enough to place.
+    # Rows are balanced over the ids the window uses enough to place (plus fixed_rows, when
+    # cw is only part of the window).
     first_route = route_compact(cw, owner, None, n, config.epsilon)
     counts = per_worker_counts(cw, first_route, n)
     loads = np.bincount(first_route, minlength=n)

@@ -1,7 +1,8 @@
 """Incremental repartition: repair the current placement on the part of the window that changed.
 
 Each call looks only at the samples added since the previous call (at least ``recent_fraction``
-of the window) and runs three passes over them, all gated by a migration budget:
+of the window) and runs three passes over them, all gated by a migration budget (row balance,
+a constraint, is not: see the end):
 
 1. **Regroup scattered communities.** An id is *unsettled* when fewer than half of its samples
    prefer its owner; a sample is *loose* when 30% or more of its ids are unsettled (a community
@@ -20,7 +21,9 @@ of the window) and runs three passes over them, all gated by a migration budget:
    apart), ids go to the worker that would fetch them most, if the soft-count saving beats
    ``migration_cost``; ``rounds`` times.
 
-Rows are then balanced and replicas re-chosen on the same samples (``build_placement``).
+Rows are then balanced over the whole window (the rows of the new samples move; the window's
+other rows weigh where they are) and replicas re-chosen on the same samples
+(``build_placement``).
 
 Why the new samples and not the whole window: work proportional to what changed (a 50k-sample
 period of a 200k window: about 1 s against 8-11 s for METIS on the window), and the recent

@@ -17,6 +17,7 @@ from partitioner import (
     remote_rows_per_sample,
     route,
 )
+from partitioner.graph import compact
 
 
 def _rate(ids: np.ndarray, placement: Placement, batch: int = 64) -> float:
@@ -73,6 +74,10 @@ def test_the_move_cap_is_respected(make_stream: Callable[..., np.ndarray],
     ids = make_stream(8000, seed=7, drift_at=4000)
     static = FullPartitioner(config(4)).partition(WindowGraph.from_dense(ids[:4000]), None)
     window = WindowGraph.from_dense(ids[2000:6000], start=2000)
+    # The cap bounds the moves that improve the placement; balance moves what it must on top.
+    # Rows here are balanced already, so every move counts against the cap.
+    rows = np.bincount(static.owner_of(np.unique(ids[2000:6000])), minlength=4)
+    assert rows.max() <= 1.05 * rows.mean()
     for fraction in (0.0, 0.02):
         partitioner = IncrementalPartitioner(config(4, max_move_fraction=fraction))
         partitioner._last_end = 4000  # as if it had produced `static` from records 0..3999
@@ -96,6 +101,27 @@ def test_row_balance_is_restored_whatever_the_move_cap(
     eligible = uniq[degree >= cfg.min_count]
     owned = np.bincount(updated.owner_of(eligible), minlength=4)
     assert owned.max() <= max(np.ceil(eligible.size / 4), (1 + cfg.epsilon) * eligible.size / 4)
+
+
+def test_rows_outside_the_new_samples_weigh_in_the_balance(
+        make_stream: Callable[..., np.ndarray], config: Callable[..., PartitionConfig]) -> None:
+    # Every row of the window sits on worker 0 and the pass looks at the last quarter only:
+    # worker 0 keeps the older rows, which alone pass its share, so the new samples' rows all
+    # go to the others, evenly enough.
+    ids = make_stream(4000, seed=9)
+    window = WindowGraph.from_dense(ids, start=0)
+    placed = np.unique(ids)
+    skewed = Placement(1, 4, placed, np.zeros(placed.size, np.int32))
+    cfg = config(4, max_move_fraction=0.0)
+    updated = IncrementalPartitioner(cfg).partition(window, skewed)  # recent: 25%
+    cw = compact(window.tail(1000))
+    movable = cw.ids[cw.degree >= cfg.min_count]
+    fixed = placed.size - movable.size
+    cap = max(np.ceil(placed.size / 4), (1 + cfg.epsilon) * placed.size / 4)
+    assert fixed > cap and movable.size > 0
+    owned = np.bincount(updated.owner_of(movable), minlength=4)
+    assert owned[0] == 0 and owned[1:].max() <= cap
+    assert (updated.owner_of(np.setdiff1d(placed, movable)) == 0).all()
 
 
 def test_same_seed_same_incremental_placement(make_stream: Callable[..., np.ndarray],
