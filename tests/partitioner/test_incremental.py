@@ -87,14 +87,20 @@ def test_the_move_cap_is_respected(make_stream: Callable[..., np.ndarray],
         assert moved <= int(fraction * distinct_new)
 
 
+def _all_on_worker_zero(make_stream: Callable[..., np.ndarray]
+                        ) -> tuple[WindowGraph, np.ndarray, Placement]:
+    """A 4000-sample window, its ids, and a 4-worker placement giving worker 0 all of them."""
+    ids = make_stream(4000, seed=9)
+    placed = np.unique(ids)
+    return (WindowGraph.from_dense(ids, start=0), placed,
+            Placement(1, 4, placed, np.zeros(placed.size, np.int32)))
+
+
 def test_row_balance_is_restored_whatever_the_move_cap(
         make_stream: Callable[..., np.ndarray], config: Callable[..., PartitionConfig]) -> None:
-    # A placement that gives worker 0 every row of the window: the cap on improving moves
-    # (here none at all) does not hold back the moves balance requires.
-    ids = make_stream(4000, seed=9)
-    window = WindowGraph.from_dense(ids, start=0)
-    placed = np.unique(ids)
-    skewed = Placement(1, 4, placed, np.zeros(placed.size, np.int32))
+    # Worker 0 owns every row: the cap on improving moves (here none at all) does not hold
+    # back the moves balance requires.
+    window, _, skewed = _all_on_worker_zero(make_stream)
     cfg = config(4, max_move_fraction=0.0, min_count=1)
     updated = IncrementalPartitioner(cfg, recent_fraction=1.0).partition(window, skewed)
     uniq, degree = np.unique(window.indices, return_counts=True)
@@ -108,10 +114,7 @@ def test_rows_outside_the_new_samples_weigh_in_the_balance(
     # Every row of the window sits on worker 0 and the pass looks at the last quarter only:
     # worker 0 keeps the older rows, which alone pass its share, so the new samples' rows all
     # go to the others, evenly enough.
-    ids = make_stream(4000, seed=9)
-    window = WindowGraph.from_dense(ids, start=0)
-    placed = np.unique(ids)
-    skewed = Placement(1, 4, placed, np.zeros(placed.size, np.int32))
+    window, placed, skewed = _all_on_worker_zero(make_stream)
     cfg = config(4, max_move_fraction=0.0)
     updated = IncrementalPartitioner(cfg).partition(window, skewed)  # recent: 25%
     cw = compact(window.tail(1000))
