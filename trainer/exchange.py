@@ -149,12 +149,13 @@ class _Requests:
 
 @dataclass
 class _Served:
-    """What a rank serves as owner in one step's read."""
+    """What a rank serves as owner in one step's read, and the notices it got as holder."""
 
     own_values: torch.Tensor
     in_fetch: list[np.ndarray]
     in_push: list[np.ndarray]
     in_push_counts: list[np.ndarray]
+    notices: np.ndarray
     lags: np.ndarray
     rows: list[torch.Tensor]
     row_sizes: list[int]
@@ -192,11 +193,9 @@ class RowExchange:
         self.audit: Audit | None = None
         reps = [r for r in placement.replicas if r.size]
         self._replicated = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
-        # Owner side: per rank, its copies of rows owned here. Holder side: the ids and owners
-        # of this rank's copies when last followed. Both follow the placement and table below.
+        # Owner side: per rank, its copies of rows owned here. Both ends follow the placement
+        # and replica table in force at the last _sync.
         self._copies: list[_Copies] = []
-        self._held_ids: np.ndarray | None = None
-        self._held_owner = np.zeros(0, np.int32)
         self._synced: tuple[Placement, ReplicaTable] | None = None
 
     def set_replicated(self, ids: np.ndarray) -> None:
@@ -219,6 +218,11 @@ class RowExchange:
         recv_sizes = received[:, 0] + 2 * received[:, 1] + received[:, 2] + received[:, 3]
         request = comm.all_to_all(self._ints(req.message), req.sizes, recv_sizes, "request")
         srv = self._serve(received, request.cpu().numpy(), uniq[req.own], step, counters)
+        if srv.notices.size:  # as holder: copies whose owners say they fell more than s behind
+            slots = self.replicas.slots(srv.notices)
+            if (slots < 0).any():
+                raise RuntimeError("an owner sent a notice for a copy this rank does not hold")
+            self.replicas.stale[slots] = True
         # After the notices, both ends know which copies read now come with rows, so the rows
         # reply needs no count exchange of its own.
         is_r = req.kind != _FETCH
@@ -291,12 +295,6 @@ class RowExchange:
                step: int, counters: StepCounters) -> _Served:
         """Owner side of the read: this rank's own rows, and answers to every requester."""
         in_fetch, in_push, in_push_counts, in_rep, notices = self._parse(received, request)
-        told = np.concatenate(notices)
-        if told.size:  # as holder: copies whose owners say they fell more than s behind
-            slots = self.replicas.slots(told)
-            if (slots < 0).any():
-                raise RuntimeError("an owner sent a notice for a copy this rank does not hold")
-            self.replicas.stale[slots] = True
         served_ids = np.unique(np.concatenate([own_ids, *in_fetch, *in_rep]))
         served, state = self.store.lookup(served_ids, step, with_state=True)
         assert state is not None
@@ -314,8 +312,8 @@ class RowExchange:
                              + int(fresh.sum()) * (self.dim + self.state_width))
             if src != self.comm.rank:
                 counters.rows_served += int(in_fetch[src].size + fresh.sum())
-        return _Served(own_values, in_fetch, in_push, in_push_counts, np.concatenate(lags), rows,
-                       row_sizes)
+        return _Served(own_values, in_fetch, in_push, in_push_counts, np.concatenate(notices),
+                       np.concatenate(lags), rows, row_sizes)
 
     def _serve_copies(self, src: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Owner side of copy reads by ``src``: which get rows (stale ones, now fresh again)
@@ -528,11 +526,8 @@ class RowExchange:
         if not np.array_equal(table.ids[owners != me], p.replicas[me]):
             raise RuntimeError(f"rank {me}: replica table and placement disagree on its copies "
                                f"(replace_replicas and set_placement out of step)")
-        if self._held_ids is not None and self._held_ids.size and table.ids.size:
-            pos = find_sorted(self._held_ids, table.ids)
-            moved = (pos < 0) | (self._held_owner[np.maximum(pos, 0)] != owners)
-            table.stale[moved] = True  # new copies are stale already
-        self._held_ids, self._held_owner = table.ids, owners
+        if self._synced is not None:  # holder side: a copy whose row moved (new ones are stale)
+            table.stale[self._synced[0].owner_of(table.ids) != owners] = True
         self._synced = (p, table)
 
     # -- flush and read-only -----------------------------------------------------------------
