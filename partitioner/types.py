@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
@@ -22,6 +22,7 @@ __all__ = [
     "Partitioner",
     "Placement",
     "REPLICA_BASES",
+    "ReplicaBasis",
     "WindowGraph",
     "check_replica_basis",
     "default_owner",
@@ -30,7 +31,9 @@ __all__ = [
 ]
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
-REPLICA_BASES = ("touched", "window")  # what a replica budget fraction counts (PartitionConfig)
+# What a replica budget fraction counts (PartitionConfig.replica_basis).
+ReplicaBasis = Literal["touched", "window"]
+REPLICA_BASES: tuple[str, ...] = get_args(ReplicaBasis)
 
 # Routing and the remote-row measure test "does worker w hold this id" as bit w of a uint64.
 MAX_WORKERS = 64
@@ -51,7 +54,8 @@ def _as_id_set(values: np.ndarray, name: str) -> np.ndarray:
 def check_replica_basis(basis: str) -> None:
     """Refuse a replica budget basis other than :data:`REPLICA_BASES`."""
     if basis not in REPLICA_BASES:
-        raise ValueError(f"replica_basis must be 'touched' or 'window', not {basis!r}")
+        raise ValueError(f"replica_basis must be {' or '.join(map(repr, REPLICA_BASES))}, "
+                         f"not {basis!r}")
 
 
 def find_sorted(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -430,7 +434,7 @@ class PartitionConfig:
     epsilon: float = 0.05
     global_batch: int = 8192
     replica_fraction: float = 0.01
-    replica_basis: Literal["touched", "window"] = "touched"
+    replica_basis: ReplicaBasis = "touched"
     min_count: int = 2
     hub_per_step: float = 20.0
     seed: int = 0

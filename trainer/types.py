@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from partitioner.types import check_replica_basis
+from partitioner.types import ReplicaBasis, check_replica_basis
 
 __all__ = [
     "StoreConfig",
@@ -133,7 +133,7 @@ class TrainConfig:
         metadata={"help": "replica budget per rank, as a fraction of the rows counted by "
                   "--replica-basis"},
     )
-    replica_basis: Literal["touched", "window"] = field(
+    replica_basis: ReplicaBasis = field(
         default="touched",
         metadata={"help": "what --replica-fraction counts: the rows a rank's samples use, or "
                   "all the rows of the access window (a cache sized against the table)"},
