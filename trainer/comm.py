@@ -9,7 +9,7 @@ makes the ``s = 0`` equivalence test meaningful). Byte counts are per purpose
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -124,6 +124,13 @@ class LocalComm(_CommState):
         return None
 
 
+def _timed(collective: Callable[[], object]) -> float:
+    """Wall seconds of one collective call (its operands built before the clock starts)."""
+    began = time.perf_counter()
+    collective()
+    return time.perf_counter() - began
+
+
 class DistComm(_CommState):
     """Collectives of the default ``torch.distributed`` process group."""
 
@@ -142,11 +149,8 @@ class DistComm(_CommState):
         recv_counts = [int(c) for c in recv_counts]
         out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
         send = send.contiguous()
-        began = time.perf_counter()
-        self._dist.all_to_all_single(
-            out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts
-        )
-        took = time.perf_counter() - began
+        took = _timed(lambda: self._dist.all_to_all_single(
+            out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts))
         row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
         me = self.rank
         self.traffic.add(kind, (sum(send_counts) - send_counts[me]) * row,
@@ -171,15 +175,11 @@ class DistComm(_CommState):
             flat = tensor.view(-1)
             copies = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
             repeated = flat.repeat(n)
-            began = time.perf_counter()
-            self._dist.all_to_all_single(copies, repeated)
-            took = time.perf_counter() - began
+            took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
             torch.sum(copies, dim=0, out=flat)
             self.traffic.add(kind, (n - 1) * size, (n - 1) * size, took)
             return
-        began = time.perf_counter()
-        self._dist.all_reduce(tensor)
-        took = time.perf_counter() - began
+        took = _timed(lambda: self._dist.all_reduce(tensor))
         # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
         moved = int(2 * (n - 1) * size // n)
         self.traffic.add(kind, moved, moved, took)

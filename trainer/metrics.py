@@ -14,8 +14,8 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_exchanged_bytes_total{direction="sent"|"received", kind}`` (kinds:
     :data:`trainer.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
     the collectives of each kind, waiting for peers included), ``hetgmp_migration_steps_total``
-    (steps taken while a migration
-    was in progress), ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
+    (steps taken while a migration was in progress),
+    ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
     ``hetgmp_checkpoints_total``.
 Histograms:
