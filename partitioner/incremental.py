@@ -87,6 +87,7 @@ _ROWS_WEIGHT = 1.0
 _BALANCE_GROUPS = 8
 _EDGE_SCALE = 16
 
+
 def _preferred_from(scores: np.ndarray) -> np.ndarray:
     """Worker each sample prefers without capacity (ties rotate over workers by sample)."""
     num_samples, n = scores.shape

@@ -82,7 +82,6 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
     return out
 
 
-
 def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
     """``read_only(replicas=True)`` (the rank's own view) on 2 ranks: before any copy is
     filled, after a step, and with a copy of a row the rank still owns (as a migration leaves
