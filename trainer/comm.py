@@ -16,7 +16,7 @@ import torch
 
 from trainer.counters import Traffic
 
-__all__ = ["Comm", "Counts", "LocalComm", "DistComm"]
+__all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending"]
 
 Counts = Sequence[int] | np.ndarray  # rows per rank (numpy arrays straight from the headers)
 
@@ -49,6 +49,12 @@ class Comm(Protocol):
         """Sum ``tensor`` over ranks, in place (every rank gets the same bits)."""
         ...
 
+    def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
+        """:meth:`all_reduce_sum` left running: ``tensor`` holds the sum once ``wait()``
+        returns, and must not be touched before. Other collectives may be called meanwhile
+        (every rank calling them in the same order, as always)."""
+        ...
+
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         """Overwrite ``tensor`` with rank ``src``'s (set-up only; not counted)."""
         ...
@@ -68,6 +74,24 @@ class Comm(Protocol):
     def stop_requested(self) -> bool:
         """Whether the job was asked to stop (SIGINT/SIGTERM in the launcher)."""
         ...
+
+
+class Pending(Protocol):
+    """A collective left running (:meth:`Comm.start_all_reduce_sum`)."""
+
+    def wait(self) -> None:
+        """Block until it is done (its bytes and wait are counted then)."""
+        ...
+
+
+class _Done:
+    """A collective that finished before it was handed back."""
+
+    def wait(self) -> None:
+        return None
+
+
+_DONE = _Done()
 
 
 class _Flag(Protocol):
@@ -111,6 +135,9 @@ class LocalComm(_CommState):
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
         return None
 
+    def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
+        return _DONE
+
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         return None
 
@@ -129,6 +156,21 @@ def _timed(collective: Callable[[], object]) -> float:
     began = time.perf_counter()
     collective()
     return time.perf_counter() - began
+
+
+class _InFlight:
+    """An async ``torch.distributed`` all-reduce; counted when waited for (the seconds are
+    the wait, what the caller lost to it)."""
+
+    def __init__(self, work: Any, traffic: Traffic, kind: str, moved: int) -> None:
+        self._work, self._traffic, self._kind, self._moved = work, traffic, kind, moved
+
+    def wait(self) -> None:
+        if self._work is None:
+            return
+        took = _timed(self._work.wait)
+        self._work = None
+        self._traffic.add(self._kind, self._moved, self._moved, took)
 
 
 class DistComm(_CommState):
@@ -167,6 +209,9 @@ class DistComm(_CommState):
         return out.cpu().numpy()
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+        self.start_all_reduce_sum(tensor, kind).wait()
+
+    def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
         n = self.world
         size = tensor.numel() * tensor.element_size()
         if self.device.type == "cpu" and size <= _GATHER_MAX_BYTES and tensor.is_contiguous():
@@ -178,11 +223,10 @@ class DistComm(_CommState):
             took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
             torch.sum(copies, dim=0, out=flat)
             self.traffic.add(kind, (n - 1) * size, (n - 1) * size, took)
-            return
-        took = _timed(lambda: self._dist.all_reduce(tensor))
+            return _DONE
         # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
         moved = int(2 * (n - 1) * size // n)
-        self.traffic.add(kind, moved, moved, took)
+        return _InFlight(self._dist.all_reduce(tensor, async_op=True), self.traffic, kind, moved)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         self._dist.broadcast(tensor, src=src)

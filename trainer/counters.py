@@ -100,7 +100,7 @@ class StepCounters:
             step. Its length is not capped, so a lag above the bound would show rather than be
             clipped.
         traffic: Bytes by purpose.
-        loss_sum: Summed log-loss of the global batch (same on every rank).
+        loss_sum: Summed log-loss of the samples this rank trained.
         seconds: Wall time by phase (:data:`PHASES`): routing, row reads, forward/backward,
             row writes, dense all-reduce and update. Waiting for peers counts in the phase
             whose collective waited.
@@ -154,19 +154,20 @@ class Totals:
         self.staleness = _add_hist(self.staleness, c.staleness)
         self.traffic = self.traffic + c.traffic
         self.loss_sum += c.loss_sum
-        self.loss_samples += c.global_samples
+        self.loss_samples += c.samples_trained
         self.seconds = self.seconds + c.seconds
 
     def merge(self, other: Totals) -> Totals:
         """Totals of two ranks over the same steps (step-level values are not doubled)."""
         out = Totals(steps=max(self.steps, other.steps))
         out.counts = {k: self.counts[k] + other.counts[k] for k in self.counts}
-        # Every rank sees the whole global batch and the same loss: keep one rank's figure.
+        # Every rank sees the whole global batch: keep one rank's figure.
         out.counts["global_samples"] = max(self.counts["global_samples"],
                                            other.counts["global_samples"])
         out.staleness = _add_hist(self.staleness, other.staleness)
         out.traffic = self.traffic.merge(other.traffic)
-        out.loss_sum, out.loss_samples = self.loss_sum, self.loss_samples
+        out.loss_sum = self.loss_sum + other.loss_sum
+        out.loss_samples = self.loss_samples + other.loss_samples
         # Ranks run their phases side by side: the slower rank's time is the job's.
         out.seconds = np.maximum(self.seconds, other.seconds)
         return out

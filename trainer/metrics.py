@@ -24,7 +24,8 @@ Histograms:
     ``hetgmp_freshness_seconds`` (record appended to Kafka -> its gradient applied; 0.05 .. 60 s),
     ``hetgmp_repartition_duration_seconds{kind}``, ``hetgmp_migration_duration_seconds``.
 Gauges:
-    ``hetgmp_train_loss`` (mean log-loss of the last global batch), ``hetgmp_remote_rows_per_sample``
+    ``hetgmp_train_loss`` (mean log-loss of the samples this rank trained in its last step;
+    ``avg()`` over ranks is the global batch's), ``hetgmp_remote_rows_per_sample``
     (last step, this rank: rows neither owned nor held fresh, i.e. fetches plus replica refreshes,
     per sample trained; the figure the reports call remote rows per sample),
     ``hetgmp_placement_version``, ``hetgmp_rows_owned``, ``hetgmp_rows_replicated``,
@@ -103,7 +104,7 @@ _EVENT_COUNTERS = (
 )
 # (metric name, help): gauges without labels besides rank.
 _GAUGES = (
-    ("hetgmp_train_loss", "Mean log-loss of the last global batch."),
+    ("hetgmp_train_loss", "Mean log-loss of the samples this rank trained in its last step."),
     ("hetgmp_remote_rows_per_sample",
      "Last step: rows neither owned nor held fresh (fetches + refreshes) per sample trained."),
     ("hetgmp_placement_version", "Version of the placement this rank trains with."),
@@ -219,8 +220,8 @@ class TrainerMetrics(Collector):
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)
             self._freshness.observe(fresh)
-            if counters.global_samples:
-                self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.global_samples
+            if counters.samples_trained:
+                self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.samples_trained
             self._gauges["hetgmp_remote_rows_per_sample"] = (
                 counters.rows_not_held / counters.samples_trained if counters.samples_trained else 0.0
             )

@@ -356,6 +356,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
                     metrics.on_heldout_auc(_local_auc(recent))
             if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
                 _log_progress(trainer, clock.monotonic() - t0, loop)
+        trainer.finish_step()  # the last step's dense update is part of the training time
         seconds = max(comm.all_gather_object(clock.monotonic() - t0))
         loop.settle()
         loop.checkpoint()
@@ -423,7 +424,7 @@ def run_jobs(comm: Comm, jobs: list[Job]) -> list[RankResult]:
 def _log_progress(trainer: Trainer, seconds: float, loop: OnlineLoop) -> None:
     t = trainer.totals
     log.info(
-        "step %d: %.0f samples/s (rank 0), loss %.4f, %.0f bytes/sample sent (rank 0), "
+        "step %d: %.0f samples/s (rank 0), loss %.4f (rank 0), %.0f bytes/sample sent (rank 0), "
         "%.2f remote rows/sample (rank 0), max staleness %d (reads of rank 0's rows), "
         "placement v%d%s",
         trainer.step_index, t.samples / max(seconds, 1e-9),

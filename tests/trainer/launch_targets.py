@@ -6,6 +6,7 @@ import os
 import time
 
 from trainer.comm import Comm
+from trainer.counters import KINDS
 
 
 def gather_ranks(comm: Comm, tag: str) -> tuple[str, list[int], str]:
@@ -44,6 +45,25 @@ def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int, in
         out.append((x.tolist(), int(moved.sent.sum()), int(moved.calls.sum()),
                     float(moved.seconds.sum())))
     return out
+
+
+def reduce_while_exchanging(comm: Comm, n: int) -> tuple[list[float], list[int], int, int]:
+    """``start_all_reduce_sum`` of ``n`` float64 values left running across an all-to-all:
+    (the sum, what the all-to-all brought, dense bytes counted before the wait, after it)."""
+    import numpy as np
+    import torch
+
+    x = torch.arange(n, dtype=torch.float64) * (comm.rank + 1)
+    pending = comm.start_all_reduce_sum(x)
+    dense = KINDS.index("dense")
+    before = int(comm.traffic.sent[dense])
+    mine = torch.full((comm.world,), comm.rank, dtype=torch.int64)
+    heard = comm.all_to_all(mine, [1] * comm.world, [1] * comm.world, "header")
+    counts = comm.exchange_counts(np.full((comm.world, 1), 10 + comm.rank), "header")
+    pending.wait()
+    pending.wait()  # a second wait is a no-op (counted once)
+    after = int(comm.traffic.sent[dense])
+    return x.tolist(), heard.tolist() + counts[:, 0].tolist(), before, after
 
 
 def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, int]]:

@@ -111,6 +111,10 @@ def test_two_ranks_s0_equal_single_process(two_ranks, single, max_diff, job: int
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
     totals = ranks[0].job_totals
     assert totals.steps == STEPS and totals.samples == BATCH * STEPS
+    # Each rank counts the loss of the samples it trained; the job's is the global batches'.
+    one = single[model].job_totals
+    assert totals.loss_samples == one.loss_samples == BATCH * STEPS
+    assert totals.loss_sum == pytest.approx(one.loss_sum, rel=1e-9)
     assert totals.counts["remote_rows"] > 0  # rows did cross ranks
     if job > 0:
         assert totals.counts["replica_reads"] > 0 and totals.counts["replica_pushes"] > 0

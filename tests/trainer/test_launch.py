@@ -50,3 +50,16 @@ def test_all_reduce_sums_small_and_large_tensors_alike(targets) -> None:
             assert calls == 1
             if rank:
                 assert seconds > 0.25
+
+
+def test_an_all_reduce_left_running_lets_other_collectives_through(targets) -> None:
+    # The trainer leaves the dense all-reduce running into the next step, whose routing and
+    # control collectives go out meanwhile: each must still meet its own peers.
+    n, world = 50_000, 3
+    results = launch(targets.reduce_while_exchanging, n, LaunchConfig(workers=world))
+    expected = [k * sum(r + 1 for r in range(world)) for k in range(n)]
+    for values, heard, before, after in results:
+        assert values == pytest.approx(expected, rel=1e-12)
+        assert heard == list(range(world)) + [10 + r for r in range(world)]
+        assert before == 0  # counted when waited for, once
+        assert after == 2 * (world - 1) * n * 8 // world

@@ -53,7 +53,7 @@ def test_training_lowers_the_loss_and_prediction_creates_no_rows() -> None:
     while not shard.exhausted:
         c = trainer.step(shard.next())
         assert c is not None
-        losses.append(c.loss_sum / c.global_samples)
+        losses.append(c.loss_sum / c.samples_trained)
     assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.02
     rows = len(trainer.store)
     unseen = synthetic_batch(SyntheticStream(SyntheticConfig(seed=99)), 0, 100)
