@@ -101,9 +101,11 @@ class StepCounters:
             clipped.
         traffic: Bytes by purpose.
         loss_sum: Summed log-loss of the samples this rank trained.
-        seconds: Wall time by phase (:data:`PHASES`): routing, row reads, forward/backward,
-            row writes, dense all-reduce and update. Waiting for peers counts in the phase
-            whose collective waited.
+        seconds: Wall time by phase (:data:`PHASES`): routing (with the batch's
+            deduplication when samples are not routed), row reads, forward/backward, row
+            writes, dense all-reduce and update (the wait for the previous step's all-reduce
+            and its update, which the step applies before training). Waiting for peers counts
+            in the phase whose collective waited.
     """
 
     samples_read: int = 0
