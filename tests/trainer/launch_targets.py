@@ -67,8 +67,8 @@ def reduce_while_exchanging(comm: Comm, n: int) -> tuple[list[float], list[int],
 
 
 def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, int]]:
-    """``Trainer._route`` of steps whose per-rank batch sizes are ``sizes[step][rank]``, with
-    a global batch of twice the first step's first size.
+    """``Trainer._prepare`` and ``_route`` of steps whose per-rank batch sizes are
+    ``sizes[step][rank]``, with a global batch of twice the first step's first size.
 
     Returns per step: whether the header rode with the samples, the samples trained here (their
     ids, as lists) and the route and header bytes this rank sent.
@@ -93,8 +93,8 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
         kinds = [KINDS.index("route"), KINDS.index("header")]
         before = int(comm.traffic.sent[kinds].sum())
         merged = trainer._whole_batches
-        routed = trainer._route(synthetic_batch(stream, lo, step[comm.rank]), False,
-                                StepCounters())
+        batch = synthetic_batch(stream, lo, step[comm.rank])
+        routed = trainer._route(batch, False, StepCounters(), trainer._prepare(batch))
         assert routed is not None
         sent = int(comm.traffic.sent[kinds].sum()) - before
         out.append((merged, routed[0].ids.tolist(), sent))
