@@ -25,7 +25,8 @@ Histograms:
     ``hetgmp_repartition_duration_seconds{kind}``, ``hetgmp_migration_duration_seconds``.
 Gauges:
     ``hetgmp_train_loss`` (mean log-loss of the samples this rank trained in its last step;
-    ``avg()`` over ranks is the global batch's), ``hetgmp_remote_rows_per_sample``
+    ``avg()`` over ranks is the global batch's when ranks train equal shares, as routing with
+    ``route_epsilon = 0`` and whole batches give), ``hetgmp_remote_rows_per_sample``
     (last step, this rank: rows neither owned nor held fresh, i.e. fetches plus replica refreshes,
     per sample trained; the figure the reports call remote rows per sample),
     ``hetgmp_placement_version``, ``hetgmp_rows_owned``, ``hetgmp_rows_replicated``,

@@ -603,6 +603,7 @@ def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:
     The trainer's placement decides which rows this rank keeps, so a checkpoint of N ranks
     loads on M: every rank reads every rank file and keeps the rows it owns now.
     """
+    trainer.finish_step()  # nothing may land on the dense parameters after the load
     me, placement = trainer.comm.rank, trainer.placement
     ids, values, state, versions = ckpt.load_rows(
         manifest, keep=lambda a: placement.owner_of(a) == me)

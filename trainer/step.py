@@ -32,7 +32,7 @@ from partitioner import Placement, route
 from partitioner.routing import capacity
 from streaming.types import ClickBatch, Clock, SystemClock
 from trainer.comm import Comm, Pending
-from trainer.counters import PHASES, StepCounters, Totals
+from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dense import DenseOptimizer, FlatParameters
 from trainer.exchange import RowExchange
 from trainer.models import build_model
@@ -184,13 +184,13 @@ class Trainer:
         # What needs neither a peer nor the dense parameters runs while the last step's dense
         # all-reduce is still on the wire; then that step's dense update is applied.
         prep = self._prepare(batch)
-        waited = self.finish_step()
+        waited = self._finish_dense()
         routed = self._route(batch, exhausted, c, prep)
-        if routed is None:
-            return None
+        if routed is None or routed[1] == 0:
+            # Not a counted step (no rank had samples): what it sent and waited for still is.
+            self._book(before, waited)
+            return None if routed is None else c
         local, global_n = routed
-        if global_n == 0:
-            return c
         t1 = tick()
         if prep.uniq is not None:
             uniq, inverse = prep.uniq, prep.inverse
@@ -231,17 +231,20 @@ class Trainer:
         self.last_labels = local.labels
         return c
 
-    def finish_step(self) -> float:
+    def finish_step(self) -> None:
         """Apply the last step's dense update, once its all-reduce is done.
 
         :meth:`step` leaves the all-reduce running; the next step, and every method that uses
         the dense parameters (:meth:`predict`, :meth:`state`, :meth:`flush`), finish it first.
-        Call it before reading ``model`` or ``dense`` directly.
-
-        Returns:
-            Seconds spent (0 when nothing was pending); outside :meth:`step` they are added
-            to the totals' dense phase.
+        Call it before reading ``model`` or ``dense`` directly, and when training ends. The
+        wait and the all-reduce's bytes go to the totals (the dense phase and traffic), as they
+        would have in a step.
         """
+        before = self.comm.traffic.copy()
+        self._book(before, self._finish_dense())
+
+    def _finish_dense(self) -> float:
+        """Wait for the pending all-reduce and apply the update; the seconds it took."""
         if self._dense_pending is None:
             return 0.0
         began = self._clock.monotonic()
@@ -251,10 +254,11 @@ class Trainer:
         self.optimizer.step(self.dense.flat, flat)
         return self._clock.monotonic() - began
 
-    def _finish_outside_step(self) -> None:
-        waited = self.finish_step()
-        if waited:
-            self.totals.seconds[PHASES.index("dense")] += waited
+    def _book(self, before: Traffic, dense_seconds: float) -> None:
+        """Count in the totals what was sent since ``before`` and ``dense_seconds``, outside
+        any counted step."""
+        self.totals.seconds[PHASES.index("dense")] += dense_seconds
+        self.totals.traffic = self.totals.traffic + (self.comm.traffic - before)
 
     def _prepare(self, batch: ClickBatch) -> _Prepared:
         """The step's work that needs no collective and no dense parameter."""
@@ -394,7 +398,7 @@ class Trainer:
 
     def flush(self) -> int:
         """Push pending replica updates so that owners hold every update (collective)."""
-        self._finish_outside_step()
+        self.finish_step()
         return self.exchange.flush(self.step_index)
 
     @torch.no_grad()
@@ -408,7 +412,7 @@ class Trainer:
                 with) rather than the owners' rows; call :meth:`flush` first for the latter to
                 include every update.
         """
-        self._finish_outside_step()
+        self.finish_step()
         uniq, inverse = np.unique(batch.ids, return_inverse=True)
         rows = self.exchange.read_only(uniq, replicas=local_view)
         index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
@@ -418,7 +422,7 @@ class Trainer:
 
     def state(self) -> ModelState:
         """This rank's dense parameters and owned rows (flush first for a complete picture)."""
-        self._finish_outside_step()
+        self.finish_step()
         ids, rows, _, versions = self.store.export()
         dense = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         return ModelState(dense, ids, rows.cpu(), versions)

@@ -16,6 +16,7 @@ import torch
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.comm import LocalComm
+from trainer.counters import KINDS
 from trainer.launch import launch
 from trainer.sources import SyntheticSpec
 from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
@@ -39,6 +40,9 @@ DCN_SGD = dict(
     train=EXACT["train"],
 )
 STALE_S = 3
+# Dense parameters past comm's all-gather threshold (64 kB), so that the trainer's dense
+# all-reduce goes by gloo's ring, left running into the next step.
+WIDE = dict(EXACT, model=replace(EXACT["model"], hidden=(256,)))
 
 # The AUC comparison runs on the default synthetic stream (the benchmark's), small model.
 AUC_SYN = SyntheticConfig(seed=7)
@@ -73,6 +77,7 @@ def _jobs(world: int) -> list[Job]:
         auc_ids = SyntheticStream(AUC_SYN).feature_ids(AUC_WINDOW.start, AUC_WINDOW.records)
         auc_graph = graph_placement(auc_ids, 2, AUC_JOB["train"])  # type: ignore[arg-type]
         jobs.append(Job(**AUC_JOB, placement=auc_graph))  # type: ignore[arg-type]
+        jobs.append(Job(SOURCE, **WIDE, placement=graph, return_state=True))
     return jobs
 
 
@@ -91,6 +96,7 @@ def single() -> dict[str, RankResult]:
         "deepfm": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, return_state=True)),
         "dcn": run_rank(LocalComm(), Job(SOURCE, **DCN_SGD, placement=one, return_state=True)),
         "auc": run_rank(LocalComm(), Job(**AUC_JOB, placement=one)),  # type: ignore[arg-type]
+        "wide": run_rank(LocalComm(), Job(SOURCE, **WIDE, placement=one, return_state=True)),
     }
 
 
@@ -102,8 +108,9 @@ def three_ranks() -> list[list[RankResult]]:
     return [list(r) for r in zip(*per_rank)]
 
 
-@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn")],
-                         ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd"])
+@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn"), (5, "wide")],
+                         ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd",
+                              "graph-replicas-ring-all-reduce"])
 def test_two_ranks_s0_equal_single_process(two_ranks, single, max_diff, job: int,
                                            model: str) -> None:
     ranks = two_ranks[job]
@@ -174,6 +181,9 @@ def test_counters_add_up(two_ranks) -> None:
         assert c["rows_served"] == c["remote_rows"] + c["replica_refreshes"]
         assert c["samples_read"] == c["samples_trained"] == t.counts["global_samples"]
         assert t.embedding_bytes > 0 and t.dense_bytes > 0
+        # Every step's dense all-reduce is counted once, the last one (finished after the
+        # loop) included.
+        assert t.traffic.calls[KINDS.index("dense")] == t.steps
         # Bytes sent by all ranks = bytes received by all ranks.
         assert int(t.traffic.sent.sum()) == int(t.traffic.received.sum())
 
