@@ -13,6 +13,7 @@ __all__ = [
     "imbalance",
     "migrated_bytes",
     "migrated_rows",
+    "remote_ids",
     "remote_rows",
     "remote_rows_per_sample",
     "row_imbalance",
@@ -33,6 +34,14 @@ def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
         int64 ``[num_workers]``: per worker, the distinct ids its samples use that it neither
         owns nor replicates (each fetched once per step, however many samples use it).
     """
+    return np.array([ids.size for ids in remote_ids(batch_ids, worker_of_sample, placement)],
+                    dtype=np.int64)
+
+
+def remote_ids(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
+               placement: Placement) -> list[np.ndarray]:
+    """The ids :func:`remote_rows` counts: per worker, sorted distinct ids of its samples that
+    it neither owns nor replicates."""
     dense = np.asarray(batch_ids, dtype=np.int64)
     if dense.ndim != 2:
         raise ValueError("batch_ids must be [B, F]")
@@ -42,12 +51,10 @@ def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
     flat = dense.ravel()
     entry_worker = np.repeat(workers, dense.shape[1])
     held = placement.held_by(entry_worker, placement.holders(flat))
-    out = np.zeros(placement.num_workers, dtype=np.int64)
     missing_ids = flat[~held]
     missing_workers = entry_worker[~held]
-    for worker in range(placement.num_workers):
-        out[worker] = np.unique(missing_ids[missing_workers == worker]).size
-    return out
+    return [np.unique(missing_ids[missing_workers == worker])
+            for worker in range(placement.num_workers)]
 
 
 def remote_rows_per_sample(batch_ids: np.ndarray, worker_of_sample: np.ndarray,

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from bench.partition import main
+from bench.partition import _seen_classes, main
 from partitioner.types import REPLICA_BASES
 
 pytest.importorskip("streaming.synthetic")
@@ -26,9 +26,13 @@ def test_bench_prints_one_json_row_per_worker_count_and_strategy(
     assert set(rows) == {(n, s) for n in (2, 3)
                          for s in ("hash", "static", "full", "incremental")}
     keys = {"remote_rows_per_sample", "remote_rows_per_sample_after_drift", "rows_migrated",
-            "repartition_seconds", "imbalance"}
+            "repartition_seconds", "imbalance", "remote_share_unseen_ids",
+            "remote_share_ids_seen_once"}
     for row in rows.values():
         assert keys <= set(row)
+        # Every period brings ids its window never saw, and they are remote somewhere.
+        assert 0 < row["remote_share_unseen_ids"] < 1
+        assert 0 <= row["remote_share_ids_seen_once"] < 1 - row["remote_share_unseen_ids"]
     for n in (2, 3):
         assert rows[(n, "incremental")]["remote_rows_per_sample"] < rows[(n, "hash")][
             "remote_rows_per_sample"]
@@ -87,3 +91,10 @@ def test_offline_refuses_the_flags_it_would_ignore() -> None:
     for extra in (["--oracle"], ["--replica-basis", "window"]):
         with pytest.raises(SystemExit):
             main(["--offline", "--records", "100", *extra])
+
+
+def test_remote_rows_are_classed_by_what_the_window_saw_of_their_ids() -> None:
+    window_ids, counts = np.array([5, 7, 8]), np.array([1, 3, 2])
+    # 9 and 4 unseen, 5 seen once, 7 and 8 seen more.
+    assert _seen_classes(np.array([4, 5, 7, 8, 9]), window_ids, counts).tolist() == [2, 1, 2]
+    assert _seen_classes(np.array([4, 5]), window_ids[:0], counts[:0]).tolist() == [2, 0, 0]

@@ -7,6 +7,7 @@ import numpy as np
 from partitioner import (
     Placement,
     imbalance,
+    remote_ids,
     remote_rows,
     remote_rows_per_sample,
     row_imbalance,
@@ -22,6 +23,7 @@ def test_remote_rows_counts_distinct_unheld_ids_per_worker() -> None:
     # Worker 0 uses {1, 3, 4}: owns 1, replicates 3 -> remote {4}.
     # Worker 1 uses {2, 4, 3, 1}: owns 3, 4 -> remote {1, 2}.
     assert remote_rows(batch, workers, placement).tolist() == [1, 2]
+    assert [ids.tolist() for ids in remote_ids(batch, workers, placement)] == [[4], [1, 2]]
     assert remote_rows_per_sample(batch, workers, placement) == 3 / 4
 
 
