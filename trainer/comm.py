@@ -52,7 +52,8 @@ class Comm(Protocol):
     def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
         """:meth:`all_reduce_sum` left running: ``tensor`` holds the sum once ``wait()``
         returns, and must not be touched before. Other collectives may be called meanwhile
-        (every rank calling them in the same order, as always)."""
+        (every rank calling them in the same order, as always). Small CPU tensors are summed
+        before it returns (their all-gather beats gloo's ring, see ``_GATHER_MAX_BYTES``)."""
         ...
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
