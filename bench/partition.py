@@ -80,7 +80,7 @@ from partitioner import (
 )
 from partitioner.assemble import build_placement
 from partitioner.graph import compact, per_worker_counts
-from partitioner.types import REPLICA_BASES
+from partitioner.types import REPLICA_BASES, find_sorted
 
 __all__ = ["main"]
 
@@ -179,9 +179,10 @@ def _score(records: np.ndarray, placement: Placement, global_batch: int,
 
 def _seen_classes(ids: np.ndarray, window_ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """How many of ``ids`` the window never saw, saw in one sample, saw in more."""
-    pos = np.minimum(np.searchsorted(window_ids, ids), max(window_ids.size - 1, 0))
-    known = (window_ids[pos] == ids) if window_ids.size else np.zeros(ids.size, bool)
-    once = known & (counts[pos] == 1) if window_ids.size else known
+    pos = find_sorted(window_ids, ids)
+    known = pos >= 0
+    once = np.zeros(ids.size, dtype=bool)
+    once[known] = counts[pos[known]] == 1
     return np.array([(~known).sum(), once.sum(), (known & ~once).sum()], dtype=np.int64)
 
 
