@@ -205,7 +205,8 @@ class Trainer:
         emb.requires_grad_(True)
         logits = self.model(emb, self._dense_tensor(local.dense))
         labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
-        loss = self.loss_fn(logits, labels) / global_n
+        loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
+        loss = loss_sum / global_n
         grads = torch.autograd.grad(loss, [emb, *self.dense.params], allow_unused=True)
         row_grads = torch.zeros_like(plan.values)
         if grads[0] is not None:
@@ -220,7 +221,7 @@ class Trainer:
         # Time is booked where it is spent: the wait for the last step's all-reduce (and its
         # update) in this step's dense phase, not in its routing.
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
-        c.loss_sum = float(loss.detach()) * global_n
+        c.loss_sum = float(loss_sum.detach())
         self.step_index += 1
         cfg = self.store.config
         if (cfg.evict_after or cfg.max_rows) and self.step_index % _MAINTAIN_EVERY == 0:
