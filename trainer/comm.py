@@ -16,7 +16,7 @@ import torch
 
 from trainer.counters import Traffic
 
-__all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending"]
+__all__ = ["Comm", "Counts", "Incoming", "LocalComm", "DistComm", "Pending"]
 
 Counts = Sequence[int] | np.ndarray  # rows per rank (numpy arrays straight from the headers)
 
@@ -39,6 +39,15 @@ class Comm(Protocol):
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
     ) -> torch.Tensor:
         """Rows ``send[...]`` grouped by destination in, rows grouped by source out (dim 0)."""
+        ...
+
+    def start_all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> Incoming:
+        """:meth:`all_to_all` left running: ``wait()`` returns what it would have returned.
+        ``send`` must not be touched before then; other collectives may be called meanwhile
+        (every rank calling them in the same order). What a rank does between the two calls
+        is done while it waits for its peers."""
         ...
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
@@ -85,6 +94,14 @@ class Pending(Protocol):
         ...
 
 
+class Incoming(Protocol):
+    """An all-to-all left running (:meth:`Comm.start_all_to_all`)."""
+
+    def wait(self) -> torch.Tensor:
+        """Block until it is done and return the rows received (counted then)."""
+        ...
+
+
 class _Done:
     """A collective that finished before it was handed back."""
 
@@ -93,6 +110,16 @@ class _Done:
 
 
 _DONE = _Done()
+
+
+class _Received:
+    """An all-to-all that finished before it was handed back (one rank: what it sent)."""
+
+    def __init__(self, rows: torch.Tensor) -> None:
+        self._rows = rows
+
+    def wait(self) -> torch.Tensor:
+        return self._rows
 
 
 class _Flag(Protocol):
@@ -129,6 +156,11 @@ class LocalComm(_CommState):
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
     ) -> torch.Tensor:
         return send
+
+    def start_all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> Incoming:
+        return _Received(send)
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
         return np.asarray(counts, dtype=np.int64).copy()
@@ -174,6 +206,23 @@ class _InFlight:
         self._traffic.add(self._kind, self._moved, self._moved, took)
 
 
+class _Arriving:
+    """An async ``torch.distributed`` all-to-all; counted when waited for (the seconds are
+    the wait)."""
+
+    def __init__(self, work: Any, send: torch.Tensor, out: torch.Tensor,
+                 count: Callable[[float], None]) -> None:
+        # The buffers stay referenced here until the collective is done.
+        self._work, self._send, self._out, self._count = work, send, out, count
+
+    def wait(self) -> torch.Tensor:
+        if self._work is not None:
+            took = _timed(self._work.wait)
+            self._work = self._send = None
+            self._count(took)
+        return self._out
+
+
 class DistComm(_CommState):
     """Collectives of the default ``torch.distributed`` process group."""
 
@@ -188,17 +237,36 @@ class DistComm(_CommState):
     def all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
     ) -> torch.Tensor:
+        return self._all_to_all(send, send_counts, recv_counts, kind, wait=True).wait()
+
+    def start_all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> Incoming:
+        return self._all_to_all(send, send_counts, recv_counts, kind, wait=False)
+
+    def _all_to_all(
+        self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str, *,
+        wait: bool
+    ) -> Incoming:
         send_counts = [int(c) for c in send_counts]
         recv_counts = [int(c) for c in recv_counts]
         out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
         send = send.contiguous()
-        took = _timed(lambda: self._dist.all_to_all_single(
-            out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts))
         row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
         me = self.rank
-        self.traffic.add(kind, (sum(send_counts) - send_counts[me]) * row,
-                         (sum(recv_counts) - recv_counts[me]) * row, took)
-        return out
+        sent = (sum(send_counts) - send_counts[me]) * row
+        received = (sum(recv_counts) - recv_counts[me]) * row
+
+        def count(took: float) -> None:
+            self.traffic.add(kind, sent, received, took)
+
+        began = time.perf_counter()
+        work = self._dist.all_to_all_single(out, send, output_split_sizes=recv_counts,
+                                            input_split_sizes=send_counts, async_op=not wait)
+        if wait:
+            count(time.perf_counter() - began)
+            return _Received(out)
+        return _Arriving(work, send, out, count)
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
         counts = np.ascontiguousarray(counts, dtype=np.int64)

@@ -151,7 +151,6 @@ class _Requests:
 class _Served:
     """What a rank serves as owner in one step's read, and the notices it got as holder."""
 
-    own_values: torch.Tensor
     in_fetch: list[np.ndarray]
     in_push: list[np.ndarray]
     in_push_counts: list[np.ndarray]
@@ -210,14 +209,24 @@ class RowExchange:
     # -- read --------------------------------------------------------------------------------
 
     def read(self, uniq: np.ndarray, step: int, counters: StepCounters) -> ReadPlan:
-        """Rows of the distinct ids ``uniq`` (sorted) for ``step``; owners serve requests."""
+        """Rows of the distinct ids ``uniq`` (sorted) for ``step``; owners serve requests.
+
+        Both all-to-alls are left running while the rank does what needs nothing from them:
+        its own rows (most of a batch's under a graph placement) while the requests travel,
+        its copies read within their bound while the rows come back.
+        """
         comm, world = self.comm, self.comm.world
         self._sync()
         req = self._requests(uniq, self._notices())
         received = comm.exchange_counts(req.sent)
         recv_sizes = received[:, 0] + 2 * received[:, 1] + received[:, 2] + received[:, 3]
-        request = comm.all_to_all(self._ints(req.message), req.sizes, recv_sizes, "request")
-        srv = self._serve(received, request.cpu().numpy(), uniq[req.own], step, counters)
+        request = comm.start_all_to_all(self._ints(req.message), req.sizes, recv_sizes,
+                                        "request")
+        own_values, _ = self.store.lookup(uniq[req.own], step)
+        values = torch.empty((uniq.size, self.dim), dtype=own_values.dtype,
+                             device=own_values.device)
+        values.index_copy_(0, self._t(req.own), own_values)
+        srv = self._serve(received, request.wait().cpu().numpy(), step, counters)
         if srv.notices.size:  # as holder: copies whose owners say they fell more than s behind
             slots = self.replicas.slots(srv.notices)
             if (slots < 0).any():
@@ -229,22 +238,21 @@ class RowExchange:
         refresh = self.replicas.stale[req.slots[is_r]]
         n_ref = np.bincount(req.owner[is_r][refresh], minlength=world)
         row_w = self.dim + self.state_width
-        rows_in = comm.all_to_all(torch.cat(srv.rows), srv.row_sizes,
-                                  req.sent[:, 0] * self.dim + n_ref * row_w, "response")
-
-        values = torch.empty((uniq.size, self.dim), dtype=srv.own_values.dtype,
-                             device=srv.own_values.device)
-        values.index_copy_(0, self._t(req.own), srv.own_values)
+        rows = comm.start_all_to_all(torch.cat(srv.rows), srv.row_sizes,
+                                     req.sent[:, 0] * self.dim + n_ref * row_w, "response")
         fetch_pos, rep_pos = req.order[req.kind == _FETCH], req.order[is_r]
         rep_slots = req.slots[is_r]
-        fetched_rows, fresh_rows = _split_rows(rows_in, req.sent[:, 0], n_ref, self.dim, row_w)
+        kept = np.flatnonzero(~refresh)
+        if kept.size:
+            values.index_copy_(0, self._t(rep_pos[kept]), self.replicas.read(rep_slots[kept]))
+        fetched_rows, fresh_rows = _split_rows(rows.wait(), req.sent[:, 0], n_ref, self.dim,
+                                               row_w)
         if fetch_pos.size:
             values.index_copy_(0, self._t(fetch_pos), fetched_rows)
         if refresh.any():
-            self.replicas.refresh(rep_slots[refresh], fresh_rows[:, :self.dim],
-                                  fresh_rows[:, self.dim:])
-        if rep_pos.size:
-            values.index_copy_(0, self._t(rep_pos), self.replicas.read(rep_slots))
+            fresh_slots = rep_slots[refresh]
+            self.replicas.refresh(fresh_slots, fresh_rows[:, :self.dim], fresh_rows[:, self.dim:])
+            values.index_copy_(0, self._t(rep_pos[refresh]), self.replicas.read(fresh_slots))
 
         # The lag of every read is known to the row's owner, which counts it (job totals add
         # up the same either way).
@@ -291,20 +299,23 @@ class RowExchange:
         return _Requests(own, order, kind, slots, owner[order], sent, counts[kind == _PUSH],
                          np.concatenate(parts), sizes)
 
-    def _serve(self, received: np.ndarray, request: np.ndarray, own_ids: np.ndarray,
-               step: int, counters: StepCounters) -> _Served:
-        """Owner side of the read: this rank's own rows, and answers to every requester."""
+    def _serve(self, received: np.ndarray, request: np.ndarray, step: int,
+               counters: StepCounters) -> _Served:
+        """Owner side of the read: the answer to every requester."""
         in_fetch, in_push, in_push_counts, in_rep, notices = self._parse(received, request)
-        served_ids = np.unique(np.concatenate([own_ids, *in_fetch, *in_rep]))
+        # A copy read within its bound needs nothing from the store (the owner keeps its lag):
+        # only the copies refreshed now are looked up, with the rows fetched.
+        copies = [self._serve_copies(src, in_rep[src]) for src in range(self.comm.world)]
+        refreshed = [ids[fresh] for ids, (fresh, _) in zip(in_rep, copies)]
+        served_ids = np.unique(np.concatenate([*in_fetch, *refreshed]))
         served, state = self.store.lookup(served_ids, step, with_state=True)
         assert state is not None
-        own_values = served.index_select(0, self._t(np.searchsorted(served_ids, own_ids)))
         rows, row_sizes, lags = [], [], []
         for src in range(self.comm.world):
             fetched = self._t(np.searchsorted(served_ids, in_fetch[src]))
-            fresh, lag = self._serve_copies(src, in_rep[src])
+            fresh, lag = copies[src]
             lags.append(lag)
-            t = self._t(np.searchsorted(served_ids, in_rep[src])[fresh])
+            t = self._t(np.searchsorted(served_ids, refreshed[src]))
             rows += [served.index_select(0, fetched).reshape(-1),
                      torch.cat([served.index_select(0, t), state.index_select(0, t)],
                                dim=1).reshape(-1)]
@@ -312,7 +323,7 @@ class RowExchange:
                              + int(fresh.sum()) * (self.dim + self.state_width))
             if src != self.comm.rank:
                 counters.rows_served += int(in_fetch[src].size + fresh.sum())
-        return _Served(own_values, in_fetch, in_push, in_push_counts, np.concatenate(notices),
+        return _Served(in_fetch, in_push, in_push_counts, np.concatenate(notices),
                        np.concatenate(lags), rows, row_sizes)
 
     def _serve_copies(self, src: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -354,17 +365,24 @@ class RowExchange:
     # -- write -------------------------------------------------------------------------------
 
     def write(self, plan: ReadPlan, grads: torch.Tensor, counters: StepCounters) -> None:
-        """Send gradients to owners, update replicas, and apply the updates this rank owns."""
+        """Send gradients to owners, update replicas, and apply the updates this rank owns.
+
+        The gradients leave first; the copies are updated while they travel (the pushes
+        among them are computed as they will stand after the update).
+        """
         comm, world = self.comm, self.comm.world
-        self.replicas.update(plan.replica_slots, grads.index_select(0, self._t(plan.replica)))
-        push_pos = plan.order[plan.kind == _PUSH]
+        rep_grads = grads.index_select(0, self._t(plan.replica))
+        increments = self.replicas.optimizer.increments(rep_grads)
         rep_kind = plan.kind[plan.kind != _FETCH]  # aligned with replica / replica_slots
-        summed, counts = self.replicas.take_push(plan.replica_slots[rep_kind == _PUSH])
+        pushing = self._t(np.flatnonzero(rep_kind == _PUSH))
+        push_slots = plan.replica_slots[rep_kind == _PUSH]
+        summed, counts = self.replicas.push_with(push_slots, rep_grads.index_select(0, pushing),
+                                                 increments.index_select(0, pushing))
         if not np.array_equal(counts, plan.push_counts):
             raise RuntimeError("replica push counts changed between read and write")
         # s = 0: a push is this step's gradient, summed by the owner with everyone else's.
-        pushes = grads.index_select(0, self._t(push_pos)) if self.s == 0 else summed
-        counters.replica_pushes += int(push_pos.size)
+        pushes = rep_grads.index_select(0, pushing) if self.s == 0 else summed
+        counters.replica_pushes += int(push_slots.size)
         # Per owner: gradients of fetched rows, then the pushes (both in request order).
         fetch_grads = grads.index_select(0, self._t(plan.order[plan.kind == _FETCH]))
         f_bounds = np.concatenate([[0], np.cumsum(plan.sent[:, 0])])
@@ -376,7 +394,10 @@ class RowExchange:
         push_w = self._push_width()
         send_sizes = plan.sent[:, 0] * self.dim + plan.sent[:, 1] * push_w
         recv_sizes = plan.received[:, 0] * self.dim + plan.received[:, 1] * push_w
-        incoming = comm.all_to_all(torch.cat(out), send_sizes, recv_sizes, "gradient")
+        arriving = comm.start_all_to_all(torch.cat(out), send_sizes, recv_sizes, "gradient")
+        self.replicas.update(plan.replica_slots, rep_grads, increments)
+        self.replicas.clear_pending(push_slots)
+        incoming = arriving.wait()
 
         # Owner: one optimizer step per row with this step's gradients (own, fetched, s = 0
         # pushes) plus the replicas' summed gradients and state increments (s > 0).

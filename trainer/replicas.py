@@ -104,19 +104,37 @@ class ReplicaTable:
         """Current values of the copies."""
         return self.values.index_select(0, self._t(slots))
 
-    def update(self, slots: np.ndarray, grads: torch.Tensor) -> None:
-        """Apply this rank's gradients to its copies and record them as pending."""
+    def update(self, slots: np.ndarray, grads: torch.Tensor,
+               increments: torch.Tensor | None = None) -> None:
+        """Apply this rank's gradients to its copies and record them as pending.
+
+        Args:
+            slots: Distinct copies.
+            grads: Their gradients.
+            increments: ``optimizer.increments(grads)``, when the caller has them.
+        """
         if slots.size == 0:
             return
         t = self._t(slots)
         # index_add_ (slots are distinct) rather than advanced indexing: the same scatters at
         # about half the cost on CPU.
-        increments = self.optimizer.increments(grads)
+        if increments is None:
+            increments = self.optimizer.increments(grads)
         delta = self.optimizer.step(self.values, self.state, t, grads, increments)
         self.pending_grad.index_add_(0, t, grads)
         self.pending_state.index_add_(0, t, increments)
         self.pending_delta.index_add_(0, t, delta)
         self.pending[slots] += 1
+
+    def push_with(self, slots: np.ndarray, grads: torch.Tensor,
+                  increments: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+        """What :meth:`take_push` of ``slots`` will return once :meth:`update` has applied
+        ``grads`` (and their ``increments``) to them, computed now, changing nothing: a push
+        can then leave before the copies are updated."""
+        t = self._t(slots)
+        push = torch.cat([self.pending_grad.index_select(0, t) + grads,
+                          self.pending_state.index_select(0, t) + increments], dim=1)
+        return push, self.pending[slots] + 1
 
     def take_push(self, slots: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         """What the copies pushed now send: ``[k, dim + state_width]`` (summed gradient, then
@@ -125,10 +143,15 @@ class ReplicaTable:
         push = torch.cat([self.pending_grad.index_select(0, t),
                           self.pending_state.index_select(0, t)], dim=1)
         counts = self.pending[slots].copy()
+        self.clear_pending(slots)
+        return push, counts
+
+    def clear_pending(self, slots: np.ndarray) -> None:
+        """Forget the pending updates of ``slots`` (they were pushed)."""
+        t = self._t(slots)
         self.pending[slots] = 0
         for pending in (self.pending_grad, self.pending_state, self.pending_delta):
             pending.index_fill_(0, t, 0)
-        return push, counts
 
     def pending_slots(self) -> np.ndarray:
         """Slots with updates not yet pushed."""

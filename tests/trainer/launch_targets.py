@@ -66,6 +66,30 @@ def reduce_while_exchanging(comm: Comm, n: int) -> tuple[list[float], list[int],
     return x.tolist(), heard.tolist() + counts[:, 0].tolist(), before, after
 
 
+def all_to_all_while_working(comm: Comm, rows: int) -> tuple[list, list, list, int, int, int]:
+    """``start_all_to_all`` of ``rows`` rows for each rank, left running across a count
+    exchange: (what arrived, what the blocking ``all_to_all`` of the same rows brings, the
+    counts heard meanwhile, request bytes sent before the wait, after it, request calls)."""
+    import numpy as np
+    import torch
+
+    request = KINDS.index("request")
+    world, me = comm.world, comm.rank
+    # Row r of the block for rank d: 1000 * me + 100 * d + r, two columns.
+    send = torch.tensor([[1000 * me + 100 * d + r, -(1000 * me + 100 * d + r)]
+                         for d in range(world) for r in range(rows)], dtype=torch.int64)
+    arriving = comm.start_all_to_all(send, [rows] * world, [rows] * world, "request")
+    before = int(comm.traffic.sent[request])
+    heard = comm.exchange_counts(np.full((world, 1), 10 + me), "header")
+    got = arriving.wait()
+    again = arriving.wait()  # a second wait returns the same rows and counts nothing
+    assert again is got
+    after = int(comm.traffic.sent[request])
+    blocking = comm.all_to_all(send, [rows] * world, [rows] * world, "request")
+    calls = int(comm.traffic.calls[request])
+    return got.tolist(), blocking.tolist(), heard[:, 0].tolist(), before, after, calls
+
+
 def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, int]]:
     """``Trainer._prepare`` and ``_route`` of steps whose per-rank batch sizes are
     ``sizes[step][rank]``, with a global batch of twice the first step's first size.

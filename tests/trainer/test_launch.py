@@ -52,6 +52,22 @@ def test_all_reduce_sums_small_and_large_tensors_alike(targets) -> None:
                 assert seconds > 0.25
 
 
+def test_an_all_to_all_left_running_arrives_as_the_blocking_one_would(targets) -> None:
+    # The row exchange starts its all-to-alls and reads its own rows while they travel.
+    rows, world = 3, 3
+    results = launch(targets.all_to_all_while_working, rows, LaunchConfig(workers=world))
+    for me, (got, blocking, heard, before, after, calls) in enumerate(results):
+        expected = [[1000 * src + 100 * me + r, -(1000 * src + 100 * me + r)]
+                    for src in range(world) for r in range(rows)]
+        assert got == expected
+        assert blocking == expected
+        assert heard == [10 + r for r in range(world)]
+        # Counted once, when waited for: rows to the other ranks, two int64 each.
+        assert before == 0
+        assert after == (world - 1) * rows * 2 * 8
+        assert calls == 2
+
+
 def test_an_all_reduce_left_running_lets_other_collectives_through(targets) -> None:
     # The trainer leaves the dense all-reduce running into the next step, whose routing and
     # control collectives go out meanwhile: each must still meet its own peers.
