@@ -117,6 +117,8 @@ class StoreStats:
 
     created: int = 0
     evicted: int = 0
+    # Lookups of ids without a row, per lookup call: an id its owner reads and another rank
+    # fetches in the same step counts twice.
     not_admitted_reads: int = 0
     dropped_updates: int = 0
 
@@ -157,6 +159,7 @@ class EmbeddingStore:
         self._last_used = np.zeros(cap, dtype=np.int64)
         self._free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pop from the end
         self._pinned = np.zeros(0, dtype=np.int64)
+        self._last_step = 0  # the latest step a lookup was made for
         # Admission candidates: ids seen in fewer than admit_after steps (counts only, no rows).
         self._cand = IdIndex(64)
         self._cand_count = np.zeros(0, dtype=np.int64)
@@ -184,8 +187,18 @@ class EmbeddingStore:
     # -- rows --------------------------------------------------------------------------------
 
     def pin(self, ids: np.ndarray) -> None:
-        """Rows that are never evicted and are admitted at first use (replicated rows)."""
-        self._pinned = np.unique(np.asarray(ids, dtype=np.int64))
+        """Rows that are never evicted and are admitted at first use (replicated rows).
+
+        Rows that leave the pinned set count as used at the latest step looked up: their copies'
+        reads within the staleness bound never touch the owner's store, so their last use is
+        not otherwise known, and they are not to be evicted for it.
+        """
+        pinned = np.unique(np.asarray(ids, dtype=np.int64))
+        released = np.setdiff1d(self._pinned, pinned, assume_unique=True)
+        if released.size:
+            slots = self._index.find(released)
+            self._last_used[slots[slots >= 0]] = self._last_step
+        self._pinned = pinned
 
     def contains(self, ids: np.ndarray) -> np.ndarray:
         """Whether each id has a row."""
@@ -223,6 +236,7 @@ class EmbeddingStore:
             (values ``[n, dim]``, state ``[n, state_width]`` or None).
         """
         ids = np.asarray(ids, dtype=np.int64)
+        self._last_step = max(self._last_step, step)
         slots = self._index.find(ids)
         missing = np.flatnonzero(slots < 0)
         if missing.size:

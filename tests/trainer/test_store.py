@@ -135,6 +135,22 @@ def test_pinned_rows_survive_eviction_and_max_rows_caps_memory() -> None:
     assert capped.contains(np.arange(300, 350)).all()  # the recently used stay
 
 
+def test_rows_released_from_the_pinned_set_count_as_used_then() -> None:
+    # A replicated row's copies read it without touching its owner's store; when the copies
+    # are dropped, the row must not be evicted for a last use the store never saw.
+    store = EmbeddingStore(2, StoreConfig(evict_after=5))
+    store.pin(np.array([1], dtype=np.int64))
+    store.lookup(np.array([1, 2], dtype=np.int64), 0)  # both last used by the owner at step 0
+    for step in range(1, 20):
+        store.lookup(np.array([100 + step], dtype=np.int64), step)
+    store.pin(np.zeros(0, dtype=np.int64))  # copies dropped at step 19
+    store.maintain(20)
+    assert store.contains(np.array([1]))[0]  # released at 19: used 1 step ago
+    assert not store.contains(np.array([2]))[0]  # never pinned, unused for 20 steps
+    store.maintain(25)
+    assert not store.contains(np.array([1]))[0]  # and evicted once unused past the bound
+
+
 def test_admission_threshold_counts_steps_not_reads() -> None:
     store = EmbeddingStore(2, StoreConfig(admit_after=3, evict_after=100), dtype=torch.float64)
     ids = np.array([42], dtype=np.int64)
