@@ -113,7 +113,8 @@ _DONE = _Done()
 
 
 class _Received:
-    """An all-to-all that finished before it was handed back (one rank: what it sent)."""
+    """An all-to-all that finished before it was handed back (a blocking one, or one rank's,
+    which receives what it sent)."""
 
     def __init__(self, rows: torch.Tensor) -> None:
         self._rows = rows

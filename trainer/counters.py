@@ -3,8 +3,8 @@
 Bytes are what crosses between ranks (a rank's messages to itself are free and not counted),
 by purpose (:data:`KINDS`): ``route`` (samples sent to the rank holding their rows, with the
 step's header when it rides in the same message), ``header`` (the per-step count exchanges),
-``request`` (ids, replica versions and push counts sent to owners), ``response`` (rows,
-optimizer state of refreshed replicas, owner versions), ``gradient`` (gradients of remote rows
+``request`` (ids, push counts and the owners' staleness notices), ``response`` (rows,
+and the optimizer state of refreshed replicas), ``gradient`` (gradients of remote rows
 and replica pushes), ``flush`` (pushes of pending replica updates at evaluation/checkpoint
 time), ``eval`` (read-only row fetches for evaluation), ``dense`` (the all-reduce of the dense
 gradients, counted as ring all-reduce traffic), and the
@@ -37,8 +37,11 @@ class Traffic:
 
     ``seconds`` is the wall time inside each collective, waiting for the slowest peer included:
     on a shared CPU most of it is waiting, so it shows where ranks fall out of step rather than
-    what the wire costs. ``calls`` counts the timed collectives. With gloo a collective returns
-    when it is done; with NCCL it returns once queued, so on CUDA the time is the launch only.
+    what the wire costs. A collective left running (the dense all-reduce, and since cea027a the
+    row exchange's request, response and gradient all-to-alls) counts only the wait left at
+    ``wait()``, after the work done meanwhile. ``calls`` counts the timed collectives. With
+    gloo a collective returns when it is done; with NCCL it returns once queued, so on CUDA the
+    time is the launch only.
     Bytes counted outside a timed collective (the placement broadcast) add no time.
     """
 

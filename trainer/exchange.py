@@ -303,8 +303,9 @@ class RowExchange:
                counters: StepCounters) -> _Served:
         """Owner side of the read: the answer to every requester."""
         in_fetch, in_push, in_push_counts, in_rep, notices = self._parse(received, request)
-        # A copy read within its bound needs nothing from the store (the owner keeps its lag):
-        # only the copies refreshed now are looked up, with the rows fetched.
+        # A copy read within its bound needs no row (the owner keeps its lag): only the copies
+        # refreshed now are looked up, with the rows fetched. (Replicated rows are pinned, never
+        # evicted, and count as used when released: EmbeddingStore.pin.)
         copies = [self._serve_copies(src, in_rep[src]) for src in range(self.comm.world)]
         refreshed = [ids[fresh] for ids, (fresh, _) in zip(in_rep, copies)]
         served_ids = np.unique(np.concatenate([*in_fetch, *refreshed]))

@@ -45,3 +45,31 @@ def test_local_updates_are_read_back_survive_a_refresh_and_push_once() -> None:
     assert list(counts) == [2] and t.pending[s[0]] == 0
     assert torch.equal(push, torch.tensor([[2.0, -2.0, 2.0]], dtype=torch.float64))
     assert t.pending_slots().size == 0
+
+
+def test_a_push_computed_before_the_update_is_what_take_push_gives_after_it() -> None:
+    # The row exchange sends pushes before it updates the copies (the update runs while they
+    # travel): push_with must give the bits take_push gives once the update is applied, and
+    # change nothing.
+    gen = torch.Generator().manual_seed(3)
+    before, after = _table(), _table()
+    slots = np.array([0, 2], dtype=np.int64)
+    for t in (before, after):
+        t.update(slots, torch.randn(2, 2, generator=torch.Generator().manual_seed(1),
+                                    dtype=torch.float64))
+    grads = torch.randn(2, 2, generator=gen, dtype=torch.float64)
+    increments = before.optimizer.increments(grads)
+    fields = ("values", "state", "pending_grad", "pending_state", "pending_delta")
+    kept = {name: getattr(before, name).clone() for name in fields}
+    pending = before.pending.copy()
+    push, counts = before.push_with(slots, grads, increments)
+    assert np.array_equal(before.pending, pending)  # nothing changed yet
+    assert all(torch.equal(getattr(before, name), kept[name]) for name in fields)
+    after.update(slots, grads)
+    expected, expected_counts = after.take_push(slots)
+    assert torch.equal(push, expected) and np.array_equal(counts, expected_counts)
+    assert np.array_equal(counts, [2, 2])
+    before.update(slots, grads, increments)
+    before.clear_pending(slots)
+    assert torch.equal(before.values, after.values) and torch.equal(before.state, after.state)
+    assert not before.pending.any() and not after.pending.any()
