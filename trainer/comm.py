@@ -16,7 +16,7 @@ import torch
 
 from trainer.counters import Traffic
 
-__all__ = ["Comm", "Counts", "Incoming", "LocalComm", "DistComm", "Pending"]
+__all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending"]
 
 Counts = Sequence[int] | np.ndarray  # rows per rank (numpy arrays straight from the headers)
 
@@ -43,7 +43,7 @@ class Comm(Protocol):
 
     def start_all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
-    ) -> Incoming:
+    ) -> Pending:
         """:meth:`all_to_all` left running: ``wait()`` returns what it would have returned.
         ``send`` must not be touched before then; other collectives may be called meanwhile
         (every rank calling them in the same order). What a rank does between the two calls
@@ -60,9 +60,10 @@ class Comm(Protocol):
 
     def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
         """:meth:`all_reduce_sum` left running: ``tensor`` holds the sum once ``wait()``
-        returns, and must not be touched before. Other collectives may be called meanwhile
-        (every rank calling them in the same order, as always). Small CPU tensors are summed
-        before it returns (their all-gather beats gloo's ring, see ``_GATHER_MAX_BYTES``)."""
+        returns (it returns ``tensor``), and must not be touched before. Other collectives may
+        be called meanwhile (every rank calling them in the same order, as always). Small CPU
+        tensors are summed before it returns (their all-gather beats gloo's ring, see
+        ``_GATHER_MAX_BYTES``)."""
         ...
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
@@ -87,40 +88,23 @@ class Comm(Protocol):
 
 
 class Pending(Protocol):
-    """A collective left running (:meth:`Comm.start_all_reduce_sum`)."""
-
-    def wait(self) -> None:
-        """Block until it is done (its bytes and wait are counted then)."""
-        ...
-
-
-class Incoming(Protocol):
-    """An all-to-all left running (:meth:`Comm.start_all_to_all`)."""
+    """A collective left running (:meth:`Comm.start_all_to_all`,
+    :meth:`Comm.start_all_reduce_sum`)."""
 
     def wait(self) -> torch.Tensor:
-        """Block until it is done and return the rows received (counted then)."""
+        """Block until it is done (its bytes and wait are counted then); its result."""
         ...
 
 
 class _Done:
-    """A collective that finished before it was handed back."""
+    """A collective that finished before it was handed back (a blocking one, one rank's, or a
+    small all-reduce)."""
 
-    def wait(self) -> None:
-        return None
-
-
-_DONE = _Done()
-
-
-class _Received:
-    """An all-to-all that finished before it was handed back (a blocking one, or one rank's,
-    which receives what it sent)."""
-
-    def __init__(self, rows: torch.Tensor) -> None:
-        self._rows = rows
+    def __init__(self, result: torch.Tensor) -> None:
+        self._result = result
 
     def wait(self) -> torch.Tensor:
-        return self._rows
+        return self._result
 
 
 class _Flag(Protocol):
@@ -160,8 +144,8 @@ class LocalComm(_CommState):
 
     def start_all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
-    ) -> Incoming:
-        return _Received(send)
+    ) -> Pending:
+        return _Done(send)
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
         return np.asarray(counts, dtype=np.int64).copy()
@@ -170,7 +154,7 @@ class LocalComm(_CommState):
         return None
 
     def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
-        return _DONE
+        return _Done(tensor)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         return None
@@ -193,35 +177,22 @@ def _timed(collective: Callable[[], object]) -> float:
 
 
 class _InFlight:
-    """An async ``torch.distributed`` all-reduce; counted when waited for (the seconds are
-    the wait, what the caller lost to it)."""
+    """An async ``torch.distributed`` collective; counted when waited for (the seconds are the
+    wait, what the caller lost to it)."""
 
-    def __init__(self, work: Any, traffic: Traffic, kind: str, moved: int) -> None:
-        self._work, self._traffic, self._kind, self._moved = work, traffic, kind, moved
-
-    def wait(self) -> None:
-        if self._work is None:
-            return
-        took = _timed(self._work.wait)
-        self._work = None
-        self._traffic.add(self._kind, self._moved, self._moved, took)
-
-
-class _Arriving:
-    """An async ``torch.distributed`` all-to-all; counted when waited for (the seconds are
-    the wait)."""
-
-    def __init__(self, work: Any, send: torch.Tensor, out: torch.Tensor,
+    def __init__(self, work: Any, buffers: tuple[torch.Tensor, ...], result: torch.Tensor,
                  count: Callable[[float], None]) -> None:
         # The buffers stay referenced here until the collective is done.
-        self._work, self._send, self._out, self._count = work, send, out, count
+        self._work: Any = work
+        self._buffers = buffers
+        self._result, self._count = result, count
 
     def wait(self) -> torch.Tensor:
         if self._work is not None:
             took = _timed(self._work.wait)
-            self._work = self._send = None
+            self._work, self._buffers = None, ()
             self._count(took)
-        return self._out
+        return self._result
 
 
 class DistComm(_CommState):
@@ -242,13 +213,13 @@ class DistComm(_CommState):
 
     def start_all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
-    ) -> Incoming:
+    ) -> Pending:
         return self._all_to_all(send, send_counts, recv_counts, kind, wait=False)
 
     def _all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str, *,
         wait: bool
-    ) -> Incoming:
+    ) -> Pending:
         send_counts = [int(c) for c in send_counts]
         recv_counts = [int(c) for c in recv_counts]
         out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
@@ -266,8 +237,8 @@ class DistComm(_CommState):
                                             input_split_sizes=send_counts, async_op=not wait)
         if wait:
             count(time.perf_counter() - began)
-            return _Received(out)
-        return _Arriving(work, send, out, count)
+            return _Done(out)
+        return _InFlight(work, (send,), out, count)
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
         counts = np.ascontiguousarray(counts, dtype=np.int64)
@@ -293,10 +264,14 @@ class DistComm(_CommState):
             took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
             torch.sum(copies, dim=0, out=flat)
             self.traffic.add(kind, (n - 1) * size, (n - 1) * size, took)
-            return _DONE
+            return _Done(tensor)
         # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
         moved = int(2 * (n - 1) * size // n)
-        return _InFlight(self._dist.all_reduce(tensor, async_op=True), self.traffic, kind, moved)
+
+        def count(took: float) -> None:
+            self.traffic.add(kind, moved, moved, took)
+
+        return _InFlight(self._dist.all_reduce(tensor, async_op=True), (), tensor, count)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         self._dist.broadcast(tensor, src=src)
