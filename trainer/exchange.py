@@ -375,14 +375,15 @@ class RowExchange:
         rep_grads = grads.index_select(0, self._t(plan.replica))
         increments = self.replicas.optimizer.increments(rep_grads)
         rep_kind = plan.kind[plan.kind != _FETCH]  # aligned with replica / replica_slots
-        pushing = self._t(np.flatnonzero(rep_kind == _PUSH))
-        push_slots = plan.replica_slots[rep_kind == _PUSH]
-        summed, counts = self.replicas.push_with(push_slots, rep_grads.index_select(0, pushing),
-                                                 increments.index_select(0, pushing))
+        pushing = np.flatnonzero(rep_kind == _PUSH)
+        push_slots = plan.replica_slots[pushing]
+        push_grads = rep_grads.index_select(0, self._t(pushing))
+        summed, counts = self.replicas.push_with(push_slots, push_grads,
+                                                 increments.index_select(0, self._t(pushing)))
         if not np.array_equal(counts, plan.push_counts):
             raise RuntimeError("replica push counts changed between read and write")
         # s = 0: a push is this step's gradient, summed by the owner with everyone else's.
-        pushes = rep_grads.index_select(0, pushing) if self.s == 0 else summed
+        pushes = push_grads if self.s == 0 else summed
         counters.replica_pushes += int(push_slots.size)
         # Per owner: gradients of fetched rows, then the pushes (both in request order).
         fetch_grads = grads.index_select(0, self._t(plan.order[plan.kind == _FETCH]))
