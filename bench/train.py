@@ -56,6 +56,7 @@ import torch
 
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
+from trainer.allocator import keep_freed_memory
 from trainer.comm import LocalComm
 from trainer.counters import KINDS, PHASES
 from trainer.launch import launch
@@ -102,6 +103,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3,
                    help="runs of hash and graph_s10 (alternating; samples/s is each one's best)")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
+    p.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="every run (single included) keeps the memory a step frees for the next "
+                        "(trainer.allocator); --no-keep-freed-memory leaves glibc's defaults")
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
                         "steps: s = 100 never syncs a replica before the final push)")
@@ -186,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{graph.replica_counts().tolist()}, {time.perf_counter() - t0:.1f}s", flush=True)
 
     torch.set_num_threads(1)
+    if args.keep_freed_memory:
+        keep_freed_memory()
     rows = [_row("single", run_rank(LocalComm(), Job(**base, placement=Placement.hash(1),
                                                      train=train)))]
     _print(rows[-1])
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats - 1):
         names += pair
         jobs += [timed[n] for n in pair]
-    results = launch(run_jobs, jobs, LaunchConfig(workers=args.workers, timeout_s=600))[0]
+    results = launch(run_jobs, jobs, LaunchConfig(workers=args.workers, timeout_s=600,
+                                                  keep_freed_memory=args.keep_freed_memory))[0]
     runs: dict[str, list[RankResult]] = {}
     for name, result in zip(names, results):
         runs.setdefault(name, []).append(result)

@@ -30,6 +30,7 @@ import torch
 
 from streaming.broker import die_with_parent, free_port
 from streaming.config import env_value
+from trainer.allocator import keep_freed_memory
 from trainer.comm import Comm, DistComm, LocalComm
 from trainer.types import LaunchConfig
 
@@ -82,6 +83,7 @@ class _Rendezvous:
     timeout_s: float
     threads: int
     log_level: int = logging.INFO
+    keep_freed_memory: bool = True
 
 
 def _device_for(kind: str, local_rank: int) -> torch.device:
@@ -96,6 +98,8 @@ def _init_group(rv: _Rendezvous, local_rank: int, stop: Any = None) -> DistComm:
     import torch.distributed as dist
 
     torch.set_num_threads(rv.threads)
+    if rv.keep_freed_memory:
+        keep_freed_memory()
     device = _device_for(rv.device, local_rank)
     dist.init_process_group(
         "nccl" if rv.device == "cuda" else "gloo",
@@ -204,6 +208,8 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
     device = resolve_device(config.device)
     if config.workers == 1:
         torch.set_num_threads(config.threads)
+        if config.keep_freed_memory:
+            keep_freed_memory()
         return [fn(LocalComm(_device_for(device, 0), stop), arg)]
     ctx = mp.get_context("spawn")
     init = f"tcp://127.0.0.1:{free_port()}"
@@ -212,7 +218,8 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
         with _child_env(config.threads):
             for rank in range(config.workers):
                 rv = _Rendezvous(rank, config.workers, init, device, config.timeout_s,
-                                 config.threads, logging.getLogger().getEffectiveLevel())
+                                 config.threads, logging.getLogger().getEffectiveLevel(),
+                                 config.keep_freed_memory)
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_child, args=(rv, fn, arg, child_end, stop),
                                 name=f"hetgmp-rank{rank}", daemon=False)
@@ -264,7 +271,7 @@ def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None
     world = int(env_value("WORLD_SIZE") or 1)
     local_rank = int(env_value("LOCAL_RANK") or 0)
     rv = _Rendezvous(rank, world, "env://", resolve_device(config.device), config.timeout_s,
-                     config.threads)
+                     config.threads, keep_freed_memory=config.keep_freed_memory)
     comm = _init_group(rv, local_rank, stop)
     try:
         return fn(comm, arg)

@@ -174,6 +174,12 @@ class LaunchConfig:
         metadata={"help": "a collective waiting longer fails the job (a peer is gone)"},
     )
     threads: int = field(default=1, metadata={"help": "torch threads per rank"})
+    keep_freed_memory: bool = field(
+        default=True,
+        metadata={"help": "fix glibc malloc's thresholds in every rank so that the memory a step "
+                  "frees is reused by the next instead of being returned to the kernel and "
+                  "faulted in again (see trainer.allocator)"},
+    )
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.timeout_s <= 0 or self.threads < 1:

@@ -168,3 +168,26 @@ def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
     check("copy of a row still owned here", np.array([3, 4]),
           ex.read_only(np.array([3, 4]), replicas=False))
     return out
+
+
+
+def block_is_mapped(comm: Comm, nbytes: int) -> bool:
+    """Whether glibc's malloc serves a block of ``nbytes`` with a mapping of its own (counted
+    by ``mallinfo2``) rather than from its heap."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(nbytes)
+    mapped = libc.mallinfo2().hblks > before
+    libc.free(block)
+    comm.barrier()
+    return bool(mapped)

@@ -79,3 +79,13 @@ def test_an_all_reduce_left_running_lets_other_collectives_through(targets) -> N
         assert heard == list(range(world)) + [10 + r for r in range(world)]
         assert before == 0  # counted when waited for, once
         assert after == 2 * (world - 1) * n * 8 // world
+
+
+
+def test_ranks_keep_the_memory_a_step_frees_unless_told_not_to(targets) -> None:
+    # glibc maps a block this large on its own (and unmaps it when freed: the next step faults
+    # it in again); the launcher raises the threshold in every rank (trainer.allocator).
+    size = 24 << 20
+    assert launch(targets.block_is_mapped, size, LaunchConfig(workers=2)) == [False, False]
+    assert launch(targets.block_is_mapped, size,
+                  LaunchConfig(workers=2, keep_freed_memory=False)) == [True, True]
