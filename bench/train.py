@@ -33,7 +33,9 @@ Protocol (one run, every configuration on the same records and the same model):
   graph_s10 3rd, 6th, 8th): since each reports its best run, a machine that slows down through
   the run favours hash (its earliest run is the earliest) and one that speeds up favours
   graph_s10 (its latest is the latest). (Putting graph_s10 first in the extra pairs, as one
-  commit did, gave hash both the first and the last place.) bytes/sample: every byte a rank sent to
+  commit did, gave hash both the first and the last place.) The ratios also give the pair's
+  speed by the means of its runs (``speed_graph_s10_over_hash_by_means``): one lucky or unlucky
+  run sways it less than the best runs'. bytes/sample: every byte a rank sent to
   another for the embedding path (routed samples, count headers, ids, versions, push counts,
   rows, optimizer state of refreshed replicas, gradients), summed over ranks, over samples
   trained. The dense all-reduce is reported apart (``dense_bytes_per_sample``): it is the same
@@ -235,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             float(g["bytes_per_sample"]) / max(float(hsh["bytes_per_sample"]), 1e-9), 3)
         ratios["speed_graph_s10_over_hash"] = round(
             float(g["samples_per_s"]) / max(float(hsh["samples_per_s"]), 1e-9), 3)
+        # The same by the means of the runs: less swayed by one lucky or unlucky run.
+        mean_of = {n: sum(r["samples_per_s_runs"]) / len(r["samples_per_s_runs"])
+                   for n, r in (("g", g), ("h", hsh))}
+        ratios["speed_graph_s10_over_hash_by_means"] = round(
+            mean_of["g"] / max(mean_of["h"], 1e-9), 3)
     if "graph_s0" in by and "graph_s100" in by:
         ratios["auc_loss_s100_vs_s0"] = round(
             float(by["graph_s0"]["auc"]) - float(by["graph_s100"]["auc"]), 5)

@@ -35,3 +35,6 @@ def test_train_bench_prints_one_row_per_configuration(capsys: pytest.CaptureFixt
     for name, runs in (("hash", 2), ("graph_s10", 2), ("graph_s0", 1), ("graph_s100", 1)):
         assert len(rows[name]["samples_per_s_runs"]) == runs
         assert rows[name]["samples_per_s"] == max(rows[name]["samples_per_s_runs"])
+    mean = {n: sum(rows[n]["samples_per_s_runs"]) / 2 for n in ("hash", "graph_s10")}
+    assert last["ratios"]["speed_graph_s10_over_hash_by_means"] == pytest.approx(
+        mean["graph_s10"] / mean["hash"], abs=1e-3)
