@@ -170,7 +170,6 @@ def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
     return out
 
 
-
 def block_is_mapped(comm: Comm, nbytes: int) -> bool:
     """Whether glibc's malloc serves a block of ``nbytes`` with a mapping of its own (counted
     by ``mallinfo2``) rather than from its heap."""

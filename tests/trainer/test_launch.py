@@ -81,7 +81,6 @@ def test_an_all_reduce_left_running_lets_other_collectives_through(targets) -> N
         assert after == 2 * (world - 1) * n * 8 // world
 
 
-
 def test_ranks_keep_the_memory_a_step_frees_unless_told_not_to(targets) -> None:
     # glibc maps a block this large on its own (and unmaps it when freed: the next step faults
     # it in again); the launcher raises the threshold in every rank (trainer.allocator).
