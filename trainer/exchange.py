@@ -376,10 +376,10 @@ class RowExchange:
         increments = self.replicas.optimizer.increments(rep_grads)
         rep_kind = plan.kind[plan.kind != _FETCH]  # aligned with replica / replica_slots
         pushing = np.flatnonzero(rep_kind == _PUSH)
-        push_slots = plan.replica_slots[pushing]
-        push_grads = rep_grads.index_select(0, self._t(pushing))
+        push_slots, at = plan.replica_slots[pushing], self._t(pushing)
+        push_grads = rep_grads.index_select(0, at)
         summed, counts = self.replicas.push_with(push_slots, push_grads,
-                                                 increments.index_select(0, self._t(pushing)))
+                                                 increments.index_select(0, at))
         if not np.array_equal(counts, plan.push_counts):
             raise RuntimeError("replica push counts changed between read and write")
         # s = 0: a push is this step's gradient, summed by the owner with everyone else's.
