@@ -54,12 +54,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.allocator import keep_freed_memory
-from trainer.comm import LocalComm
 from trainer.counters import KINDS, PHASES
 from trainer.launch import launch
 from trainer.sources import SyntheticSpec
@@ -191,11 +187,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({args.placement_from}): {graph.ids.size:,} ids placed, replicas per rank "
           f"{graph.replica_counts().tolist()}, {time.perf_counter() - t0:.1f}s", flush=True)
 
-    torch.set_num_threads(1)
-    if args.keep_freed_memory:
-        keep_freed_memory()
-    rows = [_row("single", run_rank(LocalComm(), Job(**base, placement=Placement.hash(1),
-                                                     train=train)))]
+    # The single process runs in this process, set up as one-rank training is (threads,
+    # allocator): the launcher's one-rank path.
+    single = Job(**base, placement=Placement.hash(1), train=train)
+    rows = [_row("single", launch(run_rank, single, LaunchConfig(
+        workers=1, device="cpu", keep_freed_memory=args.keep_freed_memory))[0])]
     _print(rows[-1])
     hash_job = Job(**base, placement=Placement.hash(args.workers),
                    train=replace(train, placement="hash", route="off"))
@@ -238,10 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios["speed_graph_s10_over_hash"] = round(
             float(g["samples_per_s"]) / max(float(hsh["samples_per_s"]), 1e-9), 3)
         # The same by the means of the runs: less swayed by one lucky or unlucky run.
-        mean_of = {n: sum(r["samples_per_s_runs"]) / len(r["samples_per_s_runs"])
-                   for n, r in (("g", g), ("h", hsh))}
-        ratios["speed_graph_s10_over_hash_by_means"] = round(
-            mean_of["g"] / max(mean_of["h"], 1e-9), 3)
+        mean_g, mean_h = (sum(r["samples_per_s_runs"]) / len(r["samples_per_s_runs"])
+                          for r in (g, hsh))
+        ratios["speed_graph_s10_over_hash_by_means"] = round(mean_g / max(mean_h, 1e-9), 3)
     if "graph_s0" in by and "graph_s100" in by:
         ratios["auc_loss_s100_vs_s0"] = round(
             float(by["graph_s0"]["auc"]) - float(by["graph_s100"]["auc"]), 5)
