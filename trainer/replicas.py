@@ -12,8 +12,11 @@ A copy carries what the protocol needs:
 * pending updates: the rank applies its own gradients to the copy at once (it reads its own
   writes) with its copy of the optimizer state, and accumulates the gradients
   (``pending_grad``), the optimizer-state increments they made (``pending_state``, Adagrad's
-  ``mean(g**2)`` per update), the value change they made (``pending_delta``) and their count
-  (``pending``).
+  ``mean(g**2)`` per update) and their count (``pending``). ``base`` is the copy's value
+  without them (the owner's row at the last refresh, plus the updates pushed since): the value
+  change they made is ``values - base``, so an update adds to ``values`` only. (Summing the
+  changes in a table of their own cost one more scatter of every update; ``base`` changes only
+  at pushes and refreshes, a small share of the updates.)
 
 Read rule: a copy is used while its lag is at most ``s``; otherwise the owner's row replaces it
 (plus the pending changes: updates not yet pushed stay applied). Write rule: when more than
@@ -70,7 +73,7 @@ class ReplicaTable:
         self.state = zeros(optimizer.state_width)
         self.pending_grad = zeros(dim)
         self.pending_state = zeros(optimizer.state_width)
-        self.pending_delta = zeros(dim)
+        self.base = zeros(dim)
         self.stale = np.ones(n, dtype=bool)
         self.filled = np.zeros(n, dtype=bool)
         self.pending = np.zeros(n, dtype=np.int64)
@@ -95,7 +98,9 @@ class ReplicaTable:
         if slots.size == 0:
             return
         t = self._t(slots)
-        self.values.index_copy_(0, t, values + self.pending_delta.index_select(0, t))
+        pending = self.values.index_select(0, t) - self.base.index_select(0, t)
+        self.values.index_copy_(0, t, values + pending)
+        self.base.index_copy_(0, t, values)
         self.state.index_copy_(0, t, state + self.pending_state.index_select(0, t))
         self.stale[slots] = False
         self.filled[slots] = True
@@ -120,10 +125,9 @@ class ReplicaTable:
         # about half the cost on CPU.
         if increments is None:
             increments = self.optimizer.increments(grads)
-        delta = self.optimizer.step(self.values, self.state, t, grads, increments)
+        self.optimizer.step(self.values, self.state, t, grads, increments)
         self.pending_grad.index_add_(0, t, grads)
         self.pending_state.index_add_(0, t, increments)
-        self.pending_delta.index_add_(0, t, delta)
         self.pending[slots] += 1
 
     def push_with(self, slots: np.ndarray, grads: torch.Tensor,
@@ -147,11 +151,13 @@ class ReplicaTable:
         return push, counts
 
     def clear_pending(self, slots: np.ndarray) -> None:
-        """Forget the pending updates of ``slots`` (they were pushed)."""
+        """Forget the pending updates of ``slots`` (they were pushed: the owner has them, so
+        the copy's value without pending updates is its value)."""
         t = self._t(slots)
         self.pending[slots] = 0
-        for pending in (self.pending_grad, self.pending_state, self.pending_delta):
+        for pending in (self.pending_grad, self.pending_state):
             pending.index_fill_(0, t, 0)
+        self.base.index_copy_(0, t, self.values.index_select(0, t))
 
     def pending_slots(self) -> np.ndarray:
         """Slots with updates not yet pushed."""

@@ -385,6 +385,7 @@ class Trainer:
             src = torch.from_numpy(keep_old[kept]).to(self.comm.device)
             dst = torch.from_numpy(kept).to(self.comm.device)
             table.values[dst] = old.values[src]
+            table.base[dst] = old.base[src]
             table.state[dst] = old.state[src]
             table.stale[kept] = old.stale[keep_old[kept]]
             table.filled[kept] = old.filled[keep_old[kept]]

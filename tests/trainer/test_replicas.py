@@ -59,7 +59,7 @@ def test_a_push_computed_before_the_update_is_what_take_push_gives_after_it() ->
                                     dtype=torch.float64))
     grads = torch.randn(2, 2, generator=gen, dtype=torch.float64)
     increments = before.optimizer.increments(grads)
-    fields = ("values", "state", "pending_grad", "pending_state", "pending_delta")
+    fields = ("values", "state", "pending_grad", "pending_state", "base")
     kept = {name: getattr(before, name).clone() for name in fields}
     pending = before.pending.copy()
     push, counts = before.push_with(slots, grads, increments)
@@ -73,3 +73,21 @@ def test_a_push_computed_before_the_update_is_what_take_push_gives_after_it() ->
     before.clear_pending(slots)
     assert torch.equal(before.values, after.values) and torch.equal(before.state, after.state)
     assert not before.pending.any() and not after.pending.any()
+
+
+def test_a_refresh_after_a_push_adds_nothing_and_one_before_adds_only_what_is_pending() -> None:
+    t = _table()
+    s = t.slots(np.array([20], dtype=np.int64))
+    t.refresh(s, torch.zeros(1, 2, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64))
+    g = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    t.update(s, g)
+    t.take_push(s)  # the owner has that update now
+    after_push = t.read(s).clone()
+    t.update(s, g)
+    pending_change = t.read(s) - after_push
+    owner = torch.tensor([[5.0, -5.0]], dtype=torch.float64)
+    t.refresh(s, owner, torch.ones(1, 1, dtype=torch.float64))
+    assert torch.allclose(t.read(s), owner + pending_change, rtol=0, atol=1e-12)
+    t.take_push(s)
+    t.refresh(s, owner, torch.ones(1, 1, dtype=torch.float64))
+    assert torch.equal(t.read(s), owner)
