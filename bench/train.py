@@ -70,7 +70,7 @@ from trainer.launch import launch
 from trainer.sources import SyntheticSpec, open_source
 from trainer.step import Trainer
 from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
-from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
+from trainer.worker import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
 
 __all__ = ["main"]
 
@@ -143,8 +143,7 @@ def run_paired(comm: Comm, jobs: list[Job], chunk: int) -> list[PairedRun]:
                 out.seconds.append(seconds)
         rnd += 1
     for _, trainer, out in runs:
-        for t in comm.all_gather_object(trainer.totals):
-            out.totals = out.totals.merge(t) if out.totals.steps else t
+        out.totals = gather_totals(comm, trainer.totals)
     return [out for _, _, out in runs]
 
 

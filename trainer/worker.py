@@ -44,7 +44,7 @@ from trainer.sources import (
 from trainer.step import ModelState, Trainer
 from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
-__all__ = ["Job", "RankResult", "run_rank", "run_jobs", "graph_placement"]
+__all__ = ["Job", "RankResult", "run_rank", "run_jobs", "gather_totals", "graph_placement"]
 
 log = logging.getLogger(__name__)
 
@@ -379,10 +379,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             result.heldout_logloss_local = result.heldout_logloss
     if job.progressive:
         result.progressive_auc = _progressive_auc(recent, comm)
-    job_totals = Totals()
-    for t in comm.all_gather_object(trainer.totals):
-        job_totals = job_totals.merge(t) if job_totals.steps else t
-    result.job_totals = job_totals
+    result.job_totals = gather_totals(comm, trainer.totals)
     result.online = loop.report()
     result.placement.update(version=trainer.placement.version,
                             explicit_ids=int(trainer.placement.ids.size),
@@ -414,6 +411,14 @@ def _local_auc(recent: list[tuple[np.ndarray, np.ndarray]]) -> float:
     y = np.concatenate([r[0] for r in recent])
     p = np.concatenate([r[1] for r in recent])
     return auc(y, p) if 0 < y.sum() < y.size else float("nan")
+
+
+def gather_totals(comm: Comm, totals: Totals) -> Totals:
+    """Every rank's ``totals`` merged, the same on every rank (collective)."""
+    merged = Totals()
+    for t in comm.all_gather_object(totals):
+        merged = merged.merge(t) if merged.steps else t
+    return merged
 
 
 def run_jobs(comm: Comm, jobs: list[Job]) -> list[RankResult]:
