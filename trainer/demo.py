@@ -114,7 +114,7 @@ class _Snapshot:
     repartitions: float = 0.0
     migrated: float = 0.0
     migrating_steps: float = 0.0
-    loss: float = math.nan
+    loss_sum: float = 0.0
     auc: float = math.nan
     staleness: list[tuple[float, float]] = field(default_factory=list)
     freshness: list[tuple[float, float]] = field(default_factory=list)
@@ -126,9 +126,10 @@ class _Snapshot:
 def _combine(t: float, per_rank: list[dict[str, list[tuple[dict[str, str], float]]]]) -> _Snapshot:
     snap = _Snapshot(t)
     hists: dict[str, dict[float, float]] = {"staleness": {}, "freshness": {}}
-    aucs, losses, ages = [], [], []
+    aucs, ages = [], []
     for s in per_rank:
         snap.trained += _total(s, "hetgmp_samples_trained_total")
+        snap.loss_sum += _total(s, "hetgmp_train_loss_sum_total")
         snap.not_held += _total(s, "hetgmp_remote_rows_total") + _total(
             s, "hetgmp_replica_refreshes_total")
         snap.consumed += _total(s, "hetgmp_records_consumed_total")
@@ -139,7 +140,6 @@ def _combine(t: float, per_rank: list[dict[str, list[tuple[dict[str, str], float
         snap.pushes += _total(s, "hetgmp_replica_pushes_total")
         snap.version = max([snap.version] + [v for _, v in s.get("hetgmp_placement_version", [])])
         aucs += [v for _, v in s.get("hetgmp_heldout_auc", []) if v == v]
-        losses += [v for _, v in s.get("hetgmp_train_loss", [])]
         ages += [v for _, v in s.get("hetgmp_checkpoint_age_seconds", [])]
         for key, name in (("staleness", "hetgmp_replica_staleness_updates_bucket"),
                           ("freshness", "hetgmp_freshness_seconds_bucket")):
@@ -147,7 +147,6 @@ def _combine(t: float, per_rank: list[dict[str, list[tuple[dict[str, str], float
                 le = float(labels["le"])
                 hists[key][le] = hists[key].get(le, 0.0) + v
     snap.auc = float(np.mean(aucs)) if aucs else math.nan
-    snap.loss = float(np.mean(losses)) if losses else math.nan
     snap.checkpoint_age = max(ages) if ages else math.nan
     snap.staleness = sorted(hists["staleness"].items())
     snap.freshness = sorted(hists["freshness"].items())
@@ -291,6 +290,7 @@ def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str
     first, s = _recent(tl)
     trained = s.trained - first.trained
     rrps = (s.not_held - first.not_held) / trained if trained > 0 else math.nan
+    loss = (s.loss_sum - first.loss_sum) / trained if trained > 0 else math.nan
     produced = tl.produced[-1][1]
     stale50 = _window_quantile(s.staleness, first.staleness, 0.5)
     stale99 = _window_quantile(s.staleness, first.staleness, 0.99)
@@ -305,7 +305,7 @@ def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str
         f"steps while migrating {s.migrating_steps:.0f}",
         f"  replicas   staleness p50 {stale50:.0f}  p99 {stale99:.0f} (bound {config.staleness})   "
         f"refreshes {_rate(tl, 'refreshes'):,.0f}/s   pushes {_rate(tl, 'pushes'):,.0f}/s",
-        f"  model      loss {s.loss:.4f}   rolling AUC {s.auc:.4f}   freshness p99 <= "
+        f"  model      loss {loss:.4f}   rolling AUC {s.auc:.4f}   freshness p99 <= "
         f"{fresh99:.2g} s   checkpoint {ckpt}",
         f"  metrics    {'  '.join(urls)}",
     ]

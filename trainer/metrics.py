@@ -17,16 +17,18 @@ Counters (each sample name ends in ``_total``):
     (steps taken while a migration was in progress),
     ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
-    ``hetgmp_checkpoints_total``.
+    ``hetgmp_checkpoints_total``, ``hetgmp_train_loss_sum_total`` (log-loss summed over the
+    samples trained: ``sum(rate(...))`` over that of ``hetgmp_samples_trained_total`` is the mean
+    loss of every sample the job trained in the window, whatever each rank's share).
 Histograms:
     ``hetgmp_step_duration_seconds`` (5 ms .. 10 s), ``hetgmp_replica_staleness_updates`` (lag of
     the copy at each replica read of a row this rank owns, in updates; 0 .. 1000),
     ``hetgmp_freshness_seconds`` (record appended to Kafka -> its gradient applied; 0.05 .. 60 s),
     ``hetgmp_repartition_duration_seconds{kind}``, ``hetgmp_migration_duration_seconds``.
 Gauges:
-    ``hetgmp_train_loss`` (mean log-loss of the samples this rank trained in its last step;
-    ``avg()`` over ranks is the global batch's when ranks train equal shares, as routing with
-    ``route_epsilon = 0`` and whole batches give), ``hetgmp_remote_rows_per_sample``
+    ``hetgmp_train_loss`` (mean log-loss of the samples this rank trained in its last step that
+    trained any: a rank left without samples keeps its last value, so for the job's loss prefer
+    the ratio of sums above), ``hetgmp_remote_rows_per_sample``
     (last step, this rank: rows neither owned nor held fresh, i.e. fetches plus replica refreshes,
     per sample trained; the figure the reports call remote rows per sample),
     ``hetgmp_placement_version``, ``hetgmp_rows_owned``, ``hetgmp_rows_replicated``,
@@ -94,7 +96,7 @@ _STEP_FIELDS = (
     ("hetgmp_remote_rows_total", "Rows fetched from owners without a local copy.", "remote_rows"),
     ("hetgmp_rows_served_total", "Rows this rank sent as owner (fetches and refreshes).", "rows_served"),
 )
-# (metric name, help): counters updated by the other events.
+# (metric name, help): the other counters (events, and the loss summed over steps).
 _EVENT_COUNTERS = (
     ("hetgmp_steps_total", "Training steps taken."),
     ("hetgmp_migration_steps_total", "Steps taken while a migration was in progress."),
@@ -102,10 +104,14 @@ _EVENT_COUNTERS = (
     ("hetgmp_migrated_bytes_total", "Bytes of rows, optimizer state and versions received in migrations."),
     ("hetgmp_migrations_total", "Migrations completed."),
     ("hetgmp_checkpoints_total", "Checkpoints written."),
+    ("hetgmp_train_loss_sum_total",
+     "Log-loss summed over the samples this rank trained (its rate over "
+     "hetgmp_samples_trained_total's is the mean loss over any window and ranks)."),
 )
 # (metric name, help): gauges without labels besides rank.
 _GAUGES = (
-    ("hetgmp_train_loss", "Mean log-loss of the samples this rank trained in its last step."),
+    ("hetgmp_train_loss",
+     "Mean log-loss of the samples this rank trained in its last step that trained any."),
     ("hetgmp_remote_rows_per_sample",
      "Last step: rows neither owned nor held fresh (fetches + refreshes) per sample trained."),
     ("hetgmp_placement_version", "Version of the placement this rank trains with."),
@@ -221,6 +227,7 @@ class TrainerMetrics(Collector):
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)
             self._freshness.observe(fresh)
+            self._counts["hetgmp_train_loss_sum_total"] += float(counters.loss_sum)
             if counters.samples_trained:
                 self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.samples_trained
             self._gauges["hetgmp_remote_rows_per_sample"] = (

@@ -79,6 +79,7 @@ def test_step_counters_add_up_over_two_steps(registry):
         assert received == 20 * (i + 1)
         waited = s[("hetgmp_collective_seconds_total", (("kind", kind),))]
         assert waited == pytest.approx(1.0 * i + 7)
+    assert s[("hetgmp_train_loss_sum_total", ())] == pytest.approx(a.loss_sum + b.loss_sum)
     # The gauges hold the last step.
     assert s[("hetgmp_train_loss", ())] == pytest.approx(207.0 / 97)
     assert s[("hetgmp_remote_rows_per_sample", ())] == pytest.approx((24 + 3) / 97)
@@ -227,3 +228,18 @@ def test_job_totals_add_bytes_and_keep_the_longer_wait_of_two_ranks() -> None:
         assert job.traffic.calls[i] == 3
     assert job.summary()["collective_seconds_gradient"] == pytest.approx(
         max(3 * 0.5 * KINDS.index("gradient"), 0.5 * KINDS.index("gradient") + 7), abs=1e-4)
+
+
+def test_a_step_without_samples_adds_no_loss(registry):
+    """A rank that trains nothing in a step keeps its loss gauge; the sums say what the job did."""
+    m = TrainerMetrics(registry, rank=0, staleness_bound=0)
+    a = step(2, [0])
+    idle = StepCounters(samples_read=0, samples_trained=0, global_samples=400)
+    m.on_step(a, 0.1, np.zeros(0), False)
+    m.on_step(idle, 0.1, np.zeros(0), False)
+    s, types = scrape(registry)
+
+    assert types["hetgmp_train_loss_sum"] == "counter"
+    assert s[("hetgmp_train_loss_sum_total", ())] == pytest.approx(a.loss_sum)
+    assert s[("hetgmp_samples_trained_total", ())] == a.samples_trained
+    assert s[("hetgmp_train_loss", ())] == pytest.approx(a.loss_sum / a.samples_trained)
