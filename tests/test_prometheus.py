@@ -177,7 +177,7 @@ NAMED = [
     "hetgmp_rows_owned", "hetgmp_rows_replicated", "hetgmp_placement_version",
     "hetgmp_repartition_duration_seconds_bucket", "hetgmp_migrated_rows_total",
     "hetgmp_migrated_bytes_total", "hetgmp_migration_duration_seconds_bucket",
-    "hetgmp_imbalance_ratio", "hetgmp_train_loss", "hetgmp_train_loss_sum_total", "hetgmp_heldout_auc",
+    "hetgmp_imbalance_ratio", "hetgmp_train_loss", "hetgmp_train_logloss_total", "hetgmp_heldout_auc",
     "hetgmp_freshness_seconds_bucket", "hetgmp_checkpoint_age_seconds",
 ]
 RUN_RECORDS = 80_000

@@ -129,7 +129,7 @@ def _combine(t: float, per_rank: list[dict[str, list[tuple[dict[str, str], float
     aucs, ages = [], []
     for s in per_rank:
         snap.trained += _total(s, "hetgmp_samples_trained_total")
-        snap.loss_sum += _total(s, "hetgmp_train_loss_sum_total")
+        snap.loss_sum += _total(s, "hetgmp_train_logloss_total")
         snap.not_held += _total(s, "hetgmp_remote_rows_total") + _total(
             s, "hetgmp_replica_refreshes_total")
         snap.consumed += _total(s, "hetgmp_records_consumed_total")

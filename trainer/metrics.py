@@ -17,7 +17,7 @@ Counters (each sample name ends in ``_total``):
     (steps taken while a migration was in progress),
     ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
-    ``hetgmp_checkpoints_total``, ``hetgmp_train_loss_sum_total`` (log-loss summed over the
+    ``hetgmp_checkpoints_total``, ``hetgmp_train_logloss_total`` (log-loss summed over the
     samples trained: ``sum(rate(...))`` over that of ``hetgmp_samples_trained_total`` is the mean
     loss of every sample the job trained in the window, whatever each rank's share).
 Histograms:
@@ -104,7 +104,7 @@ _EVENT_COUNTERS = (
     ("hetgmp_migrated_bytes_total", "Bytes of rows, optimizer state and versions received in migrations."),
     ("hetgmp_migrations_total", "Migrations completed."),
     ("hetgmp_checkpoints_total", "Checkpoints written."),
-    ("hetgmp_train_loss_sum_total",
+    ("hetgmp_train_logloss_total",
      "Log-loss summed over the samples this rank trained (its rate over "
      "hetgmp_samples_trained_total's is the mean loss over any window and ranks)."),
 )
@@ -227,7 +227,7 @@ class TrainerMetrics(Collector):
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)
             self._freshness.observe(fresh)
-            self._counts["hetgmp_train_loss_sum_total"] += float(counters.loss_sum)
+            self._counts["hetgmp_train_logloss_total"] += float(counters.loss_sum)
             if counters.samples_trained:
                 self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.samples_trained
             self._gauges["hetgmp_remote_rows_per_sample"] = (

@@ -94,7 +94,7 @@ PANELS: list[Panel] = [
         ("hetgmp_rows_replicated", "replicas, rank {{rank}}"),
     ]),
     Panel("Loss and held-out AUC", "short", [
-        (f"sum(rate(hetgmp_train_loss_sum_total{RATE})) / {SAMPLES}", "training log-loss"),
+        (f"sum(rate(hetgmp_train_logloss_total{RATE})) / {SAMPLES}", "training log-loss"),
         ("max(hetgmp_heldout_auc)", "rolling held-out AUC"),
     ]),
     Panel("Consumer lag (proxy: produced vs consumed)", "short", [

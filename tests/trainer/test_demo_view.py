@@ -10,7 +10,7 @@ from trainer.demo import DemoConfig, _combine, _Timeline, _view
 def scraped(trained: float, loss_sum: float, gauge: float) -> dict:
     return {
         "hetgmp_samples_trained_total": [({"rank": "0"}, trained)],
-        "hetgmp_train_loss_sum_total": [({"rank": "0"}, loss_sum)],
+        "hetgmp_train_logloss_total": [({"rank": "0"}, loss_sum)],
         "hetgmp_train_loss": [({"rank": "0"}, gauge)],
     }
 

@@ -79,7 +79,7 @@ def test_step_counters_add_up_over_two_steps(registry):
         assert received == 20 * (i + 1)
         waited = s[("hetgmp_collective_seconds_total", (("kind", kind),))]
         assert waited == pytest.approx(1.0 * i + 7)
-    assert s[("hetgmp_train_loss_sum_total", ())] == pytest.approx(a.loss_sum + b.loss_sum)
+    assert s[("hetgmp_train_logloss_total", ())] == pytest.approx(a.loss_sum + b.loss_sum)
     # The gauges hold the last step.
     assert s[("hetgmp_train_loss", ())] == pytest.approx(207.0 / 97)
     assert s[("hetgmp_remote_rows_per_sample", ())] == pytest.approx((24 + 3) / 97)
@@ -239,7 +239,7 @@ def test_a_step_without_samples_adds_no_loss(registry):
     m.on_step(idle, 0.1, np.zeros(0), False)
     s, types = scrape(registry)
 
-    assert types["hetgmp_train_loss_sum"] == "counter"
-    assert s[("hetgmp_train_loss_sum_total", ())] == pytest.approx(a.loss_sum)
+    assert types["hetgmp_train_logloss"] == "counter"
+    assert s[("hetgmp_train_logloss_total", ())] == pytest.approx(a.loss_sum)
     assert s[("hetgmp_samples_trained_total", ())] == a.samples_trained
     assert s[("hetgmp_train_loss", ())] == pytest.approx(a.loss_sum / a.samples_trained)
