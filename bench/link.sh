@@ -8,14 +8,16 @@
 # cost next to nothing. This puts an HTB rate limit (Linux tc) on `lo` for as long as COMMAND
 # runs: every byte on loopback, both directions and every process, shares RATE (a tc rate:
 # 500mbit, 2gbit, 10gbit, ...), as two ranks' traffic would share one half-duplex link. The
-# shaping is removed when COMMAND ends, fails or is interrupted.
+# shaping is removed when COMMAND ends, fails or is interrupted. COMMAND sees the rate in
+# HETGMP_LINK (the train benchmark prints it with its figures).
 #
 # Needs root (CAP_NET_ADMIN) and the kernel's htb qdisc, and refuses to touch a loopback that
 # already has a qdisc of its own. Run nothing else on loopback meanwhile (a Kafka broker, tests).
 set -euo pipefail
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    # The comment block at the top of this file, without its '#'.
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"
     exit "${1:-2}"
 }
 
@@ -48,7 +50,7 @@ tc class add dev lo parent 1: classid 1:10 htb rate "$rate" ceil "$rate" burst 2
     quantum 65536
 echo "link.sh: loopback shaped to $rate for: $*" >&2
 set +e
-"$@"
+HETGMP_LINK="$rate" "$@"
 status=$?
 set -e
 restore

@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -295,9 +296,11 @@ def main(argv: list[str] | None = None) -> int:
                         route_epsilon=args.route_epsilon, log_every=0)
     base = dict(source=SyntheticSpec(syn, w, t), model=model, store=StoreConfig(seed=args.seed),
                 heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
+    # bench/link.sh names the rate it shaped the ranks' loopback to; otherwise it is loopback.
+    link = os.environ.get("HETGMP_LINK") or "loopback"
     print(f"== train bench: {args.model}, dim {args.embed_dim}, window {w:,}, train {t:,}, "
-          f"held-out {h:,} records, global batch {args.global_batch}, {args.workers} ranks",
-          flush=True)
+          f"held-out {h:,} records, global batch {args.global_batch}, {args.workers} ranks, "
+          f"link between ranks: {link}", flush=True)
 
     t0 = time.perf_counter()
     fit_start, fit_count = (w, t) if args.placement_from == "train" else (0, w)
@@ -370,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         float(by["single"]["auc"]) - float(by.get("graph_s0", by["single"])["auc"]), 5)
     for k, v in ratios.items():
         print(f"{k}: {v}", flush=True)
-    print(json.dumps({"bench": "train", "rows": rows, "ratios": ratios}), flush=True)
+    print(json.dumps({"bench": "train", "link": link, "rows": rows, "ratios": ratios}),
+          flush=True)
     return 0
 
 

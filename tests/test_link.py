@@ -1,4 +1,5 @@
-"""bench/link.sh: shapes loopback for one command, passes its exit status on, restores loopback."""
+"""bench/link.sh: shapes loopback for one command, tells it the rate, passes its exit status on,
+restores loopback."""
 
 from __future__ import annotations
 
@@ -55,11 +56,12 @@ def test_shapes_loopback_while_the_command_runs_then_restores_it(shapeable):
 
 
 def test_passes_the_exit_status_on_and_refuses_a_bad_rate(shapeable):
-    r = subprocess.run(["bash", str(SCRIPT), "50mbit", sys.executable, "-c", "raise SystemExit(3)"],
+    tell = "import os; print(os.environ['HETGMP_LINK']); raise SystemExit(3)"
+    r = subprocess.run(["bash", str(SCRIPT), "50mbit", sys.executable, "-c", tell],
                        capture_output=True, text=True, timeout=60)
     if "cannot shape lo" in r.stderr:
         pytest.skip(r.stderr.strip())
-    assert r.returncode == 3
+    assert r.returncode == 3 and r.stdout.strip() == "50mbit"
     assert lo_root_qdisc().startswith("qdisc noqueue")
     bad = subprocess.run(["bash", str(SCRIPT), "fast", "true"], capture_output=True, text=True)
     assert bad.returncode == 2 and "tc rate" in bad.stderr

@@ -11,13 +11,16 @@ from bench.train import main
 pytestmark = pytest.mark.distributed
 
 
-def test_train_bench_prints_one_row_per_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_bench_prints_one_row_per_configuration(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HETGMP_LINK", "3gbit")  # as bench/link.sh sets it
     code = main(["--window", "6000", "--records", "6144", "--heldout", "2000",
                  "--embed-dim", "8", "--hidden", "16", "--global-batch", "1024",
                  "--repeats", "2", "--paired-chunk", "2"])
     assert code == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert last["bench"] == "train"
+    assert last["bench"] == "train" and last["link"] == "3gbit"
     rows = {r["config"]: r for r in last["rows"]}
     assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100"]
     for r in rows.values():
