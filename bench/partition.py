@@ -389,9 +389,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.global_batch}, replicas {args.replica_fraction:.1%} per worker, one full "
               f"partition then {args.offline_passes} incremental passes, scored on the records "
               f"they were computed from")
-        summary = {"bench": "partition", "protocol": "offline", "records": args.records,
-                   "replica_fraction": args.replica_fraction,
-                   "offline_passes": args.offline_passes, "rows": _offline(ids, args)}
+        summary: dict[str, object] = {
+            "bench": "partition", "protocol": "offline", "records": args.records,
+            "replica_fraction": args.replica_fraction, "offline_passes": args.offline_passes,
+            "rows": _offline(ids, args)}
         print(json.dumps(summary))
         return 0
     stream_config = SyntheticConfig(seed=args.seed)
@@ -408,10 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.worker_counts:
         tracks = _run_workers(n, ids, args, segments)
         rows.extend(_summary(n, tracks, args, stream_config.drift_every))
-    summary: dict[str, object] = {"bench": "partition",
-                                  "replica_fraction": args.replica_fraction,
-                                  "replica_basis": args.replica_basis,
-                                  "rows": [r for r in rows if r["strategy"] != ORACLE]}
+    summary = {"bench": "partition", "replica_fraction": args.replica_fraction,
+               "replica_basis": args.replica_basis,
+               "rows": [r for r in rows if r["strategy"] != ORACLE]}
     if args.oracle:
         summary["ceiling"] = [r for r in rows if r["strategy"] == ORACLE]
     print(json.dumps(summary))

@@ -33,7 +33,7 @@ __all__ = [
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # What a replica budget fraction counts (PartitionConfig.replica_basis).
 ReplicaBasis = Literal["touched", "window"]
-REPLICA_BASES: tuple[str, ...] = get_args(ReplicaBasis)
+REPLICA_BASES: tuple[ReplicaBasis, ...] = get_args(ReplicaBasis)
 
 # Routing and the remote-row measure test "does worker w hold this id" as bit w of a uint64.
 MAX_WORKERS = 64

@@ -30,7 +30,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -128,7 +128,8 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 
 def _save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    _atomic_write(path, lambda f: np.savez(f, **arrays))
+    # (numpy's stub lets a ** mapping fill savez's allow_pickle keyword, hence the cast.)
+    _atomic_write(path, lambda f: np.savez(f, **cast(dict[str, Any], arrays)))
 
 
 def _load_arrays(path: Path) -> dict[str, np.ndarray]:

@@ -424,14 +424,14 @@ class RowExchange:
                 p_rows.append(block)
                 p_counts.append(plan.in_push_counts[src])
                 p_src.append(np.full(n_push, src, np.int64))
-        ids, src = np.concatenate(g_ids), np.concatenate(g_src)
-        self._log(plan.step, ids, src, np.ones(ids.size, np.int64), after_reads=True)
+        ids, sources = np.concatenate(g_ids), np.concatenate(g_src)
+        self._log(plan.step, ids, sources, np.ones(ids.size, np.int64), after_reads=True)
         pushed = None
         if p_ids:
             pushed = (np.concatenate(p_ids), torch.cat(p_rows), np.concatenate(p_counts),
                       np.concatenate(p_src))
             self._log(plan.step, pushed[0], pushed[3], pushed[2], after_reads=True)
-        self._apply(ids, torch.cat(g_rows), src, pushed)
+        self._apply(ids, torch.cat(g_rows), sources, pushed)
 
     def _push_width(self) -> int:
         return self.dim if self.s == 0 else self.dim + self.state_width

@@ -192,7 +192,7 @@ class Trainer:
             return None if routed is None else c
         local, global_n = routed
         t1 = tick()
-        if prep.uniq is not None:
+        if prep.uniq is not None and prep.inverse is not None:
             uniq, inverse = prep.uniq, prep.inverse
         else:
             uniq, inverse = np.unique(local.ids, return_inverse=True)
