@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,16 @@ def lo_root_qdisc() -> str:
 
 
 @pytest.fixture()
-def shapeable() -> None:
+def shapeable() -> Iterator[None]:
     if os.geteuid() != 0 or shutil.which("tc") is None:
         pytest.skip("link.sh needs root and tc")
     if not lo_root_qdisc().startswith("qdisc noqueue"):
         pytest.skip("lo has a qdisc of its own")
+    yield
+    # A script killed outright (a timeout's SIGKILL) cannot run its trap: never leave lo shaped
+    # for the tests that come next.
+    if not lo_root_qdisc().startswith("qdisc noqueue"):
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
 
 
 def test_shapes_loopback_while_the_command_runs_then_restores_it(shapeable):
