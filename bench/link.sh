@@ -38,12 +38,10 @@ fi
 restore() { tc qdisc del dev lo root 2>/dev/null || true; }
 # The quantum (bytes a class may send per round) is set, not derived from the rate, which would
 # overflow HTB's limit at Gbit rates; it and the burst let a 64 kB loopback packet through whole.
-if ! tc qdisc add dev lo root handle 1: htb default 10 2>/tmp/link.sh.$$; then
-    echo "link.sh: cannot shape lo: $(cat /tmp/link.sh.$$) (root and the htb qdisc needed)" >&2
-    rm -f /tmp/link.sh.$$
+if ! err=$(tc qdisc add dev lo root handle 1: htb default 10 2>&1); then
+    echo "link.sh: cannot shape lo: $err (root and the htb qdisc needed)" >&2
     exit 1
 fi
-rm -f /tmp/link.sh.$$
 trap restore EXIT
 trap 'restore; exit 130' INT TERM
 tc class add dev lo parent 1: classid 1:10 htb rate "$rate" ceil "$rate" burst 256k cburst 256k \
