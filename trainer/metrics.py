@@ -95,8 +95,11 @@ _STEP_FIELDS = (
      "replica_pushes"),
     ("hetgmp_remote_rows_total", "Rows fetched from owners without a local copy.", "remote_rows"),
     ("hetgmp_rows_served_total", "Rows this rank sent as owner (fetches and refreshes).", "rows_served"),
+    ("hetgmp_train_logloss_total",
+     "Log-loss summed over the samples this rank trained (its rate over "
+     "hetgmp_samples_trained_total's is the mean loss over any window and ranks).", "loss_sum"),
 )
-# (metric name, help): the other counters (events, and the loss summed over steps).
+# (metric name, help): counters updated by the other events.
 _EVENT_COUNTERS = (
     ("hetgmp_steps_total", "Training steps taken."),
     ("hetgmp_migration_steps_total", "Steps taken while a migration was in progress."),
@@ -104,9 +107,6 @@ _EVENT_COUNTERS = (
     ("hetgmp_migrated_bytes_total", "Bytes of rows, optimizer state and versions received in migrations."),
     ("hetgmp_migrations_total", "Migrations completed."),
     ("hetgmp_checkpoints_total", "Checkpoints written."),
-    ("hetgmp_train_logloss_total",
-     "Log-loss summed over the samples this rank trained (its rate over "
-     "hetgmp_samples_trained_total's is the mean loss over any window and ranks)."),
 )
 # (metric name, help): gauges without labels besides rank.
 _GAUGES = (
@@ -218,7 +218,7 @@ class TrainerMetrics(Collector):
             self._counts["hetgmp_steps_total"] += 1
             self._counts["hetgmp_migration_steps_total"] += int(migrating)
             for name, _, attr in _STEP_FIELDS:
-                self._counts[name] += int(getattr(counters, attr))
+                self._counts[name] += getattr(counters, attr)  # int counts; the loss a float
             for kind, sent, received in zip(_counters.KINDS, traffic.sent, traffic.received):
                 self._bytes[("sent", kind)] = self._bytes.get(("sent", kind), 0) + int(sent)
                 self._bytes[("received", kind)] = self._bytes.get(("received", kind), 0) + int(received)
@@ -227,7 +227,6 @@ class TrainerMetrics(Collector):
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)
             self._freshness.observe(fresh)
-            self._counts["hetgmp_train_logloss_total"] += float(counters.loss_sum)
             if counters.samples_trained:
                 self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.samples_trained
             self._gauges["hetgmp_remote_rows_per_sample"] = (
