@@ -24,7 +24,7 @@ import pickle
 import signal
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import torch
 
@@ -65,13 +65,33 @@ class WorkerFailed(RuntimeError):
         self.detail = detail
 
 
-def resolve_device(kind: str) -> str:
-    """``cpu`` or ``cuda`` for a device setting of ``auto``, ``cpu`` or ``cuda``."""
+def resolve_device(kind: str, local_ranks: int = 1) -> Literal["cpu", "cuda"]:
+    """``cpu`` or ``cuda`` for a device setting of ``auto``, ``cpu`` or ``cuda``.
+
+    A CUDA job gives each rank of this machine a GPU of its own: NCCL refuses two ranks on one
+    device. ``auto`` is CUDA only when there is a GPU for every one of the ``local_ranks``, and
+    otherwise falls back to CPU (gloo), saying so; ``cuda`` with too few GPUs is an error.
+
+    Raises:
+        ValueError: ``cuda`` asked for, and torch sees no CUDA device or fewer than
+            ``local_ranks``; or an unknown ``kind``.
+    """
+    if kind not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device {kind!r}: expected auto, cpu or cuda")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if kind == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda, but torch sees no CUDA device")
-    return kind
+        if gpus and gpus < local_ranks:
+            log.warning("%d rank(s) on this machine but %d GPU(s), one needed per rank: "
+                        "running on CPU (gloo); --workers %d would use the GPUs",
+                        local_ranks, gpus, gpus)
+        return "cuda" if 0 < gpus and local_ranks <= gpus else "cpu"
+    if kind == "cuda" and gpus == 0:
+        raise ValueError("--device cuda, but torch sees no CUDA device")
+    if kind == "cuda" and gpus < local_ranks:
+        raise ValueError(f"--device cuda with {local_ranks} ranks on this machine needs a GPU "
+                         f"per rank (NCCL), but torch sees {gpus}: use --workers {gpus}, or "
+                         f"--device cpu")
+    return "cuda" if kind == "cuda" else "cpu"
 
 
 @dataclass(frozen=True)
@@ -205,7 +225,7 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
         WorkerFailed: A rank raised or died; the other ranks have been stopped.
     """
     config = config or LaunchConfig()
-    device = resolve_device(config.device)
+    device = resolve_device(config.device, config.workers)
     if config.workers == 1:
         torch.set_num_threads(config.threads)
         if config.keep_freed_memory:
@@ -270,7 +290,9 @@ def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None
     rank = int(env_value("RANK") or 0)
     world = int(env_value("WORLD_SIZE") or 1)
     local_rank = int(env_value("LOCAL_RANK") or 0)
-    rv = _Rendezvous(rank, world, "env://", resolve_device(config.device), config.timeout_s,
+    local_world = int(env_value("LOCAL_WORLD_SIZE") or 1)
+    rv = _Rendezvous(rank, world, "env://", resolve_device(config.device, local_world),
+                     config.timeout_s,
                      config.threads, keep_freed_memory=config.keep_freed_memory)
     comm = _init_group(rv, local_rank, stop)
     try:

@@ -21,9 +21,10 @@ import json
 import logging
 import signal
 import sys
+from dataclasses import replace
 from typing import Any
 
-from streaming.config import add_flags, build
+from streaming.config import add_flags, build, env_value
 from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.synthetic import SyntheticConfig
@@ -158,11 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level != "DEBUG":
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
-    from trainer.launch import WorkerFailed, launch, run_torchrun, stop_event, under_torchrun
+    from trainer.launch import WorkerFailed, launch, resolve_device, run_torchrun, stop_event, under_torchrun
     from trainer.worker import run_rank
 
     try:
         job, launch_config = _job(args)
+        local_ranks = (int(env_value("LOCAL_WORLD_SIZE") or 1) if under_torchrun()
+                       else launch_config.workers)
+        launch_config = replace(launch_config,
+                                device=resolve_device(launch_config.device, local_ranks))
     except ValueError as exc:
         parser.error(str(exc))
     stop = stop_event()

@@ -167,7 +167,9 @@ class LaunchConfig:
 
     workers: int = field(default=2, metadata={"help": "ranks on this machine"})
     device: Literal["auto", "cpu", "cuda"] = field(
-        default="auto", metadata={"help": "auto: CUDA (NCCL) if available, else CPU (gloo)"}
+        default="auto",
+        metadata={"help": "auto: CUDA (NCCL, one GPU per rank) when this machine has a GPU for "
+                  "every rank, else CPU (gloo)"}
     )
     timeout_s: float = field(
         default=120.0,

@@ -6,8 +6,9 @@ import multiprocessing as mp
 import time
 
 import pytest
+import torch
 
-from trainer.launch import WorkerFailed, launch
+from trainer.launch import WorkerFailed, launch, resolve_device
 from trainer.types import LaunchConfig
 
 pytestmark = pytest.mark.distributed
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.distributed
 def test_results_come_back_in_rank_order(targets) -> None:
     results = launch(targets.gather_ranks, "x", LaunchConfig(workers=2, device="cpu"))
     assert results == [("x", [0, 1], "cpu"), ("x", [0, 1], "cpu")]
-    assert launch(targets.gather_ranks, "y", LaunchConfig(workers=1)) == [("y", [0], "cpu")]
+    assert launch(targets.gather_ranks, "y", LaunchConfig(device="cpu", workers=1)) == [("y", [0], "cpu")]
 
 
 @pytest.mark.parametrize("target,expected", [("raise_on", "ValueError: boom on rank 1"),
@@ -25,7 +26,7 @@ def test_a_failing_rank_stops_the_job_without_hanging(targets, target: str, expe
     t0 = time.monotonic()
     # The collective timeout is far away: only the launcher's watch can end this quickly.
     with pytest.raises(WorkerFailed) as info:
-        launch(getattr(targets, target), 1, LaunchConfig(workers=2, timeout_s=600))
+        launch(getattr(targets, target), 1, LaunchConfig(device="cpu", workers=2, timeout_s=600))
     assert time.monotonic() - t0 < 60
     assert info.value.rank == 1 and expected in str(info.value)
     assert not mp.active_children()  # the surviving rank was stopped, not left behind
@@ -55,7 +56,7 @@ def test_all_reduce_sums_small_and_large_tensors_alike(targets) -> None:
 def test_an_all_to_all_left_running_arrives_as_the_blocking_one_would(targets) -> None:
     # The row exchange starts its all-to-alls and reads its own rows while they travel.
     rows, world = 3, 3
-    results = launch(targets.all_to_all_while_working, rows, LaunchConfig(workers=world))
+    results = launch(targets.all_to_all_while_working, rows, LaunchConfig(device="cpu", workers=world))
     for me, (got, blocking, heard, before, after, calls) in enumerate(results):
         expected = [[1000 * src + 100 * me + r, -(1000 * src + 100 * me + r)]
                     for src in range(world) for r in range(rows)]
@@ -72,7 +73,7 @@ def test_an_all_reduce_left_running_lets_other_collectives_through(targets) -> N
     # The trainer leaves the dense all-reduce running into the next step, whose routing and
     # control collectives go out meanwhile: each must still meet its own peers.
     n, world = 50_000, 3
-    results = launch(targets.reduce_while_exchanging, n, LaunchConfig(workers=world))
+    results = launch(targets.reduce_while_exchanging, n, LaunchConfig(device="cpu", workers=world))
     expected = [k * sum(r + 1 for r in range(world)) for k in range(n)]
     for values, heard, before, after in results:
         assert values == pytest.approx(expected, rel=1e-12)
@@ -85,6 +86,26 @@ def test_ranks_keep_the_memory_a_step_frees_unless_told_not_to(targets) -> None:
     # glibc maps a block this large on its own (and unmaps it when freed: the next step faults
     # it in again); the launcher raises the threshold in every rank (trainer.allocator).
     size = 24 << 20
-    assert launch(targets.block_is_mapped, size, LaunchConfig(workers=2)) == [False, False]
     assert launch(targets.block_is_mapped, size,
-                  LaunchConfig(workers=2, keep_freed_memory=False)) == [True, True]
+                  LaunchConfig(device="cpu", workers=2)) == [False, False]
+    assert launch(targets.block_is_mapped, size,
+                  LaunchConfig(device="cpu", workers=2, keep_freed_memory=False)) == [True, True]
+
+
+@pytest.mark.parametrize("gpus,ranks,auto", [(0, 1, "cpu"), (1, 1, "cuda"), (1, 2, "cpu"),
+                                             (2, 2, "cuda"), (4, 2, "cuda")])
+def test_cuda_needs_a_gpu_for_every_rank_of_the_machine(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: int, ranks: int,
+    auto: str
+) -> None:
+    # NCCL refuses two ranks on one GPU: auto falls back to CPU and says why; cuda is refused.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert resolve_device("auto", ranks) == auto
+    assert ("one needed per rank" in caplog.text) == (0 < gpus < ranks)
+    assert resolve_device("cpu", ranks) == "cpu"
+    if gpus >= ranks:
+        assert resolve_device("cuda", ranks) == "cuda"
+    else:
+        with pytest.raises(ValueError, match=f"torch sees {gpus}|no CUDA device"):
+            resolve_device("cuda", ranks)

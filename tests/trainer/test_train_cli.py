@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
@@ -13,8 +14,9 @@ from trainer.train_cli import main
 
 pytestmark = pytest.mark.distributed
 
-SMALL = ["--embed-dim", "8", "--hidden", "16", "--global-batch", "512", "--log-every", "0",
-         "--threads", "1", "--timeout-s", "120"]
+# gloo on CPU whatever the machine has; the tests of CUDA are in test_cuda.py.
+SMALL = ["--device", "cpu", "--embed-dim", "8", "--hidden", "16", "--global-batch", "512",
+         "--log-every", "0", "--threads", "1", "--timeout-s", "120"]
 
 
 def _summary(out: str) -> dict:
@@ -63,6 +65,17 @@ def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]
         main(["--global-batch", "0"])
     assert info.value.code == 2
     assert "global_batch" in capsys.readouterr().err
+
+
+def test_cuda_with_fewer_gpus_than_ranks_is_reported_not_raised(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit) as info:
+        main(["--device", "cuda", "--workers", "2"])
+    assert info.value.code == 2
+    assert "needs a GPU per rank" in capsys.readouterr().err
 
 
 @pytest.mark.broker
