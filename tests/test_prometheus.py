@@ -231,7 +231,7 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
 
     def train() -> None:
         try:
-            results.extend(launch(run_rank, job, LaunchConfig(workers=2, timeout_s=120), stop))
+            results.extend(launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=120), stop))
         except BaseException as exc:  # reported by the test
             errors.append(exc)
 

@@ -84,7 +84,7 @@ def _jobs(world: int) -> list[Job]:
 @pytest.fixture(scope="module")
 def two_ranks() -> list[list[RankResult]]:
     """Results by job, then by rank, of one 2-rank launch."""
-    per_rank = launch(run_jobs, _jobs(2), LaunchConfig(workers=2, timeout_s=120))
+    per_rank = launch(run_jobs, _jobs(2), LaunchConfig(device="cpu", workers=2, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
 
 
@@ -104,7 +104,7 @@ def single() -> dict[str, RankResult]:
 def three_ranks() -> list[list[RankResult]]:
     """Results by job, then by rank, of one 3-rank launch (the s = 0 jobs and the audited
     s = 3 one)."""
-    per_rank = launch(run_jobs, _jobs(3), LaunchConfig(workers=3, timeout_s=120))
+    per_rank = launch(run_jobs, _jobs(3), LaunchConfig(device="cpu", workers=3, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
 
 
@@ -189,7 +189,7 @@ def test_counters_add_up(two_ranks) -> None:
 
 
 def test_local_view_reads_owned_rows_and_unfilled_copies_from_owners(targets) -> None:
-    for cases in launch(targets.local_view_reads, None, LaunchConfig(workers=2, timeout_s=120)):
+    for cases in launch(targets.local_view_reads, None, LaunchConfig(device="cpu", workers=2, timeout_s=120)):
         assert [c[0] for c in cases] == ["unfilled copies", "filled copies",
                                          "copy of a row still owned here"]
         assert all(expected and nonzero for _, expected, nonzero in cases), cases

@@ -109,7 +109,7 @@ def two_ranks(single: dict[str, RankResult], dirs: dict[str, Path]) -> list[list
         Job(SOURCE, **{**EXACT, "train": replace(EXACT["train"], staleness=STALE_S)},
             placement=Placement.hash(2), schedule=_schedule(2), online=_online(), audit=True),
     ]
-    per_rank = launch(run_jobs, jobs, LaunchConfig(workers=2, timeout_s=120))
+    per_rank = launch(run_jobs, jobs, LaunchConfig(device="cpu", workers=2, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
 
 
@@ -219,7 +219,7 @@ def test_kill_9_during_migration_resumes_without_loss(kafka: KafkaSettings, uniq
                 schedule=((6, victims),), online=replace(online, migration_chunk_bytes=8000),
                 fault=(1, 2))
     with pytest.raises(WorkerFailed, match="SIGKILL"):
-        launch(run_rank, crash, LaunchConfig(workers=2, timeout_s=60))
+        launch(run_rank, crash, LaunchConfig(device="cpu", workers=2, timeout_s=60))
 
     manifest = ckpt.latest(tmp_path)
     assert manifest is not None and 0 < manifest.records < RECORDS
@@ -231,7 +231,7 @@ def test_kill_9_during_migration_resumes_without_loss(kafka: KafkaSettings, uniq
 
     resume = Job(spec, model, EXACT["store"], train, placement=Placement.hash(2),
                  online=replace(online, resume=True), record_offsets=True)
-    results = launch(run_rank, resume, LaunchConfig(workers=2, timeout_s=60))
+    results = launch(run_rank, resume, LaunchConfig(device="cpu", workers=2, timeout_s=60))
     assert all(r.resumed_from == manifest.step for r in results)
     trained = np.concatenate([r.trained_offsets for r in results if r.trained_offsets is not None])
     assert len(trained) == RECORDS - manifest.records  # nothing replayed twice, nothing skipped
@@ -282,7 +282,7 @@ def test_placement_follows_a_drifting_stream(kafka: KafkaSettings, unique) -> No
         ModelConfig(embed_dim=8, hidden=(16,)),
         train=TrainConfig(global_batch=1024, warmup=8_000, log_every=0),
         online=OnlineConfig(repartition_interval="10000", window=30_000, max_records=STREAM))
-    results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=120))
+    results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=120))
     assert results[0].job_totals.samples == STREAM
     events = results[0].online["events"]
     done = [e for e in events if e["event"] == "migration_done"]
@@ -323,7 +323,7 @@ def test_record_budget_is_met_when_one_rank_has_all_the_records(kafka: KafkaSett
     job = Job(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("budget-group")),
                         idle_s=60.0, poll_s=0.05),
               **EXACT, placement=Placement.hash(2), online=_online(max_records=n))
-    results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60))
+    results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=60))
     assert results[0].job_totals.samples == n
     assert [r.totals.counts["samples_read"] for r in results] == [n, 0]
 
@@ -397,7 +397,7 @@ def test_records_read_ahead_for_the_warmup_are_not_checkpointed_untrained(
                     steps=3)
     job = Job(spec, EXACT["model"], EXACT["store"], train,
               online=_online(checkpoint_dir=str(tmp_path)))
-    results = launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60))
+    results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=60))
     trained = results[0].job_totals.samples
     # 3 steps of a warm-up of about 3,000 records read. The warm-up's batches are replayed one a
     # step as they were read, and a batch read before the broker has delivered much can be
@@ -427,7 +427,7 @@ def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
 
     def run() -> None:
         try:
-            results.extend(launch(run_rank, job, LaunchConfig(workers=2, timeout_s=60),
+            results.extend(launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=60),
                                   stop_event()))
         except BaseException as exc:  # reported below
             errors.append(exc)

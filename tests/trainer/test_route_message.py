@@ -18,7 +18,7 @@ def test_samples_arrive_once_on_either_path(targets) -> None:
     # whole, whole, rank 0 short, whole, rank 1 empty, whole
     sizes = [[SHARE, SHARE], [SHARE, SHARE], [25, SHARE], [SHARE, SHARE], [SHARE, 0],
              [SHARE, SHARE]]
-    ranks = launch(targets.route_steps, sizes, LaunchConfig(workers=2, timeout_s=120))
+    ranks = launch(targets.route_steps, sizes, LaunchConfig(device="cpu", workers=2, timeout_s=120))
     stream = SyntheticStream(SyntheticConfig(vocab_max=5_000, seed=5))
     # One collective from the step after a whole global batch on; two after a short one.
     assert [step[0] for step in ranks[0]] == [False, True, True, False, True, False]
@@ -39,4 +39,4 @@ def test_samples_arrive_once_on_either_path(targets) -> None:
 def test_a_batch_over_the_share_is_refused(targets) -> None:
     with pytest.raises(WorkerFailed, match="more than its share of the global batch"):
         launch(targets.route_steps, [[SHARE, SHARE], [SHARE + 1, SHARE]],
-               LaunchConfig(workers=2, timeout_s=120))
+               LaunchConfig(device="cpu", workers=2, timeout_s=120))
