@@ -16,6 +16,14 @@ from streaming.kafka import KafkaSettings
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the broker (directly or through ``kafka``) ``broker``, so that
+    ``-m "not broker"`` leaves out all of them, marked by hand or not."""
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
     """A Tansu broker on a free loopback port for the whole test session."""
