@@ -99,3 +99,11 @@ def targets(monkeypatch: pytest.MonkeyPatch):
     import launch_targets
 
     return launch_targets
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def device(request: pytest.FixtureRequest) -> str:
+    """Each device a test of the store or the step runs on; CUDA where torch sees a GPU."""
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return request.param

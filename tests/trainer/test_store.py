@@ -67,25 +67,26 @@ def test_initial_rows_depend_only_on_seed_and_id() -> None:
     assert abs(big.mean()) < 0.01 and abs(big.std() - 1 / np.sqrt(3)) < 0.01  # uniform
 
 
-def test_two_stores_create_identical_rows() -> None:
+def test_two_stores_create_identical_rows(device: str) -> None:
     config = StoreConfig(seed=3)
-    a = EmbeddingStore(6, config, dtype=torch.float64)
-    b = EmbeddingStore(6, config, dtype=torch.float64)
+    a = EmbeddingStore(6, config, dtype=torch.float64, device=device)
+    b = EmbeddingStore(6, config, dtype=torch.float64)  # on CPU: a row is the same everywhere
     ids = np.array([11, 5, 99], dtype=np.int64)
     va, _ = a.lookup(ids, step=0)
     b.lookup(np.array([1, 2, 3, 99], dtype=np.int64), step=0)  # other rows first: other slots
     vb, _ = b.lookup(ids, step=0)
-    assert torch.equal(va, vb)
-    assert torch.equal(va, torch.from_numpy(initial_rows(ids, 6, 3, config.init_scale)))
+    assert va.device.type == device
+    assert torch.equal(va.cpu(), vb)
+    assert torch.equal(vb, torch.from_numpy(initial_rows(ids, 6, 3, config.init_scale)))
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
-def test_apply_updates_rows_state_and_versions(optimizer: str) -> None:
+def test_apply_updates_rows_state_and_versions(optimizer: str, device: str) -> None:
     config = StoreConfig(optimizer=optimizer, lr=0.1, adagrad_init=0.5)
-    store = EmbeddingStore(3, config, dtype=torch.float64)
+    store = EmbeddingStore(3, config, dtype=torch.float64, device=device)
     ids = np.array([4, 9], dtype=np.int64)
     before, state = store.lookup(ids, 0, with_state=True)
-    grads = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    grads = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], dtype=torch.float64, device=device)
     store.apply(ids, grads, np.array([1, 3]))
     after, state_after = store.lookup(ids, 1, with_state=True)
     if optimizer == "sgd":
@@ -98,22 +99,23 @@ def test_apply_updates_rows_state_and_versions(optimizer: str) -> None:
     assert list(store.versions(np.array([4, 9, 123]))) == [1, 3, 0]
 
 
-def test_evicted_row_comes_back_fresh_not_garbage() -> None:
+def test_evicted_row_comes_back_fresh_not_garbage(device: str) -> None:
     config = StoreConfig(optimizer="adagrad", evict_after=5, lr=0.5)
-    store = EmbeddingStore(4, config, dtype=torch.float64)
+    store = EmbeddingStore(4, config, dtype=torch.float64, device=device)
     hot, cold = np.array([1], dtype=np.int64), np.array([2], dtype=np.int64)
+    ones = lambda n: torch.ones(n, 4, dtype=torch.float64, device=device)  # noqa: E731
     store.lookup(np.array([1, 2]), step=0)
-    store.apply(np.array([1, 2]), torch.ones(2, 4, dtype=torch.float64), np.array([1, 1]))
+    store.apply(np.array([1, 2]), ones(2), np.array([1, 1]))
     for step in range(1, 10):
         store.lookup(hot, step)
-        store.apply(hot, torch.ones(1, 4, dtype=torch.float64), np.array([1]))
+        store.apply(hot, ones(1), np.array([1]))
         store.maintain(step)
     assert not store.contains(cold)[0] and store.contains(hot)[0]
     assert store.stats.evicted == 1
     # A new id takes the freed slot first; then the evicted one returns as a brand-new row.
     store.lookup(np.array([3]), 10)
     row, state = store.lookup(cold, 11, with_state=True)
-    assert torch.equal(row, torch.from_numpy(initial_rows(cold, 4, 0, config.init_scale)))
+    assert torch.equal(row.cpu(), torch.from_numpy(initial_rows(cold, 4, 0, config.init_scale)))
     assert float(state.sum()) == config.adagrad_init
     assert store.versions(cold)[0] == 0 and store.versions(hot)[0] == 10
 
