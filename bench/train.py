@@ -200,6 +200,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "this many steps of one then of the other, which cancels the shared "
                         "machine's slow spells (0: skip that run)")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where every run trains, single included: cpu (gloo, one core a rank: "
+                        "single is the per-core ceiling) or cuda (NCCL, a GPU a rank)")
     p.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="every run (single included) keeps the memory a step frees for the next "
                         "(trainer.allocator); --no-keep-freed-memory leaves glibc's defaults")
@@ -270,7 +273,7 @@ def _side_by_side(args: argparse.Namespace, jobs: list[Job],
     """The paired run of ``jobs`` (hash, graph_s10): adds its figures to their ``rows``,
     prints them, and returns the speed ratio with the half-width of its 95% interval."""
     paired = launch(_paired_rank, (jobs, args.paired_chunk),
-                    LaunchConfig(workers=args.workers, timeout_s=600,
+                    LaunchConfig(workers=args.workers, device=args.device, timeout_s=600,
                                  keep_freed_memory=args.keep_freed_memory))[0]
     ratio, half, rounds = paired_ratio(*paired)
     print(f"side by side ({rounds} rounds of {args.paired_chunk} steps each):", flush=True)
@@ -300,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     link = os.environ.get("HETGMP_LINK") or "loopback"
     print(f"== train bench: {args.model}, dim {args.embed_dim}, window {w:,}, train {t:,}, "
           f"held-out {h:,} records, global batch {args.global_batch}, {args.workers} ranks, "
-          f"link between ranks: {link}", flush=True)
+          f"link between ranks: {link}, device {args.device}", flush=True)
 
     t0 = time.perf_counter()
     fit_start, fit_count = (w, t) if args.placement_from == "train" else (0, w)
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     # allocator): the launcher's one-rank path.
     single = Job(**base, placement=Placement.hash(1), train=train)
     rows = [_row("single", launch(run_rank, single, LaunchConfig(
-        workers=1, device="cpu", keep_freed_memory=args.keep_freed_memory))[0])]
+        workers=1, device=args.device, keep_freed_memory=args.keep_freed_memory))[0])]
     _print(rows[-1])
     hash_job = Job(**base, placement=Placement.hash(args.workers),
                    train=replace(train, placement="hash", route="off"))
@@ -330,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats - 1):
         names += pair
         jobs += [timed[n] for n in pair]
-    results = launch(run_jobs, jobs, LaunchConfig(workers=args.workers, timeout_s=600,
+    results = launch(run_jobs, jobs, LaunchConfig(workers=args.workers, device=args.device,
+                                                  timeout_s=600,
                                                   keep_freed_memory=args.keep_freed_memory))[0]
     runs: dict[str, list[RankResult]] = {}
     for name, result in zip(names, results):
@@ -373,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         float(by["single"]["auc"]) - float(by.get("graph_s0", by["single"])["auc"]), 5)
     for k, v in ratios.items():
         print(f"{k}: {v}", flush=True)
-    print(json.dumps({"bench": "train", "link": link, "rows": rows, "ratios": ratios}),
-          flush=True)
+    print(json.dumps({"bench": "train", "link": link, "device": args.device, "rows": rows,
+                      "ratios": ratios}), flush=True)
     return 0
 
 

@@ -20,7 +20,7 @@ def test_train_bench_prints_one_row_per_configuration(
                  "--repeats", "2", "--paired-chunk", "2"])
     assert code == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert last["bench"] == "train" and last["link"] == "3gbit"
+    assert last["bench"] == "train" and last["link"] == "3gbit" and last["device"] == "cpu"
     rows = {r["config"]: r for r in last["rows"]}
     assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100"]
     for r in rows.values():
