@@ -9,12 +9,13 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup tools demo test bench clean help
+.PHONY: setup tools demo test test-gpu bench clean help
 
 help:
 	@echo "make demo   - embedded Kafka broker + synthetic click stream + training, ends with a report"
 	@echo "make test   - run the test suite (starts its own broker)"
 	@echo "make bench  - run the benchmarks (figures and ratios against in-run baselines)"
+	@echo "make test-gpu TORCH=<CUDA build> - on a GPU machine: the CUDA tests, GPU against CPU speed"
 	@echo "make clean  - remove the virtual environment and build outputs"
 	@echo "Variables: TORCH=$(TORCH) PYTHON=$(PYTHON) DEMO_ARGS=... BENCH_ARGS=... PYTEST_ARGS=..."
 
@@ -50,6 +51,11 @@ tools:
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests marked cuda (skipped by `make test` where there is no GPU), then one rank's training
+# speed on the GPU against the CPU: bench/gpu_check.sh.
+test-gpu: $(STAMP)
+	PYTHON=$(PY) bash bench/gpu_check.sh
 
 bench: $(STAMP)
 	$(VENV)/bin/hetgmp bench all $(BENCH_ARGS)
