@@ -127,6 +127,8 @@ def _init_group(rv: _Rendezvous, local_rank: int, stop: Any = None) -> DistComm:
         rank=rv.rank,
         world_size=rv.world,
         timeout=datetime.timedelta(seconds=rv.timeout_s),
+        # Binds the NCCL group to this rank's GPU (else barrier() guesses the device, and warns).
+        device_id=device if device.type == "cuda" else None,
     )
     return DistComm(device, stop)
 
