@@ -37,6 +37,7 @@ from trainer.types import LaunchConfig
 __all__ = [
     "WorkerFailed",
     "launch",
+    "local_ranks",
     "resolve_device",
     "run_torchrun",
     "stop_event",
@@ -283,6 +284,13 @@ def under_torchrun() -> bool:
     return env_value("RANK") is not None and env_value("WORLD_SIZE") is not None
 
 
+def local_ranks(config: LaunchConfig) -> int:
+    """Ranks of the job on this machine: torchrun's ``LOCAL_WORLD_SIZE``, else ``workers``."""
+    if under_torchrun():
+        return int(env_value("LOCAL_WORLD_SIZE") or 1)
+    return config.workers
+
+
 def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = None,
                  stop: Any = None) -> R:
     """Run this process's rank of a torchrun job (``env://`` rendezvous); its result."""
@@ -292,10 +300,9 @@ def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None
     rank = int(env_value("RANK") or 0)
     world = int(env_value("WORLD_SIZE") or 1)
     local_rank = int(env_value("LOCAL_RANK") or 0)
-    local_world = int(env_value("LOCAL_WORLD_SIZE") or 1)
-    rv = _Rendezvous(rank, world, "env://", resolve_device(config.device, local_world),
-                     config.timeout_s,
-                     config.threads, keep_freed_memory=config.keep_freed_memory)
+    rv = _Rendezvous(rank, world, "env://", resolve_device(config.device, local_ranks(config)),
+                     config.timeout_s, config.threads,
+                     keep_freed_memory=config.keep_freed_memory)
     comm = _init_group(rv, local_rank, stop)
     try:
         return fn(comm, arg)

@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from streaming.config import add_flags, build, env_value
+from streaming.config import add_flags, build
 from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.synthetic import SyntheticConfig
@@ -159,15 +159,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level != "DEBUG":
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
-    from trainer.launch import WorkerFailed, launch, resolve_device, run_torchrun, stop_event, under_torchrun
+    from trainer.launch import (
+        WorkerFailed,
+        launch,
+        local_ranks,
+        resolve_device,
+        run_torchrun,
+        stop_event,
+        under_torchrun,
+    )
     from trainer.worker import run_rank
 
     try:
         job, launch_config = _job(args)
-        local_ranks = (int(env_value("LOCAL_WORLD_SIZE") or 1) if under_torchrun()
-                       else launch_config.workers)
-        launch_config = replace(launch_config,
-                                device=resolve_device(launch_config.device, local_ranks))
+        device = resolve_device(launch_config.device, local_ranks(launch_config))
+        launch_config = replace(launch_config, device=device)
     except ValueError as exc:
         parser.error(str(exc))
     stop = stop_event()

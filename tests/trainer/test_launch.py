@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from trainer.launch import WorkerFailed, launch, resolve_device
+from trainer.launch import WorkerFailed, launch, local_ranks, resolve_device
 from trainer.types import LaunchConfig
 
 pytestmark = pytest.mark.distributed
@@ -109,3 +109,11 @@ def test_cuda_needs_a_gpu_for_every_rank_of_the_machine(
     else:
         with pytest.raises(ValueError, match=f"torch sees {gpus}|no CUDA device"):
             resolve_device("cuda", ranks)
+
+
+def test_the_ranks_sharing_the_gpus_are_torchruns_local_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = LaunchConfig(workers=3)
+    assert local_ranks(config) == 3
+    for name, value in {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(name, value)
+    assert local_ranks(config) == 4  # torchrun's ranks on this machine, not --workers
