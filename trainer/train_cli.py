@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     known, _ = pre.parse_known_args(argv)
     parser = argparse.ArgumentParser(
         prog="hetgmp train",
+        # The flags' own list runs to 70 lines: an error shows this line and the error alone.
+        usage="%(prog)s [flags]   (hetgmp train --help lists and explains them)",
         description="Train a CTR model on N ranks (gloo on CPU, NCCL on CUDA) with the "
                     "embedding rows placed by hash or by the stream's access graph.")
     parser.add_argument("--config", metavar="FILE", help="TOML file with defaults")
