@@ -1,7 +1,8 @@
 """``make demo``: the whole system on one machine, with a live view and a report at the end.
 
 What runs: the embedded Kafka broker; the synthetic drifting click stream produced into it at a
-fixed rate (a producer thread); ``--workers`` CPU training ranks (gloo) reading their shares of
+fixed rate (a producer thread); ``--workers`` training ranks (CPU with gloo, or a GPU each with
+NCCL: ``--device``) reading their shares of
 the topic's partitions, training DeepFM with bounded-staleness replicas, while the online loop
 repartitions the access graph (a full METIS partition at cold start, the incremental
 partitioner after, early on drift), migrates rows live and checkpoints. Every rank serves its
@@ -21,9 +22,9 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -43,7 +44,12 @@ class DemoConfig:
 
     duration_s: float = field(default=120.0, metadata={"help": "seconds of training"})
     rate: float = field(default=4000.0, metadata={"help": "records per second produced"})
-    workers: int = field(default=2, metadata={"help": "training ranks (CPU, gloo)"})
+    workers: int = field(default=2, metadata={"help": "training ranks"})
+    device: Literal["auto", "cpu", "cuda"] = field(
+        default="auto",
+        metadata={"help": "auto: a GPU per rank (NCCL) when the machine has one for every rank, "
+                  "else CPU (gloo)"}
+    )
     global_batch: int = field(default=2048, metadata={"help": "samples per step over all ranks"})
     embed_dim: int = field(default=16, metadata={"help": "embedding dimension"})
     staleness: int = field(default=10, metadata={"help": "replica staleness bound s"})
@@ -178,14 +184,19 @@ class _Timeline:
 
 
 def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
-    """Run the demo; returns the path of the HTML report."""
+    """Run the demo; returns the path of the HTML report.
+
+    Raises:
+        ValueError: ``device`` is ``cuda`` and the machine lacks a GPU per rank.
+    """
     from streaming.consumer import ConsumerConfig
     from streaming.kafka import ensure_topic
-    from trainer.launch import launch, stop_event
+    from trainer.launch import launch, resolve_device, stop_event
     from trainer.sources import KafkaSpec
     from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
     from trainer.worker import Job, RankResult, run_rank
 
+    config = replace(config, device=resolve_device(config.device, config.workers))
     stop = stop or threading.Event()
     out = sys.stdout
     tty = config.live and out.isatty()
@@ -235,8 +246,8 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
 
         def run_training() -> None:
             try:
-                results.extend(launch(run_rank, job, LaunchConfig(workers=config.workers,
-                                                                 timeout_s=300), ranks_stop))
+                results.extend(launch(run_rank, job, LaunchConfig(
+                    workers=config.workers, device=config.device, timeout_s=300), ranks_stop))
             except BaseException as exc:  # reported by the main thread
                 failure.append(exc)
 
@@ -285,6 +296,11 @@ def _recent(tl: _Timeline, span: float = 5.0) -> tuple[_Snapshot, _Snapshot]:
     return next((s for s in tl.snaps if s.t >= last.t - span), tl.snaps[0]), last
 
 
+def _backend(config: DemoConfig) -> str:
+    """How the ranks train, for the live view and the report (``config.device`` resolved)."""
+    return "CUDA/NCCL" if config.device == "cuda" else "CPU/gloo"
+
+
 def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str],
           final: bool = False) -> None:
     first, s = _recent(tl)
@@ -297,7 +313,7 @@ def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str
     fresh99 = _window_quantile(s.freshness, first.freshness, 0.99)
     ckpt = f"{s.checkpoint_age:.0f} s ago" if s.checkpoint_age == s.checkpoint_age else "none yet"
     lines = [
-        f"hetgmp demo  {s.t:6.1f}s / {config.duration_s:.0f}s   {config.workers} rank(s), CPU/gloo"
+        f"hetgmp demo  {s.t:6.1f}s / {config.duration_s:.0f}s   {config.workers} rank(s), {_backend(config)}"
         f"   placement v{s.version:.0f}   repartitions {s.repartitions:.0f}",
         f"  stream     produced {produced:>10,}   consumed {s.consumed:>10,.0f}   trained "
         f"{s.trained:>10,.0f}   {_rate(tl, 'trained'):>7,.0f} samples/s",
@@ -341,6 +357,7 @@ def _write(config: DemoConfig, directory: Path, tl: _Timeline, results: list[Any
     summary: dict[str, Any] = {
         "duration_s": config.duration_s,
         "workers": config.workers,
+        "device": config.device,
         "records_produced": produced.records,
         "records_consumed_last_scrape": int(snaps[-1].consumed) if snaps else 0,
         "samples_trained": int(totals.get("samples_trained", 0)),
@@ -377,7 +394,7 @@ def _write(config: DemoConfig, directory: Path, tl: _Timeline, results: list[Any
     notes = [
         f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, "
         f"produced at {config.rate:,.0f} records/s into the embedded broker; {config.workers} "
-        f"CPU ranks train DeepFM (dim {config.embed_dim}) with staleness bound "
+        f"ranks ({_backend(config)}) train DeepFM (dim {config.embed_dim}) with staleness bound "
         f"{config.staleness}, global batch {config.global_batch:,}.",
         f"Placement: hash until {config.warmup:,} records, then a full METIS partition computed "
         f"beside training, then the incremental partitioner every "
@@ -406,9 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0])
     add_flags(p, DemoConfig, "demo")
     args = p.parse_args([a for a in (argv or []) if a != "--"])
+    from trainer.launch import resolve_device
+
     try:
         config = build(DemoConfig, args)
-    except ValueError as exc:
+        config = replace(config, device=resolve_device(config.device, config.workers))
+    except ValueError as exc:  # a bad setting, or --device cuda without a GPU per rank
         p.error(str(exc))
     stop = stop_on_signals()
     try:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from trainer.launch import resolve_device
+
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
@@ -30,6 +32,7 @@ def test_short_demo_finishes_and_writes_its_report(tmp_path):
     # The live view was drawn from the ranks' metrics endpoints while they trained.
     assert any("remote rows/sample" in line for line in lines)
     assert s["workers"] == 2 and s["samples_trained"] > 40_000
+    assert s["device"] == resolve_device("auto", 2)  # the device the ranks ran on, resolved
     # Stopped between steps: the last checkpoint holds every record trained.
     assert s["last_checkpoint_records"] == s["samples_trained"] <= s["records_produced"]
     assert s["placement_version"] >= 2 and s["repartitions"] >= 2 and s["rows_migrated"] > 0

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 
-from trainer.demo import DemoConfig, _combine, _Timeline, _view
+import pytest
+import torch
+
+from trainer.demo import DemoConfig, _combine, _Timeline, _view, main
 
 
 def scraped(trained: float, loss_sum: float, gauge: float) -> dict:
@@ -26,3 +29,25 @@ def test_loss_is_the_window_mean_of_every_sample_trained():
     _view(out, False, DemoConfig(), tl, ["http://127.0.0.1:9300/metrics"])
 
     assert "loss 0.4000" in out.getvalue()  # (1400 - 600) / (3000 - 1000)
+
+
+@pytest.mark.parametrize("device,shown", [("cpu", "2 rank(s), CPU/gloo"),
+                                          ("cuda", "2 rank(s), CUDA/NCCL")])
+def test_the_view_names_the_device_the_ranks_train_on(device: str, shown: str) -> None:
+    tl = _Timeline()
+    tl.snaps.append(_combine(0.0, [scraped(1000, 600.0, 0.6)]))
+    tl.produced.append((0.0, 1000))
+    out = io.StringIO()
+    _view(out, False, DemoConfig(device=device), tl, ["http://127.0.0.1:9300/metrics"])
+    assert shown in out.getvalue()
+
+
+def test_cuda_without_a_gpu_per_rank_stops_before_the_broker_starts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit) as info:
+        main(["--device", "cuda", "--workers", "2"])
+    assert info.value.code == 2
+    assert "needs a GPU per rank" in capsys.readouterr().err
