@@ -73,6 +73,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunk-bytes", type=int, default=256 << 10,
                    help="online: most bytes of rows a migration moves between two steps")
     p.add_argument("--workers", type=int, default=2, help="ranks")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the ranks train: cpu (gloo) or cuda (NCCL, a GPU a rank)")
     p.add_argument("--partitions", type=int, default=4, help="topic partitions")
     p.add_argument("--global-batch", type=int, default=2048, help="samples per step")
     p.add_argument("--embed-dim", type=int, default=16, help="embedding dimension")
@@ -148,7 +150,7 @@ def _run_mode(args: argparse.Namespace, broker: EmbeddedBroker, mode: str) -> di
     thread.start()
     t0 = time.monotonic()
     results = launch(run_rank, _job(args, kafka, topic, mode),
-                     LaunchConfig(workers=args.workers, timeout_s=300))
+                     LaunchConfig(workers=args.workers, device=args.device, timeout_s=300))
     wall = time.monotonic() - t0
     thread.join(timeout=60)
     if errors:
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     print(f"bench online: {args.records:,} records per mode at {args.rate:,.0f}/s, drift every "
-          f"{args.drift_every:,}, {args.workers} ranks, batch {args.global_batch}, dim "
+          f"{args.drift_every:,}, {args.workers} ranks on {args.device}, batch {args.global_batch}, dim "
           f"{args.embed_dim}, s = {args.staleness}, replicas {args.replica_fraction:.0%}",
           flush=True)
     rows = []
@@ -260,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"online freshness p99: {on['freshness_p99_s']:.2f} s at "
               f"{on['producer_records_per_s']:,.0f} records/s produced, "
               f"{on['samples_per_s']:,.0f} trained (target <= 2 s)")
-    print(json.dumps({"bench": "online", "rows": rows, "ratios": ratios}), flush=True)
+    print(json.dumps({"bench": "online", "device": args.device, "rows": rows, "ratios": ratios}),
+          flush=True)
     return 0
 
 
