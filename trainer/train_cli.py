@@ -28,6 +28,7 @@ from streaming.config import add_flags, build
 from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.synthetic import SyntheticConfig
+from trainer.counters import PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 __all__ = ["add_train_flags", "main"]
@@ -130,6 +131,10 @@ def _summary(result: Any, args: argparse.Namespace) -> dict[str, Any]:
         "freshness_p50_s": _finite(result.online.get("freshness_p50_s")),
         "freshness_p99_s": _finite(result.online.get("freshness_p99_s")),
         "resumed_from_step": result.resumed_from,
+        # Host wall time by phase, the slowest rank's (on CUDA a phase also waits for the GPU
+        # work queued before it whenever it copies to the host).
+        "seconds_by_phase": {phase: round(float(v), 3)
+                             for phase, v in zip(PHASES, result.job_totals.seconds)},
     }
     out.update({k: totals[k] for k in (
         "bytes_per_sample", "dense_bytes_per_sample", "remote_rows_per_sample", "remote_rows",

@@ -35,6 +35,9 @@ def test_train_synthetic_on_two_ranks(capsys: pytest.CaptureFixture[str]) -> Non
     assert 0.5 < s["heldout_auc"] < 1.0
     assert s["max_staleness"] <= 2 and s["replica_reads"] > 0
     assert s["bytes_per_sample"] > 0 and s["remote_rows_per_sample"] > 0
+    phases = s["seconds_by_phase"]
+    assert list(phases) == ["route", "read", "compute", "write", "dense"]
+    assert phases["compute"] > 0 and sum(phases.values()) <= 2 * s["seconds"]
 
 
 @pytest.mark.broker
