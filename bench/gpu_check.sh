@@ -3,7 +3,8 @@
 #   1. the tests marked cuda (the store and the training step on CUDA against CPU, an NCCL
 #      group, two NCCL ranks when there are two GPUs, `hetgmp train --device cuda`);
 #   2. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
-#      cores), same records, model and global batch, at the train bench's batch and a larger one.
+#      cores), same records, model and global batch, at the train bench's batch and a larger one,
+#      with the milliseconds a step spends in each phase (host wall time).
 #
 #   PYTHON=.venv/bin/python bash bench/gpu_check.sh     # after `make setup TORCH=<CUDA build>`
 #
@@ -21,18 +22,28 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "== tests marked cuda"
 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests
 
-echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records: samples/s"
-speed() {  # device threads batch -> samples/s from the run's JSON summary
+echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {  # device threads batch: the run's JSON summary (its last line) into $tmp/<device>-<threads>
     "$PY" -m trainer.train_cli --device "$1" --threads "$2" --global-batch "$3" --workers 1 \
         --records "$RECORDS" --heldout 0 --model deepfm --embed-dim 64 --hidden 256,128 \
-        --placement hash --log-every 0 --log-level WARNING |
-        tail -n 1 | "$PY" -c 'import json, sys; print(round(json.load(sys.stdin)["samples_per_s"]))'
+        --placement hash --log-every 0 --log-level WARNING | tail -n 1 >"$tmp/$1-$2"
 }
+report='
+import json, sys
+batch, cores, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+runs = [json.load(open(p)) for p in paths]
+gpu = runs[0]["samples_per_s"]
+for name, r in zip(["cuda", "cpu, 1 thread", "cpu, %s threads" % cores], runs):
+    steps, rate = r["steps"], r["samples_per_s"]
+    ms = "  ".join("%s %.1f" % (k, 1000 * v / steps) for k, v in r["seconds_by_phase"].items())
+    vs = "" if r is runs[0] else "  (cuda %.2fx)" % (gpu / rate)
+    print(f"batch {batch:>5}  {name:<15} {rate:>9,.0f} samples/s{vs:<15}  ms a step: {ms}")
+'
 for batch in 2048 8192; do
-    gpu=$(speed cuda 1 "$batch")
-    one=$(speed cpu 1 "$batch")
-    all=$(speed cpu "$CORES" "$batch")
-    echo "global batch $batch: cuda $gpu, cpu 1 thread $one, cpu $CORES threads $all;" \
-         "cuda over 1 thread $(awk "BEGIN {printf \"%.2f\", $gpu / $one}")," \
-         "over $CORES threads $(awk "BEGIN {printf \"%.2f\", $gpu / $all}")"
+    run cuda 1 "$batch"
+    run cpu 1 "$batch"
+    run cpu "$CORES" "$batch"
+    "$PY" -c "$report" "$batch" "$CORES" "$tmp/cuda-1" "$tmp/cpu-1" "$tmp/cpu-$CORES"
 done
