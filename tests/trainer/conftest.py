@@ -107,3 +107,13 @@ def device(request: pytest.FixtureRequest) -> str:
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     return request.param
+
+
+@pytest.fixture()
+def gpus(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """``gpus(n)`` makes torch report ``n`` CUDA devices, for the checks that count them
+    (nothing may run on them)."""
+    def see(n: int) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    return see

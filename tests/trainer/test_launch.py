@@ -6,7 +6,6 @@ import multiprocessing as mp
 import time
 
 import pytest
-import torch
 
 from trainer.launch import WorkerFailed, launch, local_ranks, resolve_device
 from trainer.types import LaunchConfig
@@ -92,22 +91,20 @@ def test_ranks_keep_the_memory_a_step_frees_unless_told_not_to(targets) -> None:
                   LaunchConfig(device="cpu", workers=2, keep_freed_memory=False)) == [True, True]
 
 
-@pytest.mark.parametrize("gpus,ranks,auto", [(0, 1, "cpu"), (1, 1, "cuda"), (1, 2, "cpu"),
-                                             (2, 2, "cuda"), (4, 2, "cuda")])
+@pytest.mark.parametrize("n,ranks,auto", [(0, 1, "cpu"), (1, 1, "cuda"), (1, 2, "cpu"),
+                                          (2, 2, "cuda"), (4, 2, "cuda")])
 def test_cuda_needs_a_gpu_for_every_rank_of_the_machine(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: int, ranks: int,
-    auto: str
+    caplog: pytest.LogCaptureFixture, gpus, n: int, ranks: int, auto: str
 ) -> None:
     # NCCL refuses two ranks on one GPU: auto falls back to CPU and says why; cuda is refused.
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    gpus(n)
     assert resolve_device("auto", ranks) == auto
-    assert ("one needed per rank" in caplog.text) == (0 < gpus < ranks)
+    assert ("one needed per rank" in caplog.text) == (0 < n < ranks)
     assert resolve_device("cpu", ranks) == "cpu"
-    if gpus >= ranks:
+    if n >= ranks:
         assert resolve_device("cuda", ranks) == "cuda"
     else:
-        with pytest.raises(ValueError, match=f"torch sees {gpus}|no CUDA device"):
+        with pytest.raises(ValueError, match=f"torch sees {n}|no CUDA device"):
             resolve_device("cuda", ranks)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
+from trainer.demo import main as demo_main
 from trainer.train_cli import main
 
 pytestmark = pytest.mark.distributed
@@ -70,13 +70,13 @@ def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]
     assert "global_batch" in capsys.readouterr().err
 
 
-def test_cuda_with_fewer_gpus_than_ranks_is_reported_not_raised(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("command", [main, demo_main], ids=["train", "demo"])
+def test_cuda_with_fewer_gpus_than_ranks_is_a_usage_error_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], gpus, command
 ) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    gpus(1)
     with pytest.raises(SystemExit) as info:
-        main(["--device", "cuda", "--workers", "2"])
+        command(["--device", "cuda", "--workers", "2"])  # the demo's broker never starts
     assert info.value.code == 2
     assert "needs a GPU per rank" in capsys.readouterr().err
 
