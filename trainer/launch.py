@@ -36,8 +36,9 @@ from trainer.types import LaunchConfig
 
 __all__ = [
     "WorkerFailed",
+    "gpus_needed",
+    "job_device",
     "launch",
-    "local_ranks",
     "resolve_device",
     "run_torchrun",
     "stop_event",
@@ -66,33 +67,72 @@ class WorkerFailed(RuntimeError):
         self.detail = detail
 
 
-def resolve_device(kind: str, local_ranks: int = 1) -> Literal["cpu", "cuda"]:
+def resolve_device(kind: str, gpus_needed: int = 1, *, warn: bool = True) -> Literal["cpu", "cuda"]:
     """``cpu`` or ``cuda`` for a device setting of ``auto``, ``cpu`` or ``cuda``.
 
-    A CUDA job gives each rank of this machine a GPU of its own: NCCL refuses two ranks on one
-    device. ``auto`` is CUDA only when there is a GPU for every one of the ``local_ranks``, and
-    otherwise falls back to CPU (gloo), saying so; ``cuda`` with too few GPUs is an error.
+    A CUDA job gives each rank of a machine a GPU of its own: NCCL refuses two ranks on one
+    device. ``gpus_needed`` is how many GPUs this process must see for that (see
+    :func:`gpus_needed`). ``auto`` is CUDA only when it sees that many, and otherwise falls back
+    to CPU (gloo), saying so unless ``warn`` is off; ``cuda`` with too few is an error.
 
     Raises:
         ValueError: ``cuda`` asked for, and torch sees no CUDA device or fewer than
-            ``local_ranks``; or an unknown ``kind``.
+            ``gpus_needed``; or an unknown ``kind``.
     """
     if kind not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device {kind!r}: expected auto, cpu or cuda")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    advice = ("run as many ranks per machine as it has GPUs (--workers, or torchrun's "
+              "--nproc-per-node)")
     if kind == "auto":
-        if gpus and gpus < local_ranks:
+        if warn and 0 < gpus < gpus_needed:
             log.warning("%d rank(s) on this machine but %d GPU(s), one needed per rank: "
-                        "running on CPU (gloo); --workers %d would use the GPUs",
-                        local_ranks, gpus, gpus)
-        return "cuda" if 0 < gpus and local_ranks <= gpus else "cpu"
+                        "running on CPU (gloo); to use the GPUs, %s", gpus_needed, gpus, advice)
+        return "cuda" if 0 < gpus and gpus_needed <= gpus else "cpu"
     if kind == "cuda" and gpus == 0:
         raise ValueError("--device cuda, but torch sees no CUDA device")
-    if kind == "cuda" and gpus < local_ranks:
-        raise ValueError(f"--device cuda with {local_ranks} ranks on this machine needs a GPU "
-                         f"per rank (NCCL), but torch sees {gpus}: use --workers {gpus}, or "
+    if kind == "cuda" and gpus < gpus_needed:
+        raise ValueError(f"--device cuda with {gpus_needed} ranks on this machine needs a GPU "
+                         f"per rank (NCCL), but torch sees {gpus}: {advice}, or use "
                          f"--device cpu")
     return "cuda" if kind == "cuda" else "cpu"
+
+
+def gpus_needed(config: LaunchConfig) -> int:
+    """GPUs this process must see so that every rank of its machine gets one of its own.
+
+    Ranks this launcher starts use ``cuda:0`` .. ``cuda:workers-1``. A torchrun rank uses
+    ``cuda:(LOCAL_RANK % visible)``: it needs ``LOCAL_WORLD_SIZE`` visible GPUs (``WORLD_SIZE``
+    when the launcher does not say), or one, when ``CUDA_VISIBLE_DEVICES`` gives each process
+    a single device of its own (as ``srun --gpus-per-task=1`` does).
+    """
+    if not under_torchrun():
+        return config.workers
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and len([d for d in visible.split(",") if d.strip()]) == 1:
+        return 1
+    return int(env_value("LOCAL_WORLD_SIZE") or env_value("WORLD_SIZE") or 1)
+
+
+def job_device(config: LaunchConfig) -> Literal["cpu", "cuda"]:
+    """The device of this process's ranks for ``config.device``, checked before any starts.
+
+    Under torchrun with ranks on several machines, ``auto`` is refused: each machine would
+    decide alone, and one picking NCCL while another picks gloo hangs the rendezvous.
+
+    Raises:
+        ValueError: See :func:`resolve_device`; or ``auto`` across machines.
+    """
+    if under_torchrun() and config.device == "auto":
+        world = int(env_value("WORLD_SIZE") or 1)
+        local = env_value("LOCAL_WORLD_SIZE")
+        if local is not None and world > int(local):
+            raise ValueError("--device auto with ranks on several machines: each machine would "
+                             "choose alone (NCCL on one, gloo on another hangs the job); pass "
+                             "--device cuda or --device cpu")
+    # Under torchrun every rank of the machine resolves the device: one of them says why.
+    warn = not under_torchrun() or int(env_value("LOCAL_RANK") or 0) == 0
+    return resolve_device(config.device, gpus_needed(config), warn=warn)
 
 
 @dataclass(frozen=True)
@@ -109,6 +149,8 @@ class _Rendezvous:
 
 def _device_for(kind: str, local_rank: int) -> torch.device:
     if kind == "cuda":
+        # Below the count whenever gpus_needed() held, except for a process that sees the one
+        # GPU of its own (CUDA_VISIBLE_DEVICES): device 0 then.
         index = local_rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
@@ -284,13 +326,6 @@ def under_torchrun() -> bool:
     return env_value("RANK") is not None and env_value("WORLD_SIZE") is not None
 
 
-def local_ranks(config: LaunchConfig) -> int:
-    """Ranks of the job on this machine: torchrun's ``LOCAL_WORLD_SIZE``, else ``workers``."""
-    if under_torchrun():
-        return int(env_value("LOCAL_WORLD_SIZE") or 1)
-    return config.workers
-
-
 def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = None,
                  stop: Any = None) -> R:
     """Run this process's rank of a torchrun job (``env://`` rendezvous); its result."""
@@ -300,8 +335,7 @@ def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None
     rank = int(env_value("RANK") or 0)
     world = int(env_value("WORLD_SIZE") or 1)
     local_rank = int(env_value("LOCAL_RANK") or 0)
-    rv = _Rendezvous(rank, world, "env://", resolve_device(config.device, local_ranks(config)),
-                     config.timeout_s, config.threads,
+    rv = _Rendezvous(rank, world, "env://", job_device(config), config.timeout_s, config.threads,
                      keep_freed_memory=config.keep_freed_memory)
     comm = _init_group(rv, local_rank, stop)
     try:

@@ -166,21 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level != "DEBUG":
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
-    from trainer.launch import (
-        WorkerFailed,
-        launch,
-        local_ranks,
-        resolve_device,
-        run_torchrun,
-        stop_event,
-        under_torchrun,
-    )
+    from trainer.launch import WorkerFailed, job_device, launch, run_torchrun, stop_event, under_torchrun
     from trainer.worker import run_rank
 
     try:
         job, launch_config = _job(args)
-        device = resolve_device(launch_config.device, local_ranks(launch_config))
-        launch_config = replace(launch_config, device=device)
+        launch_config = replace(launch_config, device=job_device(launch_config))
     except ValueError as exc:
         parser.error(str(exc))
     stop = stop_event()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from trainer.launch import WorkerFailed, launch, local_ranks, resolve_device
+from trainer.launch import WorkerFailed, gpus_needed, job_device, launch, resolve_device
 from trainer.types import LaunchConfig
 
 pytestmark = pytest.mark.distributed
@@ -108,9 +108,44 @@ def test_cuda_needs_a_gpu_for_every_rank_of_the_machine(
             resolve_device("cuda", ranks)
 
 
-def test_the_ranks_sharing_the_gpus_are_torchruns_local_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_gpus_needed_are_those_of_the_ranks_of_this_machine(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = LaunchConfig(workers=3)
-    assert local_ranks(config) == 3
-    for name, value in {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}.items():
+    assert gpus_needed(config) == 3  # the ranks this launcher starts
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert gpus_needed(config) == 8  # a launcher that does not say which ranks are local: all
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert gpus_needed(config) == 4  # torchrun's ranks on this machine, not --workers
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert gpus_needed(config) == 1  # each process shown a GPU of its own
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert gpus_needed(config) == 4
+
+
+def test_auto_across_machines_is_refused_and_the_fallback_said_once_per_machine(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus
+) -> None:
+    gpus(1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+                        "LOCAL_RANK": "1"}.items():
         monkeypatch.setenv(name, value)
-    assert local_ranks(config) == 4  # torchrun's ranks on this machine, not --workers
+    with pytest.raises(ValueError, match="several machines"):
+        job_device(LaunchConfig(device="auto"))
+    assert job_device(LaunchConfig(device="cpu")) == "cpu"
+    with pytest.raises(ValueError, match="torch sees 1"):
+        job_device(LaunchConfig(device="cuda"))
+    monkeypatch.setenv("WORLD_SIZE", "2")  # both ranks on this machine
+    assert job_device(LaunchConfig(device="auto")) == "cpu"
+    assert "one needed per rank" not in caplog.text  # local rank 1 leaves it to local rank 0
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert job_device(LaunchConfig(device="auto")) == "cpu"
+    assert "one needed per rank" in caplog.text
+
+
+def test_an_unknown_device_is_refused() -> None:
+    with pytest.raises(ValueError, match="expected auto, cpu or cuda"):
+        resolve_device("tpu")
