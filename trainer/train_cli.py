@@ -112,12 +112,13 @@ def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and x != x else x
 
 
-def _summary(result: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
     totals = result.job_totals.summary()
     out: dict[str, Any] = {
         "command": "train",
         "source": args.source,
         "workers": result.world,
+        "device": device,
         "steps": result.steps,
         "seconds": round(result.seconds, 3),
         "samples": totals["samples_trained"],
@@ -131,8 +132,8 @@ def _summary(result: Any, args: argparse.Namespace) -> dict[str, Any]:
         "freshness_p50_s": _finite(result.online.get("freshness_p50_s")),
         "freshness_p99_s": _finite(result.online.get("freshness_p99_s")),
         "resumed_from_step": result.resumed_from,
-        # Host wall time by phase, the slowest rank's (on CUDA a phase also waits for the GPU
-        # work queued before it whenever it copies to the host).
+        # Host wall time by phase, each the longest of any rank's (on CUDA a phase also waits
+        # for the GPU work queued before it whenever it copies to the host).
         "seconds_by_phase": {phase: round(float(v), 3)
                              for phase, v in zip(PHASES, result.job_totals.seconds)},
     }
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    summary = _summary(result, args)
+    summary = _summary(result, args, launch_config.device)
     auc = summary["heldout_auc"] if summary["heldout_auc"] is not None else summary[
         "progressive_auc"]
     print(f"trained {summary['samples']:,} samples in {summary['steps']} steps on "

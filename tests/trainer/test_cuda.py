@@ -99,5 +99,5 @@ def test_hetgmp_train_runs_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
                  "--repartition-interval", "0"])
     assert code == 0
     s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert s["workers"] == 1 and s["samples"] == 8192
+    assert s["workers"] == 1 and s["samples"] == 8192 and s["device"] == "cuda"
     assert 0.5 < s["heldout_auc"] < 1.0

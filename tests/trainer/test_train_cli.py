@@ -14,9 +14,9 @@ from trainer.train_cli import main
 
 pytestmark = pytest.mark.distributed
 
-# gloo on CPU whatever the machine has; the tests of CUDA are in test_cuda.py.
-SMALL = ["--device", "cpu", "--embed-dim", "8", "--hidden", "16", "--global-batch", "512",
-         "--log-every", "0", "--threads", "1", "--timeout-s", "120"]
+# gloo on CPU whatever the machine has (the tests of CUDA are in test_cuda.py), a small model.
+MODEL = ["--device", "cpu", "--embed-dim", "8", "--hidden", "16", "--global-batch", "512"]
+SMALL = [*MODEL, "--log-every", "0", "--threads", "1", "--timeout-s", "120"]
 
 
 def _summary(out: str) -> dict:
@@ -31,6 +31,7 @@ def test_train_synthetic_on_two_ranks(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0
     s = _summary(capsys.readouterr().out)
     assert s["workers"] == 2 and s["samples"] == 8192 and s["steps"] == 16
+    assert s["device"] == "cpu"
     assert s["placement"]["kind"] == "graph" and min(s["placement"]["replicas"]) > 0
     assert 0.5 < s["heldout_auc"] < 1.0
     assert s["max_staleness"] <= 2 and s["replica_reads"] > 0
@@ -101,7 +102,7 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
             "--records", "0", "--idle-s", "300", "--bootstrap-servers", kafka.bootstrap_servers,
             "--consumer-topic", topic, "--consumer-group-id", group, "--warmup", "4000",
             "--repartition-interval", "8000", "--checkpoint-dir", str(tmp_path),
-            "--checkpoint-interval", "0", "--log-every", "1", *SMALL[:-6]]
+            "--checkpoint-interval", "0", "--log-every", "1", *MODEL]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
