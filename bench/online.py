@@ -42,7 +42,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.counters import ONLINE_KINDS
-from trainer.launch import launch
+from trainer.launch import launch, resolve_device
 from trainer.sources import KafkaSpec
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 from trainer.worker import Job, RankResult, run_rank
@@ -88,6 +88,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.records, args.drift_every, args.warmup, args.interval = 90_000, 30_000, 10_000, 10_000
         args.window, args.rate = 40_000, 5000.0
+    try:  # refuse now, not once the broker and the producer run
+        resolve_device(args.device, args.workers)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 

@@ -67,7 +67,7 @@ from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.comm import Comm
 from trainer.counters import KINDS, PHASES, Totals
-from trainer.launch import launch
+from trainer.launch import launch, resolve_device
 from trainer.sources import SyntheticSpec, open_source
 from trainer.step import Trainer
 from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
@@ -217,6 +217,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--repeats must be >= 1")
     if args.paired_chunk < 0:
         p.error("--paired-chunk must be >= 0")
+    try:  # every run needs its GPUs: refuse now, not after the first runs
+        resolve_device(args.device, args.workers)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
