@@ -15,9 +15,13 @@ PY=${PYTHON:-python3}
 RECORDS=${RECORDS:-200000}
 CORES=$(nproc)
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 "$PY" -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
                                  f"{torch.cuda.device_count()} GPU(s), {torch.get_num_threads()} CPU threads")'
+"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' || {
+    echo "error: torch sees no CUDA device (a CPU build of torch? make setup TORCH=<CUDA build>)" >&2
+    exit 2
+}
 
 echo "== tests marked cuda"
 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests
@@ -25,10 +29,10 @@ echo "== tests marked cuda"
 echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-run() {  # device threads batch: the run's JSON summary (its last line) into $tmp/<device>-<threads>
-    "$PY" -m trainer.train_cli --device "$1" --threads "$2" --global-batch "$3" --workers 1 \
+run() {  # name device threads batch: the run's JSON summary (its last line) into $tmp/<name>
+    "$PY" -m trainer.train_cli --device "$2" --threads "$3" --global-batch "$4" --workers 1 \
         --records "$RECORDS" --heldout 0 --model deepfm --embed-dim 64 --hidden 256,128 \
-        --placement hash --log-every 0 --log-level WARNING | tail -n 1 >"$tmp/$1-$2"
+        --placement hash --log-every 0 --log-level WARNING | tail -n 1 >"$tmp/$1"
 }
 report='
 import json, sys
@@ -42,8 +46,8 @@ for name, r in zip(["cuda", "cpu, 1 thread", "cpu, %s threads" % cores], runs):
     print(f"batch {batch:>5}  {name:<15} {rate:>9,.0f} samples/s{vs:<15}  ms a step: {ms}")
 '
 for batch in 2048 8192; do
-    run cuda 1 "$batch"
-    run cpu 1 "$batch"
-    run cpu "$CORES" "$batch"
-    "$PY" -c "$report" "$batch" "$CORES" "$tmp/cuda-1" "$tmp/cpu-1" "$tmp/cpu-$CORES"
+    run gpu cuda 1 "$batch"
+    run one cpu 1 "$batch"
+    run all cpu "$CORES" "$batch"
+    "$PY" -c "$report" "$batch" "$CORES" "$tmp/gpu" "$tmp/one" "$tmp/all"
 done
