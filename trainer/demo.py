@@ -297,8 +297,12 @@ def _recent(tl: _Timeline, span: float = 5.0) -> tuple[_Snapshot, _Snapshot]:
 
 
 def _backend(config: DemoConfig) -> str:
-    """How the ranks train, for the live view and the report (``config.device`` resolved)."""
-    return "CUDA/NCCL" if config.device == "cuda" else "CPU/gloo"
+    """How the ranks train, for the live view and the report (``config.device`` resolved);
+    one rank needs no process group."""
+    device = "CUDA" if config.device == "cuda" else "CPU"
+    if config.workers == 1:
+        return device
+    return f"{device}/{'NCCL' if config.device == 'cuda' else 'gloo'}"
 
 
 def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str],
@@ -419,12 +423,11 @@ def _round(x: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """``hetgmp demo``: flags from :class:`DemoConfig`."""
     from trainer.cli import stop_on_signals
+    from trainer.launch import resolve_device
 
     p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0])
     add_flags(p, DemoConfig, "demo")
     args = p.parse_args([a for a in (argv or []) if a != "--"])
-    from trainer.launch import resolve_device
-
     try:
         config = build(DemoConfig, args)
         config = replace(config, device=resolve_device(config.device, config.workers))

@@ -30,13 +30,15 @@ def test_loss_is_the_window_mean_of_every_sample_trained():
     assert "loss 0.4000" in out.getvalue()  # (1400 - 600) / (3000 - 1000)
 
 
-@pytest.mark.parametrize("device,shown", [("cpu", "2 rank(s), CPU/gloo"),
-                                          ("cuda", "2 rank(s), CUDA/NCCL")])
-def test_the_view_names_the_device_the_ranks_train_on(device: str, shown: str) -> None:
+@pytest.mark.parametrize("device,workers,shown", [("cpu", 2, "2 rank(s), CPU/gloo"),
+                                                  ("cuda", 2, "2 rank(s), CUDA/NCCL"),
+                                                  ("cuda", 1, "1 rank(s), CUDA ")])
+def test_the_view_names_the_device_the_ranks_train_on(device: str, workers: int,
+                                                      shown: str) -> None:
     tl = _Timeline()
     tl.snaps.append(_combine(0.0, [scraped(1000, 600.0, 0.6)]))
     tl.produced.append((0.0, 1000))
     out = io.StringIO()
-    _view(out, False, DemoConfig(device=device), tl, ["http://127.0.0.1:9300/metrics"])
+    config = DemoConfig(device=device, workers=workers)
+    _view(out, False, config, tl, ["http://127.0.0.1:9300/metrics"])
     assert shown in out.getvalue()
-
