@@ -28,6 +28,7 @@ __all__ = [
     "die_with_parent",
     "find_tansu",
     "free_port",
+    "free_ports",
     "kafka_ready",
     "port_free",
 ]
@@ -84,6 +85,19 @@ def port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def free_ports(start: int, count: int, host: str = "127.0.0.1") -> int:
+    """The first port from ``start`` that begins ``count`` ports in a row free on ``host``.
+
+    For servers that bind a while later (rank r serves on ``base + r`` once started): a port
+    below the kernel's ephemeral range (32768 and up by default) cannot meanwhile become the
+    local end of some outgoing connection, as one :func:`free_port` returned can.
+    """
+    for base in range(start, start + 1000, count):
+        if all(port_free(host, p) for p in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no {count} free ports in a row from {start}")
 
 
 def kafka_ready(host: str, port: int, timeout: float = 1.0) -> bool:

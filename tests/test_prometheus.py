@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streaming.broker import free_port
+from streaming.broker import free_port, free_ports
 from streaming.consumer import ConsumerStats
 from streaming.metrics import ConsumerCollector, ProducerCollector
 from streaming.producer import ProduceReport
@@ -184,6 +184,24 @@ RUN_RECORDS = 80_000
 BAD_RECORDS = 7
 
 
+def _run_state(ranks: list[str], report: ProduceReport, errors: list) -> str:
+    """Records produced, the trainer's errors, and what each rank's endpoint says."""
+    from trainer.demo import scrape
+
+    parts = [f"produced {report.records}", f"trainer errors {errors!r}"]
+    for url in ranks:
+        try:
+            got = scrape(url)
+        except OSError as exc:
+            parts.append(f"{url}: {exc}")
+            continue
+        parts.append(f"{url}: " + ", ".join(
+            f"{name} {sum(v for _, v in got.get(name, []))}" for name in (
+                "hetgmp_records_consumed_total", "hetgmp_samples_trained_total",
+                "hetgmp_placement_version")))
+    return "; ".join(parts)
+
+
 @pytest.mark.broker
 @pytest.mark.slow
 def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path):
@@ -214,7 +232,9 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     producer_registry.register(ProducerCollector(lambda: report, {"topic": topic}))
     producer_port = free_port()
     producer_server = serve(producer_registry, producer_port)
-    base = free_port()
+    # The ranks bind base and base + 1 seconds from now, after gloo and Kafka have opened
+    # connections: below the ephemeral range none of those can take either port meanwhile.
+    base = free_ports(19500, 2)
     targets = [f"127.0.0.1:{producer_port}", f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"]
     job = Job(
         KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("prom-group")), idle_s=60,
@@ -240,11 +260,15 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     producer = threading.Thread(target=lambda: produce(
         kafka, ProduceConfig(topic=topic, count=RUN_RECORDS, rate=4000, partitions=2),
         SyntheticConfig(seed=1), report=report), daemon=True)
+    ranks = [f"http://127.0.0.1:{base + r}/metrics" for r in range(2)]
     try:
         with prom.PrometheusServer(targets) as server:
             trainer.start()
             producer.start()
-            server.wait_for("max(hetgmp_placement_version) > 0", timeout=60)
+            try:
+                server.wait_for("max(hetgmp_placement_version) > 0", timeout=60)
+            except TimeoutError as exc:  # once in a clean CI clone: say where the run stood
+                raise AssertionError(f"{exc}\nrun: {_run_state(ranks, report, errors)}") from None
             # While the run goes on: every dashboard expression returns data.
             missing = []
             for expr in dashboard_expressions():
@@ -256,7 +280,6 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
 
             # After it: the endpoints expose every named metric with the run's final figures.
             producer.join(60)
-            ranks = [f"http://127.0.0.1:{base + r}/metrics" for r in range(2)]
             total = lambda samples, name: sum(  # noqa: E731
                 v for s in samples for _, v in s.get(name, []))
             deadline = time.monotonic() + 120

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from streaming.broker import BrokerUnavailable, EmbeddedBroker, port_free
+from streaming.broker import BrokerUnavailable, EmbeddedBroker, free_ports
 from streaming.config import add_flags, build
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
@@ -169,14 +169,6 @@ def _window_quantile(now: list[tuple[float, float]], then: list[tuple[float, flo
 # -- the demo -----------------------------------------------------------------------------------
 
 
-def _free_base(start: int, count: int) -> int:
-    """The first base port from ``start`` with ``count`` free ports in a row on loopback."""
-    for base in range(start, start + 1000, count):
-        if all(port_free("127.0.0.1", p) for p in range(base, base + count)):
-            return base
-    raise RuntimeError(f"no {count} free ports from {start}")
-
-
 @dataclass
 class _Timeline:
     snaps: list[_Snapshot] = field(default_factory=list)
@@ -203,7 +195,7 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
     topic = f"clicks-demo-{int(time.time())}"
     started = time.strftime("demo-%Y%m%d-%H%M%S")
     directory = Path(config.report_dir) / started
-    base = _free_base(config.metrics_port, config.workers)
+    base = free_ports(config.metrics_port, config.workers)
     urls = [f"http://127.0.0.1:{base + r}/metrics" for r in range(config.workers)]
     produced = ProduceReport()
     timeline = _Timeline()

@@ -1,5 +1,6 @@
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -8,7 +9,7 @@ import time
 import pytest
 
 from streaming import broker as broker_mod
-from streaming.broker import BrokerUnavailable, EmbeddedBroker, kafka_ready
+from streaming.broker import BrokerUnavailable, EmbeddedBroker, free_ports, kafka_ready, port_free
 
 pytestmark = pytest.mark.broker
 
@@ -85,3 +86,13 @@ def test_port_in_use_is_reported():
     with EmbeddedBroker() as first:
         with pytest.raises(BrokerUnavailable):
             EmbeddedBroker(port=first.port, startup_timeout=5).start()
+
+
+def test_free_ports_skips_a_run_with_a_port_taken():
+    start = free_ports(21000, 2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", start + 1))
+        taken.listen(1)
+        base = free_ports(start, 2)
+        assert base >= start + 2 and port_free("127.0.0.1", base) and port_free("127.0.0.1", base + 1)
+    assert free_ports(start, 2) == start  # free again once released
