@@ -67,17 +67,17 @@ class WorkerFailed(RuntimeError):
         self.detail = detail
 
 
-def resolve_device(kind: str, gpus_needed: int = 1, *, warn: bool = True) -> Literal["cpu", "cuda"]:
+def resolve_device(kind: str, needed: int = 1, *, warn: bool = True) -> Literal["cpu", "cuda"]:
     """``cpu`` or ``cuda`` for a device setting of ``auto``, ``cpu`` or ``cuda``.
 
     A CUDA job gives each rank of a machine a GPU of its own: NCCL refuses two ranks on one
-    device. ``gpus_needed`` is how many GPUs this process must see for that (see
+    device. ``needed`` is how many GPUs this process must see for that (see
     :func:`gpus_needed`). ``auto`` is CUDA only when it sees that many, and otherwise falls back
     to CPU (gloo), saying so unless ``warn`` is off; ``cuda`` with too few is an error.
 
     Raises:
         ValueError: ``cuda`` asked for, and torch sees no CUDA device or fewer than
-            ``gpus_needed``; or an unknown ``kind``.
+            ``needed``; or an unknown ``kind``.
     """
     if kind not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device {kind!r}: expected auto, cpu or cuda")
@@ -85,14 +85,14 @@ def resolve_device(kind: str, gpus_needed: int = 1, *, warn: bool = True) -> Lit
     advice = ("run as many ranks per machine as it has GPUs (--workers, or torchrun's "
               "--nproc-per-node)")
     if kind == "auto":
-        if warn and 0 < gpus < gpus_needed:
+        if warn and 0 < gpus < needed:
             log.warning("%d rank(s) on this machine but %d GPU(s), one needed per rank: "
-                        "running on CPU (gloo); to use the GPUs, %s", gpus_needed, gpus, advice)
-        return "cuda" if 0 < gpus and gpus_needed <= gpus else "cpu"
+                        "running on CPU (gloo); to use the GPUs, %s", needed, gpus, advice)
+        return "cuda" if 0 < gpus and needed <= gpus else "cpu"
     if kind == "cuda" and gpus == 0:
         raise ValueError("--device cuda, but torch sees no CUDA device")
-    if kind == "cuda" and gpus < gpus_needed:
-        raise ValueError(f"--device cuda with {gpus_needed} ranks on this machine needs a GPU "
+    if kind == "cuda" and gpus < needed:
+        raise ValueError(f"--device cuda with {needed} ranks on this machine needs a GPU "
                          f"per rank (NCCL), but torch sees {gpus}: {advice}, or use "
                          f"--device cpu")
     return "cuda" if kind == "cuda" else "cpu"
