@@ -28,7 +28,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "parse_args"]
 
 
 def _raw_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int) -> float:
@@ -99,8 +99,8 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, per_message: int) ->
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; prints a table and, last, a JSON summary line."""
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (``hetgmp bench all`` reads them to hand each benchmark its own)."""
     p = argparse.ArgumentParser(prog="hetgmp bench ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=200_000, help="records per layout")
     p.add_argument("--partitions", type=int, default=4)
@@ -116,9 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--bootstrap-servers", default="", help="use this Kafka instead of starting the embedded broker"
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.records, args.repeats = min(args.records, 50_000), min(args.repeats, 2)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; prints a table and, last, a JSON summary line."""
+    args = parse_args(argv)
 
     with contextlib.ExitStack() as stack:
         if args.bootstrap_servers:

@@ -47,12 +47,13 @@ from trainer.sources import KafkaSpec
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 from trainer.worker import Job, RankResult, run_rank
 
-__all__ = ["main", "job_series"]
+__all__ = ["build_parser", "main", "parse_args", "job_series"]
 
 log = logging.getLogger("hetgmp.bench.online")
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (``hetgmp bench all`` reads them to hand each benchmark its own)."""
     p = argparse.ArgumentParser(
         prog="hetgmp bench online",
         description="Static placement against online repartitioning on a drifting stream "
@@ -84,6 +85,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--modes", default="static,online", help="modes to run, in order")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 90k records, drift every 30k, at 5k records/s")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
+    p = build_parser()
     args = p.parse_args(argv)
     if args.quick:
         args.records, args.drift_every, args.warmup, args.interval = 90_000, 30_000, 10_000, 10_000
@@ -230,7 +237,7 @@ def _print_timeline(args: argparse.Namespace, mode: str, s: dict[str, np.ndarray
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures and JSON summary."""
-    args = _parse(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -82,7 +82,7 @@ from partitioner.assemble import build_placement
 from partitioner.graph import compact, per_worker_counts
 from partitioner.types import REPLICA_BASES, find_sorted
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "parse_args"]
 
 STRATEGIES = ("hash", "static", "full", "incremental")
 ORACLE = "segments"
@@ -103,7 +103,8 @@ class _Track:
     seen_classes: np.ndarray = field(default_factory=lambda: np.zeros(3, dtype=np.int64))
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (``hetgmp bench all`` reads them to hand each benchmark its own)."""
     parser = argparse.ArgumentParser(
         prog="hetgmp bench partition",
         description="Remote rows per sample, imbalance, migration and repartition time of the "
@@ -138,6 +139,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers "
                              "(--offline: 100k records)")
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.offline and (args.oracle or args.replica_basis != "touched"):
         parser.error("--offline runs both replica bases itself and has no oracle")
@@ -372,7 +379,7 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
-    args = _parse(argv)
+    args = parse_args(argv)
     try:
         from streaming.synthetic import SyntheticConfig, SyntheticStream
     except ImportError as exc:  # the generator is part of this project; say what is missing

@@ -73,7 +73,7 @@ from trainer.step import Trainer
 from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
 from trainer.worker import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "parse_args"]
 
 # The collectives of a training step (timed in the bench's report, slowest rank).
 _TIMED = ("route", "header", "request", "response", "gradient", "dense")
@@ -162,7 +162,8 @@ def _paired_rank(comm: Comm, arg: tuple[list[Job], int]) -> list[PairedRun]:
     return run_paired(comm, *arg)
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (``hetgmp bench all`` reads them to hand each benchmark its own)."""
     p = argparse.ArgumentParser(
         prog="hetgmp bench train",
         description="Samples/s, bytes/sample, remote rows/sample and held-out AUC of "
@@ -209,6 +210,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
                         "steps: s = 100 never syncs a replica before the final push)")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
+    p = build_parser()
     args = p.parse_args(argv)
     if args.quick:
         args.window, args.records, args.heldout = 50_000, 100_000, 20_000
@@ -294,7 +301,7 @@ def _side_by_side(args: argparse.Namespace, jobs: list[Job],
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a line per configuration, ratios and the JSON summary."""
-    args = _parse(argv)
+    args = parse_args(argv)
     w, t, h = args.window, args.records, args.heldout
     syn = SyntheticConfig(seed=args.seed)
     model = ModelConfig(model=args.model, embed_dim=args.embed_dim, seed=args.seed,

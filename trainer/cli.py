@@ -8,6 +8,7 @@ Each subcommand's flags come from the component's config dataclass (``streaming.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import signal
@@ -187,11 +188,16 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    names = ["ingest", "partition", "train", "online"] if args.which == "all" else [args.which]
-    status = 0
-    for name in names:
-        module = __import__(f"bench.{name}", fromlist=["main"])
-        status |= module.main(args.extra)
+    if args.which is None:  # `hetgmp bench --help` (the benchmarks own their -h)
+        parser: argparse.ArgumentParser = args.bench_parser
+        if any(a in ("-h", "--help") for a in args.extra):
+            parser.print_help()
+            return 0
+        parser.error("name a benchmark: ingest, partition, train, online or all")
+    # `all` is bench.suite, which hands each benchmark the flags it defines.
+    name = "suite" if args.which == "all" else args.which
+    module = importlib.import_module(f"bench.{name}")
+    status: int = module.main(args.extra)
     return status
 
 
@@ -291,12 +297,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         parents=[base],
         help="benchmarks: ingest, partition, train, online, all (each prints ratios and a JSON "
              "summary)",
+        usage="hetgmp bench {ingest,partition,train,online,all} [FLAG ...]",
+        description="Each benchmark prints its figures, ratios against a baseline measured in "
+        "the same run, and last a JSON summary line. `hetgmp bench NAME --help` lists a "
+        "benchmark's flags; `all` runs the four, handing each the flags it defines.",
     )
     p.add_argument(
-        "which", choices=["ingest", "partition", "train", "online", "all"],
+        "which", nargs="?", choices=["ingest", "partition", "train", "online", "all"],
         help="benchmark; its own flags follow"
     )
-    p.set_defaults(func=_cmd_bench, passthrough=True)
+    p.set_defaults(func=_cmd_bench, passthrough=True, bench_parser=p)
 
     p = sub.add_parser(
         "train",
