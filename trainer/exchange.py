@@ -555,13 +555,12 @@ class RowExchange:
 
     # -- flush and read-only -----------------------------------------------------------------
 
-    def flush(self, step: int = -1, ids: np.ndarray | None = None) -> int:
+    def flush(self, step: int = -1) -> int:
         """Push pending replica changes to their owners (before evaluation, a checkpoint, or a
-        row's move to this rank). Collective: every rank calls it, each with its own ``ids``.
+        change of replica sets). Collective: every rank calls it.
 
         Args:
             step: The step the changes are applied at (for the audit log).
-            ids: Push only the copies of these ids (None: every copy with pending updates).
 
         Returns:
             The number of replica rows pushed by this rank.
@@ -569,8 +568,6 @@ class RowExchange:
         comm, world = self.comm, self.comm.world
         self._sync()
         slots = self.replicas.pending_slots()
-        if ids is not None:
-            slots = slots[np.isin(self.replicas.ids[slots], ids)]
         ids = self.replicas.ids[slots]
         owner = self.placement.owner_of(ids)
         perm = np.argsort(owner, kind="stable")

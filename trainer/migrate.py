@@ -4,9 +4,11 @@ A :class:`Migration` walks the rows whose owner changes (``plan_diff`` of the pl
 and the new one) in chunks of at most ``chunk_bytes``. Each chunk is one collective call,
 :func:`move_chunk`, made by every rank between two training steps:
 
-1. ranks that will own a chunk row and hold a replica of it push that replica's pending
-   updates to the current owner first (once a rank owns a row it reads the row, not its copy,
-   so unpushed updates on the copy would be lost);
+1. no rank holds a copy of a chunk row it is about to own (a placement never replicates a row
+   where it is owned, and the replica sets switched to the new placement's, every pending
+   update pushed, when the migration started), so no copy's unpushed updates are left behind
+   when a rank starts reading the row itself; each rank checks this locally, without a
+   collective, and stops the job if it is ever broken;
 2. each old owner copies the chunk rows it has (value, optimizer state, version) and sends them
    to their new owners; rows never created move nothing (any owner creates the same initial row,
    :func:`trainer.store.initial_rows`);
@@ -50,7 +52,6 @@ class ChunkReport:
     rows_received: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
-    pushed: int = 0
     seconds: float = 0.0
 
 
@@ -138,8 +139,14 @@ def move_chunk(trainer: object, ids: np.ndarray, src: np.ndarray, dst: np.ndarra
     assert isinstance(trainer, Trainer)
     comm, store, me, world = trainer.comm, trainer.store, trainer.comm.rank, trainer.comm.world
     report = ChunkReport(ids=int(ids.size))
-    # 1. Copies on a row's next owner push their pending updates to its current owner.
-    report.pushed = trainer.exchange.flush(step, ids=ids[dst == me])
+    # 1. No copy here of a row coming here (see the module docstring): its updates would be
+    # lost. This used to be a flush of those copies, which cost three collectives a chunk and
+    # could never push anything.
+    incoming = ids[dst == me]
+    held = incoming[trainer.replicas.slots(incoming) >= 0]
+    if held.size:
+        raise RuntimeError(f"rank {me} holds copies of {held.size} row(s) it is about to own "
+                           f"(e.g. id {int(held[0])}): replica sets and placement out of step")
     # 2. Old owners send what they have, grouped by new owner.
     out = src == me
     mine, to = ids[out], dst[out]

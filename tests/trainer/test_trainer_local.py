@@ -9,6 +9,8 @@ import torch
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.comm import LocalComm
+from trainer.migrate import move_chunk
+from trainer.replicas import ReplicaTable
 from trainer.sources import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
 from trainer.step import Trainer, _pack, _unpack
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
@@ -89,3 +91,19 @@ def test_the_replica_budget_basis_reaches_the_partitioner() -> None:
     # candidates than that); counted against its own rows, fewer.
     assert table.replica_counts().tolist() == [int(0.02 * distinct)] * 2
     assert (touched.replica_counts() < table.replica_counts()).all()
+
+
+def test_a_copy_of_a_row_about_to_move_here_stops_the_chunk() -> None:
+    # A placement never replicates a row where it is owned, so a chunk never finds one; if
+    # replica sets and placement ever fell out of step, the copy's unpushed updates would be
+    # lost when the rank starts reading the row itself: the chunk refuses instead.
+    trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=SMALL,
+                      train=TrainConfig(global_batch=64))
+    to_me = np.zeros(2, np.int32)
+    report = move_chunk(trainer, np.array([5, 9]), to_me, to_me, 0)
+    assert report.ids == 2 and report.rows_sent == 0
+    trainer.replicas = ReplicaTable(np.array([7, 9]), SMALL.row_dim, trainer.store.optimizer,
+                                    dtype=trainer.dtype, device=trainer.comm.device)
+    with pytest.raises(RuntimeError, match=r"holds copies of 1 row\(s\) it is about to own "
+                                           r"\(e.g. id 9\)"):
+        move_chunk(trainer, np.array([5, 9]), to_me, to_me, 0)
