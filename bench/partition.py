@@ -99,6 +99,8 @@ class _Track:
     seconds: list[float] = field(default_factory=list)
     initial_rows: int = 0
     initial_seconds: float = 0.0
+    # Incremental only: row moves of its passes by step (PassReport), summed over the periods.
+    pass_moves: dict[str, int] = field(default_factory=dict)
     # Remote rows whose id the window had never seen, had seen in one sample, in more.
     seen_classes: np.ndarray = field(default_factory=lambda: np.zeros(3, dtype=np.int64))
 
@@ -246,6 +248,11 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
                 began = time.perf_counter()
                 new = partitioners[name].partition(window, None if t == 0 else old)
                 seconds = time.perf_counter() - began
+                report = getattr(partitioners[name], "last_pass", None)
+                if report is not None:
+                    for step in ("budget", "regroup", "group_balance", "refine", "row_balance"):
+                        tracks[name].pass_moves[step] = (tracks[name].pass_moves.get(step, 0)
+                                                         + getattr(report, step))
                 migrated = plan_diff(old.with_version(new.version - 1), new,
                                      args.row_bytes).rows_moved
                 current[name] = new
@@ -310,12 +317,20 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
         unseen, once = tr.seen_classes[:2] / max(int(tr.seen_classes.sum()), 1)
         row["remote_share_unseen_ids"] = round(float(unseen), 4)
         row["remote_share_ids_seen_once"] = round(float(once), 4)
+        if tr.pass_moves:
+            row["pass_moves"] = dict(tr.pass_moves)
         rows.append(row)
         after_text = "-" if after_rate is None else f"{after_rate:.3f}"
         print(f"{name:>12} {rate:9.3f} {100 * (1 - rate / hash_rate):7.1f}% {after_text:>11} "
               f"{row['imbalance']:9.3f} {row['rows_migrated']:9d} "
               f"{row['repartition_seconds']:8.1f} {init_rows:>9d}/{init_sec:5.1f}s "
               f"{100 * unseen:6.1f}% {100 * once:4.1f}%")
+    for row in rows:
+        moves = row.get("pass_moves")
+        if isinstance(moves, dict):
+            print(f"{row['strategy']:>12} row moves of its passes: regroup {moves['regroup']}, "
+                  f"group balance {moves['group_balance']}, refine {moves['refine']} (budget "
+                  f"{moves['budget']}); row balance {moves['row_balance']}, outside the budget")
     return rows
 
 

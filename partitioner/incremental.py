@@ -67,7 +67,7 @@ from partitioner.graph import (
     soft_batches,
 )
 from partitioner.metis import bipartite_parts
-from partitioner.types import PartitionConfig, Placement, WindowGraph, find_sorted
+from partitioner.types import PartitionConfig, PassReport, Placement, WindowGraph, find_sorted
 
 __all__ = ["IncrementalPartitioner"]
 
@@ -323,6 +323,8 @@ class IncrementalPartitioner:
         self.config = config
         self.recent_fraction = recent_fraction
         self._last_end: int | None = None
+        #: What the last call did (None after a full partition or a window with nothing new).
+        self.last_pass: PassReport | None = None
 
     def _new_samples(self, window: WindowGraph) -> int:
         minimum = math.ceil(self.recent_fraction * window.num_samples)
@@ -339,6 +341,7 @@ class IncrementalPartitioner:
         if current is not None and current.num_workers != n:
             raise ValueError("current placement has a different worker count")
         new_count = self._new_samples(window)
+        self.last_pass = None
         if window.start is not None:
             self._last_end = window.start + window.num_samples
         if current is None:
@@ -351,9 +354,10 @@ class IncrementalPartitioner:
         replicas = replica_matrix(current, cw)
         eligible = cw.degree >= cfg.min_count
         budget = int(cfg.max_move_fraction * cw.num_ids)
-        budget = _regroup(cw, owner, replicas, eligible, cfg, budget)
-        budget = _balance_groups(cw, owner, replicas, eligible, cfg, budget)
-        budget = _refine(cw, owner, replicas, eligible, cfg, budget)
+        left = [budget]
+        left.append(_regroup(cw, owner, replicas, eligible, cfg, left[-1]))
+        left.append(_balance_groups(cw, owner, replicas, eligible, cfg, left[-1]))
+        left.append(_refine(cw, owner, replicas, eligible, cfg, left[-1]))
         # Row balance is a constraint, not an improvement: it moves what it must, outside the
         # budget (capped, it left 1.23 row imbalance after a pass over 500k static records at
         # 8 workers, the group balance having emptied one worker), and over the whole window:
@@ -362,5 +366,11 @@ class IncrementalPartitioner:
         window_ids = _distinct(window.indices)
         outside = window_ids[find_sorted(cw.ids[eligible], window_ids) < 0]
         fixed = np.bincount(current.owner_of(outside), minlength=n)
-        return build_placement(cw, owner, current, cfg, version, window_rows=window_ids.size,
-                               fixed_rows=fixed)
+        placement = build_placement(cw, owner, current, cfg, version,
+                                    window_rows=window_ids.size, fixed_rows=fixed)
+        regroup, group_balance, refine = (int(a - b) for a, b in zip(left, left[1:]))
+        self.last_pass = PassReport(
+            new_samples=new_count, ids=cw.num_ids, budget=budget, regroup=regroup,
+            group_balance=group_balance, refine=refine,
+            row_balance=int(np.count_nonzero(placement.owner_of(cw.ids) != owner)))
+        return placement

@@ -457,6 +457,44 @@ class PartitionConfig:
         return self.global_batch / self.num_workers
 
 
+@dataclass(frozen=True)
+class PassReport:
+    """What one incremental pass looked at and how many rows each of its steps moved.
+
+    The three improving steps share the budget (``max_move_fraction`` of ``ids``); row balance
+    is a constraint and moves what it must on top, so ``moved`` can exceed the budget. A row
+    moved by two steps counts in both.
+
+    Attributes:
+        new_samples: Window samples the pass looked at (the ones added since the last pass).
+        ids: Distinct ids of those samples.
+        budget: Rows the improving steps could move.
+        regroup: Rows moved to regroup scattered communities.
+        group_balance: Rows moved in whole groups off overloaded workers.
+        refine: Rows moved by the greedy refinement rounds.
+        row_balance: Rows moved to keep rows owned within ``(1 + epsilon)`` of the mean.
+    """
+
+    new_samples: int
+    ids: int
+    budget: int
+    regroup: int = 0
+    group_balance: int = 0
+    refine: int = 0
+    row_balance: int = 0
+
+    @property
+    def moved(self) -> int:
+        """Rows moved by every step together."""
+        return self.regroup + self.group_balance + self.refine + self.row_balance
+
+    def describe(self) -> str:
+        """One line for a log: the moves by step, against the budget."""
+        return (f"{self.moved} row move(s) over {self.new_samples} new samples: regroup "
+                f"{self.regroup}, group balance {self.group_balance}, refine {self.refine} "
+                f"(budget {self.budget}), row balance {self.row_balance} (outside the budget)")
+
+
 @runtime_checkable
 class Partitioner(Protocol):
     """Computes a placement from the access window, optionally starting from the current one."""

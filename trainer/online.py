@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from partitioner import PartitionConfig, Placement
+from partitioner import PartitionConfig, PassReport, Placement
 from streaming.types import ClickBatch, Clock
 from trainer import checkpoint as ckpt
 from trainer.comm import Comm
@@ -161,7 +161,7 @@ class OnlineLoop:
         # Rank 0: the partitioner process, the thread that waits on it, the samples on their way
         # to its window, and the drift detector.
         self._executor: ThreadPoolExecutor | None = None
-        self._future: Future[tuple[Placement, float, str]] | None = None
+        self._future: Future[tuple[Placement, float, str, PassReport | None]] | None = None
         self._parts: list[np.ndarray] = []
         self._worker: PartitionerProcess | None = None
         # A placement restored from a checkpoint is repaired incrementally, not replaced.
@@ -383,11 +383,12 @@ class OnlineLoop:
         payload = None
         if self.rank == 0:
             assert self._future is not None
-            placement, seconds, kind = self._future.result()
+            placement, seconds, kind, moves = self._future.result()
             self._future = None
-            payload = (placement, seconds, kind)
-            log.info("placement v%d computed (%s) in %.2f s", placement.version, kind, seconds)
-        placement, seconds, kind = self.comm.broadcast_object(payload)
+            payload = (placement, seconds, kind, moves)
+            log.info("placement v%d computed (%s) in %.2f s%s", placement.version, kind, seconds,
+                     "" if moves is None else f": {moves.describe()}")
+        placement, seconds, kind, moves = self.comm.broadcast_object(payload)
         size = placement.ids.nbytes + placement.owners.nbytes + sum(
             r.nbytes for r in placement.replicas)
         if self.rank == 0:
@@ -396,7 +397,8 @@ class OnlineLoop:
             self.comm.traffic.add("placement", 0, size)
         self.events.append({"event": "placement", "step": self.trainer.step_index,
                             "records": self.records, "version": placement.version,
-                            "seconds": seconds, "kind": kind})
+                            "seconds": seconds, "kind": kind,
+                            "moves": None if moves is None else dataclasses.asdict(moves)})
         if self.metrics is not None:
             self.metrics.on_repartition(seconds, kind)
         self._start_migration(placement)

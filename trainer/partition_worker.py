@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
+from partitioner import (
+    IncrementalPartitioner,
+    PartitionConfig,
+    PassReport,
+    Placement,
+    WindowGraph,
+)
 from streaming.window import AccessWindow, WindowConfig
 
 __all__ = ["PartitionerProcess"]
@@ -41,8 +47,9 @@ class PartitionerProcess:
         child.close()
 
     def partition(self, parts: list[np.ndarray], current: Placement | None,
-                  version: int) -> tuple[Placement, float, str]:
-        """Roll ``parts`` into the window and place it: (placement, seconds, kind)."""
+                  version: int) -> tuple[Placement, float, str, PassReport | None]:
+        """Roll ``parts`` into the window and place it: (placement, seconds, kind, and what an
+        incremental pass moved)."""
         self._conn.send((parts, current, version))
         status, payload = self._conn.recv()
         if status != "ok":
@@ -78,7 +85,8 @@ def _partitioner_main(conn: Any, fields: int, window_size: int, config: Partitio
             if placement.version <= version:
                 placement = placement.with_version(version + 1)
             kind = "full" if current is None else "incremental"
-            reply: tuple[str, Any] = ("ok", (placement, time.monotonic() - t0, kind))
+            reply: tuple[str, Any] = ("ok", (placement, time.monotonic() - t0, kind,
+                                             partitioner.last_pass))
         except Exception as exc:  # reported to rank 0, which fails the job
             reply = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         try:

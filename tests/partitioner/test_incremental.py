@@ -37,10 +37,12 @@ def test_an_unchanged_window_moves_nothing(make_stream: Callable[..., np.ndarray
     window = WindowGraph.from_dense(make_stream(3000, seed=4), start=0)
     partitioner = IncrementalPartitioner(config(4))
     first = partitioner.partition(window, None)
+    assert partitioner.last_pass is None  # a full partition, not a pass
     second = partitioner.partition(window, first)
     plan = plan_diff(first, second, row_bytes=8)
     assert second.version == first.version + 1
     assert plan.rows_moved == 0 and plan.replica_rows_added == 0
+    assert partitioner.last_pass is None  # nothing new: no pass ran
 
 
 def test_incremental_follows_drift_better_than_a_static_placement(
@@ -102,11 +104,20 @@ def test_row_balance_is_restored_whatever_the_move_cap(
     # back the moves balance requires.
     window, _, skewed = _all_on_worker_zero(make_stream)
     cfg = config(4, max_move_fraction=0.0, min_count=1)
-    updated = IncrementalPartitioner(cfg, recent_fraction=1.0).partition(window, skewed)
+    partitioner = IncrementalPartitioner(cfg, recent_fraction=1.0)
+    updated = partitioner.partition(window, skewed)
     uniq, degree = np.unique(window.indices, return_counts=True)
     eligible = uniq[degree >= cfg.min_count]
     owned = np.bincount(updated.owner_of(eligible), minlength=4)
     assert owned.max() <= max(np.ceil(eligible.size / 4), (1 + cfg.epsilon) * eligible.size / 4)
+    # The pass says so: every move was balance's, none was the improving steps'.
+    report = partitioner.last_pass
+    assert report is not None
+    assert (report.budget, report.regroup, report.group_balance, report.refine) == (0, 0, 0, 0)
+    assert report.ids == uniq.size and report.new_samples == window.num_samples
+    changed = int(np.count_nonzero(updated.owner_of(uniq) != skewed.owner_of(uniq)))
+    assert report.row_balance == report.moved == changed > 0
+    assert f"row balance {changed} (outside the budget)" in report.describe()
 
 
 def test_rows_outside_the_new_samples_weigh_in_the_balance(

@@ -289,6 +289,12 @@ def test_placement_follows_a_drifting_stream(kafka: KafkaSettings, unique) -> No
     versions = [e["version"] for e in done]
     assert len(versions) >= 5 and versions == sorted(versions)  # the placement advances
     assert results[0].placement["version"] == versions[-1]
+    # Each incremental placement says what its pass moved; the first, a full one, has no pass.
+    placed = [e for e in events if e["event"] == "placement"]
+    assert placed[0]["kind"] == "full" and placed[0]["moves"] is None
+    passes = [e["moves"] for e in placed[1:]]
+    assert passes and all(m["new_samples"] > 0 and m["ids"] > 0 for m in passes)
+    assert all(m["regroup"] + m["group_balance"] + m["refine"] <= m["budget"] for m in passes)
     s = job_series(results)
     rrps = lambda m: s["rows_not_held"][m].sum() / s["samples"][m].sum()  # noqa: E731
     cold = rrps(s["version"] == 0)  # hash placement before the first partition
