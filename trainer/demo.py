@@ -34,6 +34,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.report import Chart, Series, write_report
+from trainer.types import Interval
 
 __all__ = ["DemoConfig", "main", "run_demo", "scrape"]
 
@@ -71,8 +72,24 @@ class DemoConfig:
     live: bool = field(default=True, metadata={"help": "redraw a live view (off: a line every 5 s)"})
 
     def __post_init__(self) -> None:
+        # Checked here, so that a bad flag is a usage error before the broker starts, not a
+        # traceback (or a hang: a topic of 0 partitions) once it runs.
         if self.duration_s <= 0 or self.rate <= 0 or self.workers < 1:
             raise ValueError("duration_s, rate and workers must be positive")
+        positive = {"global_batch": self.global_batch, "embed_dim": self.embed_dim,
+                    "window": self.window, "drift_every": self.drift_every,
+                    "partitions": self.partitions}
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        for name, value in {"staleness": self.staleness, "warmup": self.warmup,
+                            "repartition_interval": self.repartition_interval}.items():
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if not 1 <= self.metrics_port <= 65536 - self.workers:
+            raise ValueError(f"metrics_port {self.metrics_port}: rank r serves on it + r, so it "
+                             f"must lie in 1..{65536 - self.workers}")
+        Interval.parse(self.checkpoint_interval)
 
 
 # -- scraping the ranks -------------------------------------------------------------------------

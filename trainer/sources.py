@@ -66,6 +66,11 @@ class SyntheticSpec:
     start: int = 0
     records: int = 100_000
 
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.records < 0:
+            raise ValueError(f"a synthetic range needs start >= 0 and records >= 0, got "
+                             f"start {self.start}, records {self.records}")
+
 
 @dataclass(frozen=True)
 class KafkaSpec:
@@ -76,6 +81,12 @@ class KafkaSpec:
     records: int = 0
     idle_s: float = 10.0
     poll_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.records < 0 or not (self.idle_s > 0 and self.poll_s > 0):
+            raise ValueError(f"a Kafka source needs records >= 0 (0: until idle) and positive "
+                             f"idle and poll times, got records {self.records}, idle "
+                             f"{self.idle_s} s, poll {self.poll_s} s")
 
 
 class SyntheticShard:

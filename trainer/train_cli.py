@@ -93,7 +93,15 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     # Graph placement is computed online (cold start from hash) unless repartitioning is off:
     # then once, from a warm-up window, and never again (HET-GMP's static placement).
     static = train.placement == "graph" and not online.repartition.enabled
+    if not 0 <= args.metrics_port <= 65536 - launch.workers:
+        raise ValueError(f"--metrics-port {args.metrics_port}: rank r serves on it + r, so it "
+                         f"must lie in 1..{65536 - launch.workers} (0: off)")
     if args.source == "synthetic":
+        if args.records < 1:
+            raise ValueError(f"--records {args.records}: the synthetic source needs at least "
+                             f"one record (0, 'until idle', is for --source kafka)")
+        if args.heldout < 0:
+            raise ValueError(f"--heldout {args.heldout}: must be >= 0 (0: no held-out score)")
         syn = build(SyntheticConfig, args, "synthetic")
         w = train.warmup if static else 0
         job = Job(SyntheticSpec(syn, w, args.records), model, store, train,

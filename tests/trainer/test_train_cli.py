@@ -143,10 +143,36 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     (["--checkpoint-interval", "60s"], "--checkpoint-interval needs --checkpoint-dir"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--repartition-interval", "soon"], "expected records"),
+    # Source and metrics settings: a usage error, not a traceback from inside a rank.
+    (["--records", "-5"], "--records -5: the synthetic source needs at least one record"),
+    (["--records", "0"], "is for --source kafka"),
+    (["--heldout", "-1"], "--heldout -1: must be >= 0"),
+    (["--source", "kafka", "--records", "-1"], "a Kafka source needs records >= 0"),
+    (["--source", "kafka", "--idle-s", "0"], "positive idle and poll times"),
+    (["--metrics-port", "65535", "--workers", "2"], "must lie in 1..65534"),
 ])
-def test_online_settings_are_checked(capsys: pytest.CaptureFixture[str], argv: list[str],
-                                     message: str) -> None:
+def test_bad_settings_are_usage_errors_before_any_rank_starts(
+        capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit) as info:
         main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--global-batch", "0"], "global_batch must be >= 1"),
+    (["--partitions", "0"], "partitions must be >= 1"),  # a topic of no partitions hung it
+    (["--warmup", "-1"], "warmup must be >= 0"),
+    (["--metrics-port", "70000"], "must lie in 1..65534"),
+    (["--checkpoint-interval", "soon"], "expected records"),
+])
+def test_bad_demo_settings_are_usage_errors_before_the_broker_starts(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str],
+        message: str) -> None:
+    import trainer.demo as demo
+
+    monkeypatch.setattr(demo, "run_demo", lambda *a: pytest.fail("the demo started"))
+    with pytest.raises(SystemExit) as info:
+        demo_main(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
