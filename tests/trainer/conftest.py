@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -92,10 +91,8 @@ def rows_of() -> Callable[[list[RankResult]], dict[int, torch.Tensor]]:
 
 
 @pytest.fixture()
-def targets(monkeypatch: pytest.MonkeyPatch):
-    """The module of rank functions for ``launch`` (``launch_targets``)."""
-    # Spawned ranks inherit sys.path, so they can import the target module by its plain name.
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+def targets():
+    """The module of rank functions for ``launch`` (``launch_targets``, on the tests' path)."""
     import launch_targets
 
     return launch_targets

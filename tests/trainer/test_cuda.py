@@ -11,37 +11,28 @@ import json
 
 import pytest
 import torch
+from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
 from partitioner import Placement
 from streaming.broker import free_port
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from streaming.synthetic import SyntheticStream
 from trainer.comm import LocalComm
 from trainer.launch import launch, run_torchrun
 from trainer.sources import SyntheticSpec
 from trainer.train_cli import main
-from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
+from trainer.types import LaunchConfig
 from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
-SYN = SyntheticConfig(vocab_max=20_000, seed=3)
-WINDOW = SyntheticSpec(SYN, start=0, records=20_000)
-BATCH, STEPS = 240, 50
-SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
-HELDOUT = SyntheticSpec(SYN, start=WINDOW.records + BATCH * STEPS, records=4_000)
-TRAIN = TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_every=0)
-SETTINGS = {
-    "deepfm": (ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), dtype="float64"),
-               StoreConfig(optimizer="adagrad", lr=0.05)),
-    "dcn": (ModelConfig(model="dcn", embed_dim=8, hidden=(16,), cross_layers=2, dtype="float64"),
-            StoreConfig(optimizer="sgd", lr=0.1)),
-}
+HELDOUT = SyntheticSpec(SYN, start=SOURCE.start + SOURCE.records, records=4_000)
+SETTINGS = {"deepfm": EXACT, "dcn": DCN_SGD}
 
 
-def _job(model: str, placement: Placement, train: TrainConfig = TRAIN) -> Job:
-    m, s = SETTINGS[model]
-    return Job(SOURCE, m, s, train, placement=placement, heldout=HELDOUT, return_state=True)
+def _job(model: str, placement: Placement) -> Job:
+    return Job(SOURCE, **SETTINGS[model], placement=placement, heldout=HELDOUT,
+               return_state=True)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +73,7 @@ def test_an_nccl_group_trains_the_model_one_process_trains(
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_nccl_ranks_s0_train_the_model_one_process_trains(on_cpu, max_diff) -> None:
     ids = SyntheticStream(SYN).feature_ids(WINDOW.start, WINDOW.records)
-    graph = graph_placement(ids, 2, TRAIN)
+    graph = graph_placement(ids, 2, EXACT["train"])  # type: ignore[arg-type]
     assert graph.replica_counts().min() > 0
     jobs = [_job("deepfm", Placement.hash(2)), _job("deepfm", graph), _job("dcn", graph)]
     per_rank = launch(run_jobs, jobs, LaunchConfig(workers=2, device="cuda", timeout_s=120))

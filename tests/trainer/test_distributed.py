@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
@@ -24,21 +25,6 @@ from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
 
 pytestmark = pytest.mark.distributed
 
-SYN = SyntheticConfig(vocab_max=20_000, seed=3)
-WINDOW = SyntheticSpec(SYN, start=0, records=20_000)
-BATCH = 240  # divisible by 2, 3 and 4 ranks
-STEPS = 50
-SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
-EXACT = dict(
-    model=ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), dtype="float64"),
-    store=StoreConfig(optimizer="adagrad", lr=0.05),
-    train=TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_every=0),
-)
-DCN_SGD = dict(
-    model=ModelConfig(model="dcn", embed_dim=8, hidden=(16,), cross_layers=2, dtype="float64"),
-    store=StoreConfig(optimizer="sgd", lr=0.1),
-    train=EXACT["train"],
-)
 STALE_S = 3
 # Dense parameters past comm's all-gather threshold (64 kB), so that the trainer's dense
 # all-reduce goes by gloo's ring, left running into the next step.
