@@ -13,7 +13,10 @@ Counters (each sample name ends in ``_total``):
     a local copy), ``hetgmp_rows_served_total`` (rows sent as owner),
     ``hetgmp_exchanged_bytes_total{direction="sent"|"received", kind}`` (kinds:
     :data:`trainer.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
-    the collectives of each kind, waiting for peers included), ``hetgmp_migration_steps_total``
+    the collectives of each kind, waiting for peers included; on CUDA the host's time in the
+    call, which torch documents as returning before the NCCL operation has finished on the
+    device, so there the wait falls in whatever next reads the result on the host),
+    ``hetgmp_migration_steps_total``
     (steps taken while a migration was in progress),
     ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
@@ -316,7 +319,8 @@ class TrainerMetrics(Collector):
         out.append(traffic)
         waits = CounterMetricFamily(
             "hetgmp_collective_seconds_total",
-            "Wall time inside collectives, by purpose (waiting for the slowest peer included).",
+            "Wall time inside collectives, by purpose (waiting for the slowest peer included; "
+            "on CUDA the host's time in the call, which can end before NCCL does).",
             labels=["rank", "kind"],
         )
         for kind, secs in self._collective_s.items():
