@@ -179,6 +179,7 @@ NAMED = [
     "hetgmp_migrated_bytes_total", "hetgmp_migration_duration_seconds_bucket",
     "hetgmp_imbalance_ratio", "hetgmp_train_loss", "hetgmp_train_logloss_total", "hetgmp_heldout_auc",
     "hetgmp_freshness_seconds_bucket", "hetgmp_checkpoint_age_seconds",
+    "hetgmp_partitioner_moves_total",
 ]
 RUN_RECORDS = 80_000
 BAD_RECORDS = 7
@@ -302,6 +303,7 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
             assert total(samples, "hetgmp_dead_lettered_records_total") == BAD_RECORDS
             assert min(v for s in samples for _, v in s["hetgmp_placement_version"]) > 0
             assert total(samples, "hetgmp_migrated_rows_total") > 0
+            assert total(samples, "hetgmp_partitioner_moves_total") > 0  # incremental passes ran
             assert 0.5 < max(v for s in samples for _, v in s["hetgmp_heldout_auc"]) < 1.0
             assert all(v >= 1.0 for s in samples for _, v in s["hetgmp_imbalance_ratio"])
     finally:

@@ -19,6 +19,8 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_migration_steps_total``
     (steps taken while a migration was in progress),
     ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
+    ``hetgmp_partitioner_moves_total{step}`` (rows an incremental pass moved, by step:
+    :data:`PASS_STEPS`),
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
     ``hetgmp_checkpoints_total``, ``hetgmp_train_logloss_total`` (log-loss summed over the
     samples trained: ``sum(rate(...))`` over that of ``hetgmp_samples_trained_total`` is the mean
@@ -71,6 +73,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from partitioner import PassReport
 from streaming.metrics import serve
 from trainer import counters as _counters
 from trainer.counters import StepCounters
@@ -84,6 +87,8 @@ FRESHNESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0
 REPARTITION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MIGRATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 REPARTITION_KINDS = ("full", "incremental")
+# Steps of an incremental pass (partitioner.PassReport), the label of its row moves.
+PASS_STEPS = ("regroup", "group_balance", "refine", "row_balance")
 
 # (metric name, help, StepCounters field): counters that add one field of each step.
 _STEP_FIELDS = (
@@ -192,6 +197,7 @@ class TrainerMetrics(Collector):
         self._collective_s = dict.fromkeys(_counters.KINDS, 0.0)
         self._imbalance: dict[str, float] = {}
         self._repartitions = {k: 0 for k in REPARTITION_KINDS}
+        self._pass_moves = dict.fromkeys(PASS_STEPS, 0)
         self._step = BucketCounts(STEP_BUCKETS)
         self._staleness = BucketCounts(STALENESS_BUCKETS)
         self._freshness = BucketCounts(FRESHNESS_BUCKETS)
@@ -251,13 +257,17 @@ class TrainerMetrics(Collector):
             self._gauges["hetgmp_rows_replicated"] = rows_replicated
             self._imbalance = {"samples": imbalance_samples, "rows": imbalance_rows}
 
-    def on_repartition(self, seconds: float, kind: str) -> None:
-        """Count one repartition that took ``seconds``; ``kind`` is "full" or "incremental"."""
+    def on_repartition(self, seconds: float, kind: str, moves: PassReport | None = None) -> None:
+        """Count one repartition that took ``seconds``; ``kind`` is "full" or "incremental";
+        ``moves``, what an incremental pass moved (every rank is told the same)."""
         if kind not in self._repartitions:
             raise ValueError(f"repartition kind must be one of {REPARTITION_KINDS}, not {kind!r}")
         with self._lock:
             self._repartitions[kind] += 1
             self._repartition[kind].observe(seconds)
+            if moves is not None:
+                for step in PASS_STEPS:
+                    self._pass_moves[step] += getattr(moves, step)
 
     def on_migration_chunk(self, rows: int, nbytes: int) -> None:
         """Count one chunk of rows that this rank received.
@@ -333,6 +343,16 @@ class TrainerMetrics(Collector):
         for kind, n in self._repartitions.items():
             repartitions.add_metric([r, kind], n)
         out.append(repartitions)
+        pass_moves = CounterMetricFamily(
+            "hetgmp_partitioner_moves_total",
+            "Rows the incremental partitioner moved, by step of its passes (row_balance: moves "
+            "the balance constraint forced, outside the move budget); every rank reports the "
+            "same counts.",
+            labels=["rank", "step"],
+        )
+        for step, n in self._pass_moves.items():
+            pass_moves.add_metric([r, step], n)
+        out.append(pass_moves)
 
         for name, doc, hist in (
             ("hetgmp_step_duration_seconds", "Wall time of a training step.", self._step),

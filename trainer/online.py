@@ -400,7 +400,7 @@ class OnlineLoop:
                             "seconds": seconds, "kind": kind,
                             "moves": None if moves is None else dataclasses.asdict(moves)})
         if self.metrics is not None:
-            self.metrics.on_repartition(seconds, kind)
+            self.metrics.on_repartition(seconds, kind, moves)
         self._start_migration(placement)
 
     def _start_migration(self, placement: Placement) -> None:

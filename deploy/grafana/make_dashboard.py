@@ -83,6 +83,8 @@ PANELS: list[Panel] = [
         (quantile(0.99, "hetgmp_migration_duration_seconds"), "migration p99 (s)"),
         # max over ranks: the count is the same whether one rank or every rank reports it.
         (f"max by (kind) (increase(hetgmp_repartitions_total{RATE}))", "{{kind}} repartitions / min"),
+        (f"max by (step) (increase(hetgmp_partitioner_moves_total{RATE}))",
+         "rows moved by {{step}} / min"),
         ("max(hetgmp_placement_version)", "placement version"),
     ]),
     Panel("Imbalance (max / mean over ranks)", "short", [

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from partitioner import PassReport
 from trainer.counters import KINDS, StepCounters, Totals
 from trainer.metrics import (
     FRESHNESS_BUCKETS,
@@ -137,8 +138,10 @@ def test_placement_repartition_migration_checkpoint_auc(registry):
 
     m.on_placement(4, rows_owned=1200, rows_replicated=30, imbalance_samples=1.25, imbalance_rows=1.5)
     m.on_repartition(3.0, "full")
-    m.on_repartition(0.2, "incremental")
-    m.on_repartition(0.04, "incremental")
+    m.on_repartition(0.2, "incremental", PassReport(100, 900, 90, regroup=40, refine=7,
+                                                    row_balance=3))
+    m.on_repartition(0.04, "incremental", PassReport(50, 800, 80, group_balance=11,
+                                                     row_balance=2))
     m.on_migration_chunk(100, 6400)
     m.on_migration_chunk(50, 3200)
     m.on_migration_done(2.0)
@@ -154,6 +157,9 @@ def test_placement_repartition_migration_checkpoint_auc(registry):
     assert s[("hetgmp_imbalance_ratio", (("what", "rows"),))] == 1.5
     assert s[("hetgmp_repartitions_total", (("kind", "full"),))] == 1
     assert s[("hetgmp_repartitions_total", (("kind", "incremental"),))] == 2
+    moved = {step: s[("hetgmp_partitioner_moves_total", (("step", step),))]
+             for step in ("regroup", "group_balance", "refine", "row_balance")}
+    assert moved == {"regroup": 40, "group_balance": 11, "refine": 7, "row_balance": 5}
     incremental = (("kind", "incremental"),)
     assert s[("hetgmp_repartition_duration_seconds_count", incremental)] == 2
     assert s[("hetgmp_repartition_duration_seconds_bucket", (*incremental, ("le", "0.05")))] == 1
