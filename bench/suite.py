@@ -32,12 +32,17 @@ def _module(name: str) -> _Bench:
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, bool]:
-    """Each long option of ``parser``, and whether it takes a value."""
+    """Each long option of ``parser``, and whether it takes a value (exactly one: a flag taking
+    several, or an optional one, could not be split from the flags around it)."""
     out = {}
     for action in parser._actions:  # argparse keeps no public list of its actions
         for flag in action.option_strings:
-            if flag.startswith("--") and flag != "--help":
-                out[flag] = action.nargs != 0
+            if not flag.startswith("--") or flag == "--help":
+                continue
+            if action.nargs not in (None, 0):
+                raise ValueError(f"{parser.prog}: {flag} takes nargs={action.nargs!r}, which "
+                                 f"`hetgmp bench all` cannot split")
+            out[flag] = action.nargs != 0
     return out
 
 
@@ -57,7 +62,11 @@ def split_flags(argv: list[str], parsers: dict[str, argparse.ArgumentParser]) ->
         if not owners:
             raise ValueError(f"{argv[i]!r} is not a flag of any benchmark (flags are written out "
                              f"in full here; `hetgmp bench NAME --help` lists each one's)")
-        takes_value = known[owners[0]][flag]
+        arity = {known[name][flag] for name in owners}
+        if len(arity) > 1:  # one would read the next token as its value, another would not
+            raise ValueError(f"{flag} takes a value in some benchmarks and none in others: "
+                             f"run them one at a time")
+        takes_value = arity.pop()
         if takes_value and not eq and i + 1 >= len(argv):
             raise ValueError(f"{flag} needs a value")
         tokens = argv[i:i + 2] if takes_value and not eq else argv[i:i + 1]
