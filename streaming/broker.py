@@ -94,7 +94,7 @@ def free_ports(start: int, count: int, host: str = "127.0.0.1") -> int:
     below the kernel's ephemeral range (32768 and up by default) cannot meanwhile become the
     local end of some outgoing connection, as one :func:`free_port` returned can.
     """
-    for base in range(start, start + 1000, count):
+    for base in range(start, min(start + 1000, 65537 - count), count):
         if all(port_free(host, p) for p in range(base, base + count)):
             return base
     raise RuntimeError(f"no {count} free ports in a row from {start}")

@@ -38,6 +38,7 @@ __all__ = [
     "WorkerFailed",
     "gpus_needed",
     "job_device",
+    "job_ranks",
     "launch",
     "resolve_device",
     "run_torchrun",
@@ -324,6 +325,11 @@ def _collect(procs: list[Any], conns: list[mpc.Connection]) -> list[Any]:
 def under_torchrun() -> bool:
     """Whether this process is a rank started by torchrun (or any launcher setting RANK)."""
     return env_value("RANK") is not None and env_value("WORLD_SIZE") is not None
+
+
+def job_ranks(config: LaunchConfig) -> int:
+    """Ranks of the whole job: torchrun's ``WORLD_SIZE`` under it, else ``config.workers``."""
+    return int(env_value("WORLD_SIZE") or 1) if under_torchrun() else config.workers
 
 
 def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = None,

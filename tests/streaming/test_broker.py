@@ -96,3 +96,17 @@ def test_free_ports_skips_a_run_with_a_port_taken():
         base = free_ports(start, 2)
         assert base >= start + 2 and port_free("127.0.0.1", base) and port_free("127.0.0.1", base + 1)
     assert free_ports(start, 2) == start  # free again once released
+
+
+def test_free_ports_stops_at_the_last_port():
+    # Near the top of the range the search ends with a clear error, not an OverflowError
+    # from binding a port past 65535.
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            taken.bind(("127.0.0.1", 65535))
+        except OSError:
+            pytest.skip("port 65535 is in use here")
+        taken.listen(1)
+        with pytest.raises(RuntimeError, match="no 2 free ports in a row from 65534"):
+            free_ports(65534, 2)

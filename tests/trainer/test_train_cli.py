@@ -149,7 +149,7 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     (["--heldout", "-1"], "--heldout -1: must be >= 0"),
     (["--source", "kafka", "--records", "-1"], "a Kafka source needs records >= 0"),
     (["--source", "kafka", "--idle-s", "0"], "positive idle and poll times"),
-    (["--metrics-port", "65535", "--workers", "2"], "must lie in 1..65534"),
+    (["--metrics-port", "65535", "--workers", "2"], "with 2 rank(s) it must lie in 1..65534"),
 ])
 def test_bad_settings_are_usage_errors_before_any_rank_starts(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -176,3 +176,13 @@ def test_bad_demo_settings_are_usage_errors_before_the_broker_starts(
         demo_main(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_metrics_port_range_counts_every_rank_of_a_torchrun_job(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as info:
+        main(["--metrics-port", "65530", "--device", "cpu"])
+    assert info.value.code == 2
+    assert "with 8 rank(s) it must lie in 1..65528" in capsys.readouterr().err
