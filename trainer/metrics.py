@@ -130,6 +130,15 @@ _GAUGES = (
 )
 
 
+def _by_label(name: str, doc: str, rank: str, label: str,
+              values: dict[str, float] | dict[str, int]) -> CounterMetricFamily:
+    """A counter family of this rank with one series per ``label`` value."""
+    family = CounterMetricFamily(name, doc, labels=["rank", label])
+    for key, value in values.items():
+        family.add_metric([rank, key], value)
+    return family
+
+
 class BucketCounts:
     """One histogram series filled with whole arrays: per-bucket counts (not cumulative) and sum.
 
@@ -327,32 +336,20 @@ class TrainerMetrics(Collector):
         for (direction, kind), n in self._bytes.items():
             traffic.add_metric([r, direction, kind], n)
         out.append(traffic)
-        waits = CounterMetricFamily(
+        out.append(_by_label(
             "hetgmp_collective_seconds_total",
             "Wall time inside collectives, by purpose (waiting for the slowest peer included; "
             "on CUDA the host's time in the call, which can end before NCCL does).",
-            labels=["rank", "kind"],
-        )
-        for kind, secs in self._collective_s.items():
-            waits.add_metric([r, kind], secs)
-        out.append(waits)
-        repartitions = CounterMetricFamily(
+            r, "kind", self._collective_s))
+        out.append(_by_label(
             "hetgmp_repartitions_total", "Repartitions (new placements computed), by kind.",
-            labels=["rank", "kind"],
-        )
-        for kind, n in self._repartitions.items():
-            repartitions.add_metric([r, kind], n)
-        out.append(repartitions)
-        pass_moves = CounterMetricFamily(
+            r, "kind", self._repartitions))
+        out.append(_by_label(
             "hetgmp_partitioner_moves_total",
             "Rows the incremental partitioner moved, by step of its passes (row_balance: moves "
             "the balance constraint forced, outside the move budget); every rank reports the "
             "same counts.",
-            labels=["rank", "step"],
-        )
-        for step, n in self._pass_moves.items():
-            pass_moves.add_metric([r, step], n)
-        out.append(pass_moves)
+            r, "step", self._pass_moves))
 
         for name, doc, hist in (
             ("hetgmp_step_duration_seconds", "Wall time of a training step.", self._step),
