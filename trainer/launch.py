@@ -109,7 +109,7 @@ def gpus_needed(config: LaunchConfig) -> int:
     """
     if not under_torchrun():
         return config.workers
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = env_value("CUDA_VISIBLE_DEVICES")
     if visible is not None and len([d for d in visible.split(",") if d.strip()]) == 1:
         return 1
     return int(env_value("LOCAL_WORLD_SIZE") or env_value("WORLD_SIZE") or 1)
@@ -125,9 +125,8 @@ def job_device(config: LaunchConfig) -> Literal["cpu", "cuda"]:
         ValueError: See :func:`resolve_device`; or ``auto`` across machines.
     """
     if under_torchrun() and config.device == "auto":
-        world = int(env_value("WORLD_SIZE") or 1)
         local = env_value("LOCAL_WORLD_SIZE")
-        if local is not None and world > int(local):
+        if local is not None and job_ranks(config) > int(local):
             raise ValueError("--device auto with ranks on several machines: each machine would "
                              "choose alone (NCCL on one, gloo on another hangs the job); pass "
                              "--device cuda or --device cpu")
