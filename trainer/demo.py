@@ -33,6 +33,7 @@ from streaming.config import add_flags, build
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
+from trainer.metrics import check_metrics_port
 from trainer.report import Chart, Series, write_report
 from trainer.types import Interval
 
@@ -86,9 +87,7 @@ class DemoConfig:
                             "repartition_interval": self.repartition_interval}.items():
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        if not 1 <= self.metrics_port <= 65536 - self.workers:
-            raise ValueError(f"metrics_port {self.metrics_port}: rank r serves on it + r, so it "
-                             f"must lie in 1..{65536 - self.workers}")
+        check_metrics_port(self.metrics_port, self.workers, zero=None)  # the demo scrapes them
         Interval.parse(self.checkpoint_interval)
 
 

@@ -78,7 +78,7 @@ from streaming.metrics import serve
 from trainer import counters as _counters
 from trainer.counters import StepCounters
 
-__all__ = ["TrainerMetrics", "serve_rank"]
+__all__ = ["TrainerMetrics", "check_metrics_port", "serve_rank"]
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -392,13 +392,26 @@ class TrainerMetrics(Collector):
         return out
 
 
+def check_metrics_port(base_port: int, ranks: int, *, zero: str | None) -> None:
+    """Refuse a base port that would put one of ``ranks`` ranks (rank r on ``base + r``) past
+    65535; ``zero`` says what 0 means where it is allowed (None: it is not).
+
+    Raises:
+        ValueError: The range the base must lie in.
+    """
+    top = 65536 - ranks
+    if not (1 <= base_port <= top or (zero is not None and base_port == 0)):
+        raise ValueError(f"metrics port {base_port}: rank r serves on it + r, so with {ranks} "
+                         f"rank(s) it must lie in 1..{top}"
+                         + ("" if zero is None else f" (0: {zero})"))
+
+
 def serve_rank(registry: CollectorRegistry, base_port: int, rank: int, host: str = "127.0.0.1") -> int:
     """Serve ``registry`` on ``http://host:base_port+rank/metrics``; returns the port.
 
     The server runs in a daemon thread for the life of the process, as a rank's exporter should.
     ``base_port`` 0 lets the system pick a free port (for tests); the port is returned either way.
     """
-    if base_port < 0 or base_port + rank > 65535:
-        raise ValueError(f"no port {base_port} + rank {rank}")
+    check_metrics_port(base_port, rank + 1, zero="a free port")
     server = serve(registry, base_port + rank if base_port else 0, host)
     return int(server.server_port)

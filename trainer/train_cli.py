@@ -80,6 +80,7 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
 
 def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     from trainer.launch import job_ranks
+    from trainer.metrics import check_metrics_port
     from trainer.sources import KafkaSpec, SyntheticSpec
     from trainer.worker import Job
 
@@ -94,10 +95,7 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     # Graph placement is computed online (cold start from hash) unless repartitioning is off:
     # then once, from a warm-up window, and never again (HET-GMP's static placement).
     static = train.placement == "graph" and not online.repartition.enabled
-    ranks = job_ranks(launch)
-    if not 0 <= args.metrics_port <= 65536 - ranks:
-        raise ValueError(f"--metrics-port {args.metrics_port}: rank r serves on it + r, so with "
-                         f"{ranks} rank(s) it must lie in 1..{65536 - ranks} (0: off)")
+    check_metrics_port(args.metrics_port, job_ranks(launch), zero="off")
     if args.source == "synthetic":
         if args.records < 1:
             raise ValueError(f"--records {args.records}: the synthetic source needs at least "
