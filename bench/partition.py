@@ -250,9 +250,9 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
                 seconds = time.perf_counter() - began
                 report = getattr(partitioners[name], "last_pass", None)
                 if report is not None:
-                    for step in ("budget", "regroup", "group_balance", "refine", "row_balance"):
-                        tracks[name].pass_moves[step] = (tracks[name].pass_moves.get(step, 0)
-                                                         + getattr(report, step))
+                    counts = {"budget": report.budget, **report.moves_by_step()}
+                    for key, n in counts.items():
+                        tracks[name].pass_moves[key] = tracks[name].pass_moves.get(key, 0) + n
                 migrated = plan_diff(old.with_version(new.version - 1), new,
                                      args.row_bytes).rows_moved
                 current[name] = new

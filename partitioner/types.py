@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
@@ -475,6 +475,9 @@ class PassReport:
         row_balance: Rows moved to keep rows owned within ``(1 + epsilon)`` of the mean.
     """
 
+    #: The steps of a pass, in order: the fields that count its row moves.
+    STEPS: ClassVar[tuple[str, ...]] = ("regroup", "group_balance", "refine", "row_balance")
+
     new_samples: int
     ids: int
     budget: int
@@ -483,10 +486,14 @@ class PassReport:
     refine: int = 0
     row_balance: int = 0
 
+    def moves_by_step(self) -> dict[str, int]:
+        """Rows moved by each step, keyed by :attr:`STEPS`."""
+        return {step: getattr(self, step) for step in self.STEPS}
+
     @property
     def moved(self) -> int:
         """Rows moved by every step together."""
-        return self.regroup + self.group_balance + self.refine + self.row_balance
+        return sum(self.moves_by_step().values())
 
     def describe(self) -> str:
         """One line for a log: the moves by step, against the budget."""

@@ -20,7 +20,7 @@ Counters (each sample name ends in ``_total``):
     (steps taken while a migration was in progress),
     ``hetgmp_repartitions_total{kind="full"|"incremental"}``,
     ``hetgmp_partitioner_moves_total{step}`` (rows an incremental pass moved, by step:
-    :data:`PASS_STEPS`),
+    ``partitioner.PassReport.STEPS``),
     ``hetgmp_migrated_rows_total``, ``hetgmp_migrated_bytes_total``, ``hetgmp_migrations_total``,
     ``hetgmp_checkpoints_total``, ``hetgmp_train_logloss_total`` (log-loss summed over the
     samples trained: ``sum(rate(...))`` over that of ``hetgmp_samples_trained_total`` is the mean
@@ -87,8 +87,6 @@ FRESHNESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0
 REPARTITION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MIGRATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 REPARTITION_KINDS = ("full", "incremental")
-# Steps of an incremental pass (partitioner.PassReport), the label of its row moves.
-PASS_STEPS = ("regroup", "group_balance", "refine", "row_balance")
 
 # (metric name, help, StepCounters field): counters that add one field of each step.
 _STEP_FIELDS = (
@@ -206,7 +204,7 @@ class TrainerMetrics(Collector):
         self._collective_s = dict.fromkeys(_counters.KINDS, 0.0)
         self._imbalance: dict[str, float] = {}
         self._repartitions = {k: 0 for k in REPARTITION_KINDS}
-        self._pass_moves = dict.fromkeys(PASS_STEPS, 0)
+        self._pass_moves = dict.fromkeys(PassReport.STEPS, 0)
         self._step = BucketCounts(STEP_BUCKETS)
         self._staleness = BucketCounts(STALENESS_BUCKETS)
         self._freshness = BucketCounts(FRESHNESS_BUCKETS)
@@ -275,8 +273,8 @@ class TrainerMetrics(Collector):
             self._repartitions[kind] += 1
             self._repartition[kind].observe(seconds)
             if moves is not None:
-                for step in PASS_STEPS:
-                    self._pass_moves[step] += getattr(moves, step)
+                for step, n in moves.moves_by_step().items():
+                    self._pass_moves[step] += n
 
     def on_migration_chunk(self, rows: int, nbytes: int) -> None:
         """Count one chunk of rows that this rank received.
