@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -64,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from partitioner import Placement
+from streaming.config import env_value
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.comm import Comm
 from trainer.counters import KINDS, PHASES, Totals
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     base = dict(source=SyntheticSpec(syn, w, t), model=model, store=StoreConfig(seed=args.seed),
                 heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
     # bench/link.sh names the rate it shaped the ranks' loopback to; otherwise it is loopback.
-    link = os.environ.get("HETGMP_LINK") or "loopback"
+    link = env_value("HETGMP_LINK") or "loopback"
     print(f"== train bench: {args.model}, dim {args.embed_dim}, window {w:,}, train {t:,}, "
           f"held-out {h:,} records, global batch {args.global_batch}, {args.workers} ranks, "
           f"link between ranks: {link}, device {args.device}", flush=True)

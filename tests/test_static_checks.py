@@ -1,7 +1,9 @@
-"""The tree passes ruff and mypy with the settings in pyproject.toml."""
+"""The tree passes ruff and mypy with the settings in pyproject.toml, and reads the environment
+in one place."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -30,3 +32,19 @@ def test_mypy_finds_nothing():
     r = subprocess.run([tool("mypy"), *PACKAGES], cwd=ROOT, capture_output=True, text=True,
                        timeout=240)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_environment_is_read_in_one_place():
+    """``streaming.config.env_value`` is the one reader of the environment, so every setting's
+    variable is found from there (launch still sets the children's thread caps)."""
+    reads = re.compile(r"os\.getenv\(|os\.environ\.get\(|os\.environ\[[^]]+\](?!\s*=[^=])")
+    allowed = ROOT / "streaming" / "config.py"
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == allowed:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if reads.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "read the environment through streaming.config.env_value:\n" + "\n".join(found)

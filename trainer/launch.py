@@ -214,7 +214,7 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
 def _child_env(threads: int) -> Iterator[None]:
     """Thread caps for spawned children, which inherit the environment at start."""
     keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-    saved = {k: os.environ.get(k) for k in keys}
+    saved = {k: env_value(k) for k in keys}
     os.environ.update({k: str(threads) for k in keys})
     try:
         yield
