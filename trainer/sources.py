@@ -215,6 +215,9 @@ class KafkaShard:
         """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""
         want = self.local_batch if cap is None else min(self.local_batch, cap)
         if self._budget is not None:
+            if self._read >= self._budget:
+                self._spent()
+                return ClickBatch.empty(self.schema)
             want = min(want, self._budget - self._read)
         if not self._ended and self._buffered < want:
             got = self.consumer.next_batch(max_records=max(want // 8, 64), timeout=self.spec.poll_s)
@@ -228,8 +231,6 @@ class KafkaShard:
                          self.spec.idle_s)
                 self._ended = True
         if not self._buffered or want <= 0:
-            if want <= 0 and cap is None:
-                self._ended = True
             return ClickBatch.empty(self.schema)
         data = ClickBatch.concat(self._buffer)
         n = _message_cut(data, want, exact=cap is not None)
@@ -241,8 +242,14 @@ class KafkaShard:
         if len(out):
             self._handed.append(dict(self.positions))
         if self._budget is not None and self._read >= self._budget:
-            self._ended = True
+            self._spent()
         return out
+
+    def _spent(self) -> None:
+        """The record budget is used up: the source ends, and records polled past it are let go
+        (no position covers them, so a resumed run reads them)."""
+        self._ended = True
+        self._buffer, self._buffered = [], 0
 
     def _advance(self, out: ClickBatch, rest: ClickBatch) -> None:
         """Move :attr:`positions` past the messages handed out whole."""
