@@ -304,7 +304,10 @@ def _json_int(v: object) -> int:
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         raise ValueError(f"dense value must be an integer, got {v!r}")
-    return int(v)
+    value = int(v)
+    if abs(value) >= 10**_MAX_DIGITS:  # the TSV path's limit; int64 holds it
+        raise ValueError(f"dense value has more than {_MAX_DIGITS} digits: {str(v)[:40]}")
+    return value
 
 
 def _json_str(v: object) -> bytes:

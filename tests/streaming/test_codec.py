@@ -139,6 +139,17 @@ def test_json_rejects_non_objects_and_bad_labels():
     assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 3
 
 
+def test_json_dense_values_past_int64_are_rejected_not_raised():
+    """A dense value numpy cannot hold must dead-letter its record: raising would fail the batch
+    after the consumer moved past it, and again after every restart."""
+    schema = Schema.parse("label=y;dense=a;sparse=u")
+    d = Decoder(schema, DecodeConfig("json")).decode(
+        [b'{"y":1,"a":99999999999999999999,"u":"x"}', b'{"y":1,"a":"-99999999999999999999",'
+         b'"u":"x"}', b'{"y":1,"a":999999999999999999,"u":"x"}']
+    )
+    assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 2
+
+
 def test_unknown_format_is_a_clear_error():
     with pytest.raises(ValueError, match="tsv or json"):
         Decoder(config=DecodeConfig("csv"))  # type: ignore[arg-type]
