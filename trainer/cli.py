@@ -14,9 +14,11 @@ import logging
 import signal
 import sys
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from streaming.config import add_flags, build, load_toml
+
+T = TypeVar("T")
 
 __all__ = ["main"]
 
@@ -87,6 +89,15 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 # -- produce -----------------------------------------------------------------------------------
 
 
+def _settings(cls: type[T], args: argparse.Namespace, prefix: str = "") -> T:
+    """:func:`build`, with a value the settings refuse reported as a usage error (exit 2)."""
+    try:
+        return build(cls, args, prefix)
+    except ValueError as exc:
+        print(f"hetgmp {args.command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def _cmd_produce(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
@@ -94,9 +105,9 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     from streaming.producer import ProduceConfig, ProduceReport, produce
     from streaming.synthetic import SyntheticConfig
 
-    kafka = build(KafkaSettings, args)
-    config = build(ProduceConfig, args)
-    synthetic = build(SyntheticConfig, args, "synthetic")
+    kafka = _settings(KafkaSettings, args)
+    config = _settings(ProduceConfig, args)
+    synthetic = _settings(SyntheticConfig, args, "synthetic")
     stop = stop_on_signals()
     report = ProduceReport()
     if args.metrics_port:
@@ -138,8 +149,8 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     from streaming.consumer import ClickConsumer, ConsumerConfig
     from streaming.kafka import KafkaSettings
 
-    kafka = build(KafkaSettings, args)
-    config = build(ConsumerConfig, args, "consumer")
+    kafka = _settings(KafkaSettings, args)
+    config = _settings(ConsumerConfig, args, "consumer")
     stop = stop_on_signals()
     t0 = last = time.monotonic()
     idle_since = time.monotonic()
@@ -201,16 +212,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _shared_flags(args: argparse.Namespace) -> list[str]:
+    """``--config`` and ``--log-level`` as this parser took them, for a command that parses
+    its own flags (they would not reach it otherwise: this parser consumes them)."""
+    return ["--log-level", args.log_level] + (["--config", args.config] if args.config else [])
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from trainer.train_cli import main as train_main
 
-    return train_main(args.extra)
+    return train_main(_shared_flags(args) + args.extra)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from trainer.demo import main as demo_main
 
-    return demo_main(args.extra)
+    return demo_main(_shared_flags(args) + args.extra)
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -336,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
+    # The shared flags wherever they stand (a subcommand's own default would otherwise hide
+    # `hetgmp --log-level DEBUG train`).
+    shared, _ = _base_parser().parse_known_args(argv)
+    args.config, args.log_level = shared.config, shared.log_level
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from streaming.broker import BrokerUnavailable, EmbeddedBroker, free_ports
-from streaming.config import add_flags, build
+from streaming.config import add_flags, build, load_toml
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
@@ -433,9 +433,16 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.cli import stop_on_signals
     from trainer.launch import resolve_device
 
+    argv = [a for a in (argv or []) if a != "--"]
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
     p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0])
-    add_flags(p, DemoConfig, "demo")
-    args = p.parse_args([a for a in (argv or []) if a != "--"])
+    p.add_argument("--config", metavar="FILE", help="TOML file whose [demo] table sets defaults")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log level (`hetgmp --log-level` sets it for the whole process)")
+    add_flags(p, DemoConfig, "demo", toml=load_toml(known.config))
+    args = p.parse_args(argv)
     try:
         config = build(DemoConfig, args)
         config = replace(config, device=resolve_device(config.device, config.workers))

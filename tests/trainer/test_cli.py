@@ -56,6 +56,33 @@ def test_precedence_cli_over_env_over_toml_over_default(tmp_path, monkeypatch):
     assert build(KafkaSettings, args).client_id == "from-cli"
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_train_and_demo_read_the_config_file(tmp_path, capsys, where):
+    """train and demo parse their own flags: --config must reach them on either side of the
+    command's name (the top-level parser used to consume it and drop it)."""
+    toml = tmp_path / "c.toml"
+    toml.write_text("[train]\nglobal_batch = 96\n[demo]\nworkers = 3\n")
+    for command, shown in (("train", "96 from config file"), ("demo", "3 from config file")):
+        argv = ([command, "--config", str(toml)] if where == "after"
+                else ["--config", str(toml), command]) + ["--help"]
+        with pytest.raises(SystemExit) as ended:
+            main(argv)
+        assert ended.value.code == 0
+        assert shown in " ".join(capsys.readouterr().out.split()), command
+
+
+@pytest.mark.parametrize("flags,says", [
+    (["--count", "-1"], "count, start and rate must be >= 0"),
+    (["--chunk-records", "0"], "chunk_records must be >= 1"),
+    (["--synthetic-segments", "0"], "segments, hot_size and n_sparse"),
+])
+def test_produce_refuses_bad_settings_before_connecting(flags, says, capsys):
+    """They used to raise from deep inside (or, for --count -1, produce for ever)."""
+    with pytest.raises(SystemExit) as ended:
+        main(["produce", "--bootstrap-servers", "localhost:1", *flags])
+    assert ended.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_bad_environment_value_is_a_clear_error(monkeypatch):
     import argparse
 
