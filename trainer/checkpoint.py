@@ -278,6 +278,38 @@ def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None
     return None
 
 
+def has_manifest(root: str | os.PathLike[str]) -> bool:
+    """Whether any checkpoint under ``root`` got as far as its manifest (verified or not)."""
+    base = Path(root)
+    return base.is_dir() and any((d / MANIFEST).exists() for d in base.iterdir()
+                                 if d.name.startswith(_PREFIX))
+
+
+def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
+    """Rename the checkpoint directories newer than ``kept`` to ``damaged-<name>``.
+
+    A run resumes from the newest checkpoint that passes its checks; any newer one failed them
+    or never completed. Left in place, such a directory would rank above every checkpoint the
+    resumed run writes (those are numbered from the older step on), so :func:`prune` would
+    delete the good ones and keep it. Renamed, it is out of the way and still there to look
+    at. Returns the new paths.
+    """
+    base = Path(root)
+    moved = []
+    for d in sorted(p for p in base.iterdir() if p.name.startswith(_PREFIX)):
+        if d.name > kept.path.name:
+            target = d.with_name(f"damaged-{d.name}")
+            suffix = 1
+            while target.exists():
+                target = d.with_name(f"damaged-{d.name}.{suffix}")
+                suffix += 1
+            d.rename(target)
+            moved.append(target)
+    if moved:
+        _fsync_dir(base)
+    return moved
+
+
 def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints, and older incomplete ones."""
     base = Path(root)

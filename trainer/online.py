@@ -267,6 +267,9 @@ class OnlineLoop:
             if self.rank == 0:
                 mine = [self._sample(batch.ids), self._sample(tr.last_routed_in)]
                 self._parts += [m for m in mine if m.shape[0]]
+                # Trimmed here too: when no other rank sends samples (one without partitions),
+                # no window exchange runs to trim them.
+                self._trim_parts()
             elif n:
                 keep = tr.last_dest != 0 if tr.last_dest is not None else slice(None)
                 self._window_out = self._sample(batch.ids[keep])
@@ -321,9 +324,14 @@ class OnlineLoop:
             self._parts.append(got.cpu().numpy().reshape(-1, fields))
         self._trim_parts()
 
+    @property
+    def window_held(self) -> int:
+        """Samples rank 0 holds for the next partition (less than ``--window`` plus one step's)."""
+        return sum(p.shape[0] for p in self._parts)
+
     def _trim_parts(self) -> None:
         """Keep at most a window's worth of samples waiting for the partitioner."""
-        held = sum(p.shape[0] for p in self._parts)
+        held = self.window_held
         while self._parts and held - self._parts[0].shape[0] >= self.cfg.window:
             held -= self._parts.pop(0).shape[0]
 

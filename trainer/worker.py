@@ -237,14 +237,25 @@ def _find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
                     f"{job.online.checkpoint_dir} holds checkpoints of an earlier run: pass "
                     "--resume to continue it, or use another --checkpoint-dir")
         return None
-    path = None
+    root = job.online.checkpoint_dir
+    path, error = None, None
     if comm.rank == 0:
-        found = ckpt.latest(job.online.checkpoint_dir)
-        if found is None:
-            log.warning("--resume: no complete checkpoint in %s; starting fresh",
-                        job.online.checkpoint_dir)
-        path = str(found.path) if found is not None else None
-    path = comm.broadcast_object(path)
+        found = ckpt.latest(root)
+        if found is not None:
+            path = str(found.path)
+            for aside in ckpt.set_aside_newer(root, found):
+                log.warning("--resume: %s failed its checks or never completed; renamed to %s "
+                            "(delete it once looked at)", aside.name.removeprefix("damaged-"),
+                            aside)
+        elif ckpt.has_manifest(root):
+            # Starting fresh would train a new model and commit offsets past the old one's.
+            error = (f"--resume: no checkpoint in {root} passes its checks (see the warnings "
+                     "above); move them away to start a new run there, or restore them")
+        else:
+            log.warning("--resume: no complete checkpoint in %s; starting fresh", root)
+    path, error = comm.broadcast_object((path, error))
+    if error is not None:
+        raise ckpt.CheckpointError(error)
     return None if path is None else ckpt.read_manifest(Path(path))
 
 

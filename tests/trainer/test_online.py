@@ -456,3 +456,65 @@ def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
     assert results and first.step < results[0].steps < 2000
     manifest = ckpt.latest(tmp_path)
     assert manifest is not None and manifest.step == results[0].steps
+
+
+def test_samples_held_for_the_partitioner_stay_within_the_window() -> None:
+    """Rank 0 keeps at most --window samples for the next partition, also when no other rank
+    sends it any (here, one rank and a repartition due only after ten minutes)."""
+    from streaming.types import SystemClock
+    from trainer.online import OnlineLoop
+    from trainer.sources import SyntheticShard
+    from trainer.step import Trainer
+
+    comm, batch, window = LocalComm(), 500, 2_000
+    source = SyntheticShard(SyntheticSpec(SYN, 0, 40 * batch), batch, 0, 1)
+    trainer = Trainer(comm, Placement.hash(1), len(source.schema.sparse),
+                      len(source.schema.dense))
+    loop = OnlineLoop(comm, trainer, source, OnlineConfig(repartition_interval="10m",
+                                                          window=window),
+                      TrainConfig(global_batch=batch), SystemClock(), partition=True)
+    try:
+        for _ in range(40):
+            loop.between_steps(loop.control())
+            b = source.next()
+            loop.after_step(b, trainer.step(b), 0.0, False)
+            assert loop.window_held < window + batch
+        assert loop.window_held >= window
+    finally:
+        loop.close()
+
+
+def _damage(manifest: ckpt.Manifest) -> None:
+    """Flip one byte of a checkpoint's rank file (same size: only the digest can tell)."""
+    f = ckpt.rank_file(manifest.path, 0)
+    data = bytearray(f.read_bytes())
+    data[-30] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def test_a_damaged_newest_checkpoint_is_set_aside_not_kept_over_good_ones(tmp_path: Path
+                                                                          ) -> None:
+    """Resuming past a damaged checkpoint: the resumed run's checkpoints are numbered below it,
+    and pruning used to keep it and delete them (then commit offsets with no checkpoint left)."""
+    first = _online(checkpoint_dir=str(tmp_path), checkpoint_interval=str(2 * BATCH),
+                    max_records=6 * BATCH, keep_checkpoints=3)
+    run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=first))
+    steps = sorted(int(d.name.removeprefix("step-")) for d in tmp_path.glob("step-*"))
+    newest = ckpt.latest(tmp_path)
+    assert len(steps) >= 2 and newest is not None and newest.step == steps[-1]
+    _damage(newest)
+    # The resumed run trains one step past the older checkpoint and checkpoints there: below
+    # the damaged one's step.
+    assert steps[-2] + 1 < steps[-1]
+    again = replace(first, resume=True, checkpoint_interval=str(BATCH),
+                    max_records=(steps[-2] + 1) * BATCH, keep_checkpoints=1)
+    result = run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1),
+                                       online=again))
+    assert result.resumed_from == steps[-2]
+    kept = ckpt.latest(tmp_path)
+    assert kept is not None and kept.step == steps[-2] + 1
+    assert (tmp_path / f"damaged-{newest.path.name}").is_dir()
+    # With every checkpoint damaged, --resume stops instead of starting a new model.
+    _damage(kept)
+    with pytest.raises(ckpt.CheckpointError, match="passes its checks"):
+        run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=again))
