@@ -32,7 +32,7 @@ from streaming.codec import DecodeConfig, Decoder
 from streaming.kafka import KafkaSettings, connect_with_retry
 from streaming.types import ClickBatch, Clock, Reject, Schema, SystemClock
 
-__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerStats"]
+__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,18 @@ class ConsumerStats:
     rebalances: int = 0
 
 
+class ConsumerFailed(RuntimeError):
+    """Reading cannot go on: retrying would not help, or records would be lost."""
+
+
+def _is_fatal(exc: Exception) -> bool:
+    """Kafka errors a poll retry cannot cure: the cluster refuses this client."""
+    from kafka.errors import AuthorizationError, SaslAuthenticationFailedError, UnsupportedVersionError
+
+    return isinstance(exc, (AuthorizationError, SaslAuthenticationFailedError,
+                            UnsupportedVersionError))
+
+
 def _listener(owner: ClickConsumer) -> Any:
     """Rebalance callbacks: forget revoked partitions (their next owner resumes from the commit)."""
     from kafka import ConsumerRebalanceListener
@@ -148,6 +160,7 @@ class ClickConsumer:
         self._clock = clock or SystemClock()
         self._consumer: Any = None
         self._dlq: Any = None
+        self._dlq_sent: list[Any] = []  # futures of the dead letters not yet checked
         self._positions: dict[int, int] = {}
         self._pending: list[Any] = []  # records fetched while a commit waited on a rebalance
 
@@ -200,16 +213,21 @@ class ClickConsumer:
             self._clock.sleep(1.0)
 
     def stop(self) -> None:
-        """Flush dead letters and close (nothing is committed here: the caller decides)."""
-        if self._dlq is not None:
-            try:
-                self._dlq.flush(timeout=10)
-            finally:
-                self._dlq.close(timeout=5)
-                self._dlq = None
-        if self._consumer is not None:
-            self._consumer.close(autocommit=False)
-            self._consumer = None
+        """Flush dead letters and close (nothing is committed here: the caller decides).
+
+        The consumer is closed even when the dead letters cannot be flushed (that error is
+        raised after)."""
+        try:
+            if self._dlq is not None:
+                try:
+                    self._dlq.flush(timeout=10)
+                finally:
+                    self._dlq.close(timeout=5)
+                    self._dlq = None
+        finally:
+            if self._consumer is not None:
+                self._consumer.close(autocommit=False)
+                self._consumer = None
 
     def __enter__(self) -> ClickConsumer:
         return self.start()
@@ -230,6 +248,10 @@ class ClickConsumer:
         try:
             polled = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
         except KafkaError as exc:
+            if _is_fatal(exc):  # retrying cannot help: say so instead of reading nothing
+                raise ConsumerFailed(
+                    f"reading topic {self.config.topic!r} failed: {type(exc).__name__}: {exc} "
+                    "(check the credentials and ACLs given with the --kafka-* flags)") from exc
             # Broker restarts and leader moves surface here; the client recovers on the next
             # poll, so this is logged, counted and retried rather than raised.
             self.stats.poll_errors += 1
@@ -291,7 +313,8 @@ class ClickConsumer:
                 ("hetgmp.original_bytes", str(len(r.payload)).encode()),
                 ("hetgmp.truncated", b"1" if len(r.payload) > limit else b"0"),
             ]
-            self._dlq.send(topic, value=r.payload[:limit], headers=headers)
+            self._dlq_sent.append(self._dlq.send(topic, value=r.payload[:limit],
+                                                 headers=headers))
             self.stats.dead_lettered += 1
 
     # -- offsets -------------------------------------------------------------------------------
@@ -324,9 +347,23 @@ class ClickConsumer:
         self._pending = [r for r in self._pending if r.partition not in offsets]
 
     def flush_dead_letters(self, timeout: float = 30.0) -> None:
-        """Block until every dead letter sent so far is acknowledged by the broker."""
-        if self._dlq is not None:
-            self._dlq.flush(timeout=timeout)
+        """Block until every dead letter sent so far is acknowledged by the broker.
+
+        Raises:
+            ConsumerFailed: A dead letter was not written (the producer only logs that): the
+                records it replaces must not be committed past.
+        """
+        if self._dlq is None:
+            return
+        self._dlq.flush(timeout=timeout)
+        sent, self._dlq_sent = self._dlq_sent, []
+        failed = [f for f in sent if not f.is_done or f.failed()]
+        if failed:
+            first = failed[0]
+            why = "not acknowledged in time" if not first.is_done else repr(first.exception)
+            raise ConsumerFailed(
+                f"{len(failed)} of {len(sent)} dead letters were not written to "
+                f"{self.config.dead_letter!r} ({why}); the offsets they cover are not committed")
 
     def commit(self, offsets: Mapping[int, int] | None = None) -> bool:
         """Commit ``offsets`` (default: :meth:`snapshot`) for partitions still assigned.
@@ -338,8 +375,7 @@ class ClickConsumer:
         from kafka.errors import CommitFailedError, RebalanceInProgressError
         from kafka.structs import OffsetAndMetadata
 
-        if self._dlq is not None:
-            self._dlq.flush(timeout=30)
+        self.flush_dead_letters()
         offsets = dict(self.snapshot() if offsets is None else offsets)
         for attempt in range(self.config.commit_retries + 1):
             owned = self.assignment

@@ -234,3 +234,78 @@ def test_commit_retries_through_rebalances(failures, ok):
     assert fake.commits == ([{0: 10, 1: 20}] if ok else [])
     assert c.stats.commit_retries == min(failures, 6)
     assert fake.polls == min(failures, 6)  # each retry polls to let the rejoin complete
+
+
+class _RefusingKafka:
+    """A consumer client whose polls fail with ``error`` (the embedded broker has no ACLs to
+    refuse a client with)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.closed = False
+
+    def poll(self, timeout_ms, max_records):
+        raise self.error
+
+    def close(self, autocommit):
+        self.closed = True
+
+
+def test_a_refused_client_stops_the_consumer_but_a_lost_broker_is_retried():
+    from kafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
+
+    from streaming.consumer import ConsumerFailed
+
+    c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks"))
+    c._consumer = _RefusingKafka(KafkaConnectionError("broker gone"))
+    assert len(c.next_batch(16, timeout=0.01)) == 0 and c.stats.poll_errors == 1
+    # Retrying an authorization failure reads nothing for ever; the job used to end "idle".
+    c._consumer = _RefusingKafka(TopicAuthorizationFailedError())
+    with pytest.raises(ConsumerFailed, match="'clicks'.*TopicAuthorizationFailedError"):
+        c.next_batch(16, timeout=0.01)
+
+
+class _FailingDeadLetters:
+    """A dead-letter producer whose sends fail (kafka-python's flush() only logs that)."""
+
+    def __init__(self, flush_error: Exception | None = None) -> None:
+        from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
+
+        self.flush_error = flush_error
+        result = FutureProduceResult(None)
+        self.future = FutureRecordMetadata(result, 0, -1, None, 0, 0, -1)
+        result.failure(RuntimeError("topic refused"))
+
+    def send(self, topic, value, headers):
+        return self.future
+
+    def flush(self, timeout):
+        if self.flush_error is not None:
+            raise self.flush_error
+
+    def close(self, timeout):
+        pass
+
+
+def test_dead_letters_that_were_not_written_stop_the_commit():
+    from streaming.consumer import ConsumerFailed
+
+    c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks", commit_retries=0))
+    kafka = _RebalancingKafka(0)
+    c._consumer, c._positions = kafka, {0: 10}
+    c._dlq = _FailingDeadLetters()
+    c._dead_letter(c.decoder.decode([b"not\ta\trecord"], [0], [9]).rejects)
+    with pytest.raises(ConsumerFailed, match="1 of 1 dead letters were not written"):
+        c.commit()
+    assert kafka.commits == []  # the offsets past the lost dead letter stay uncommitted
+
+
+def test_stop_closes_the_consumer_when_dead_letters_cannot_be_flushed():
+    from kafka.errors import KafkaTimeoutError
+
+    c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks"))
+    client = _RefusingKafka(RuntimeError("unused"))
+    c._consumer, c._dlq = client, _FailingDeadLetters(KafkaTimeoutError("broker gone"))
+    with pytest.raises(KafkaTimeoutError):
+        c.stop()
+    assert client.closed and c._consumer is None
