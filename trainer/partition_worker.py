@@ -50,8 +50,18 @@ class PartitionerProcess:
                   version: int) -> tuple[Placement, float, str, PassReport | None]:
         """Roll ``parts`` into the window and place it: (placement, seconds, kind, and what an
         incremental pass moved)."""
-        self._conn.send((parts, current, version))
-        status, payload = self._conn.recv()
+        try:
+            self._conn.send((parts, current, version))
+            status, payload = self._conn.recv()
+        except (EOFError, OSError) as exc:  # the pipe broke: the process is gone
+            self._proc.join(1.0)
+            code = self._proc.exitcode
+            how = (f"was killed by signal {-code}" if code is not None and code < 0
+                   else f"exited with code {code}" if code is not None else "stopped answering")
+            hint = " (SIGKILL is often the kernel's OOM killer: a smaller --window needs less " \
+                   "memory)" if code == -signal.SIGKILL else ""
+            raise RuntimeError(f"the partitioner process (pid {self._proc.pid}) {how}{hint}"
+                               ) from exc
         if status != "ok":
             raise RuntimeError(f"partitioner failed: {payload}")
         return payload

@@ -22,3 +22,21 @@ def test_a_placement_nobody_waits_for_any_more_ends_the_process_quietly(
     assert worker._proc.exitcode == 0
     # The spawned process writes to this test's stderr: no traceback there.
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_partitioner_process_that_died_is_named_with_how_it_ended() -> None:
+    """Killed (as the OOM killer would), it used to surface as a bare BrokenPipeError."""
+    import os
+    import signal
+
+
+    ids = SyntheticStream(SyntheticConfig(seed=1)).feature_ids(0, 2_000)
+    worker = PartitionerProcess(ids.shape[1], 2_000, PartitionConfig(num_workers=2))
+    try:
+        os.kill(worker._proc.pid, signal.SIGKILL)
+        worker._proc.join(10)
+        with pytest.raises(RuntimeError, match="partitioner process .* killed by signal 9.*"
+                                               "smaller --window"):
+            worker.partition([ids], None, 1)
+    finally:
+        worker.close()
