@@ -53,6 +53,17 @@ class ProduceConfig:
     chunk_records: int = field(default=16384, metadata={"help": "records generated per step"})
     progress_every_s: float = field(default=2.0, metadata={"help": "seconds between progress lines"})
 
+    def __post_init__(self) -> None:
+        if self.count < 0 or self.start < 0 or self.rate < 0:
+            raise ValueError(f"count, start and rate must be >= 0 (count 0: until stopped), got "
+                             f"count {self.count}, start {self.start}, rate {self.rate}")
+        if min(self.partitions, self.records_per_message, self.chunk_records) < 1:
+            raise ValueError(f"partitions, records_per_message and chunk_records must be >= 1, "
+                             f"got {self.partitions}, {self.records_per_message}, "
+                             f"{self.chunk_records}")
+        if not self.progress_every_s > 0:
+            raise ValueError(f"progress_every_s must be positive, got {self.progress_every_s}")
+
 
 @dataclass
 class ProduceReport:
