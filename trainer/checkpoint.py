@@ -98,6 +98,11 @@ def step_dir(root: str | os.PathLike[str], step: int) -> Path:
     return Path(root) / f"{_PREFIX}{step:012d}"
 
 
+def _step_dirs(base: Path, newest_first: bool = False) -> list[Path]:
+    """The checkpoint directories under ``base``, oldest first (names sort by step)."""
+    return sorted((p for p in base.iterdir() if p.name.startswith(_PREFIX)), reverse=newest_first)
+
+
 def rank_file(directory: Path, rank: int) -> Path:
     """File of ``rank``'s rows."""
     return directory / f"rank-{rank:05d}.npz"
@@ -268,7 +273,7 @@ def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None
     base = Path(root)
     if not base.is_dir():
         return None
-    for d in sorted((p for p in base.iterdir() if p.name.startswith(_PREFIX)), reverse=True):
+    for d in _step_dirs(base, newest_first=True):
         if not (d / MANIFEST).exists():
             continue
         try:
@@ -281,8 +286,7 @@ def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None
 def has_manifest(root: str | os.PathLike[str]) -> bool:
     """Whether any checkpoint under ``root`` got as far as its manifest (verified or not)."""
     base = Path(root)
-    return base.is_dir() and any((d / MANIFEST).exists() for d in base.iterdir()
-                                 if d.name.startswith(_PREFIX))
+    return base.is_dir() and any((d / MANIFEST).exists() for d in _step_dirs(base))
 
 
 def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
@@ -296,7 +300,7 @@ def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
     """
     base = Path(root)
     moved = []
-    for d in sorted(p for p in base.iterdir() if p.name.startswith(_PREFIX)):
+    for d in _step_dirs(base):
         if d.name > kept.path.name:
             target = d.with_name(f"damaged-{d.name}")
             suffix = 1
@@ -304,6 +308,8 @@ def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
                 target = d.with_name(f"damaged-{d.name}.{suffix}")
                 suffix += 1
             d.rename(target)
+            log.warning("--resume: %s failed its checks or never completed; renamed to %s "
+                        "(delete it once looked at)", d.name, target)
             moved.append(target)
     if moved:
         _fsync_dir(base)
@@ -313,7 +319,7 @@ def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
 def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints, and older incomplete ones."""
     base = Path(root)
-    dirs = sorted((p for p in base.iterdir() if p.name.startswith(_PREFIX)), reverse=True)
+    dirs = _step_dirs(base, newest_first=True)
     complete = [d for d in dirs if (d / MANIFEST).exists()]
     if len(complete) <= keep:
         return []

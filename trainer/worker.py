@@ -243,10 +243,7 @@ def _find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
         found = ckpt.latest(root)
         if found is not None:
             path = str(found.path)
-            for aside in ckpt.set_aside_newer(root, found):
-                log.warning("--resume: %s failed its checks or never completed; renamed to %s "
-                            "(delete it once looked at)", aside.name.removeprefix("damaged-"),
-                            aside)
+            ckpt.set_aside_newer(root, found)  # it warns for each one
         elif ckpt.has_manifest(root):
             # Starting fresh would train a new model and commit offsets past the old one's.
             error = (f"--resume: no checkpoint in {root} passes its checks (see the warnings "
