@@ -30,7 +30,9 @@ _EPILOG = (
 )
 
 
-def _base_parser() -> argparse.ArgumentParser:
+def shared_parser() -> argparse.ArgumentParser:
+    """``--config`` and ``--log-level``, the flags every command takes (a parent parser; also a
+    first pass that finds the TOML file before the flags that take defaults from it exist)."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--config", metavar="FILE", help="TOML file with defaults ([kafka], [produce], ...)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -239,9 +241,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from streaming.producer import ProduceConfig
     from streaming.synthetic import SyntheticConfig
 
-    pre, _ = _base_parser().parse_known_args(argv)
+    pre, _ = shared_parser().parse_known_args(argv)
     toml = load_toml(pre.config)
-    base = _base_parser()
+    base = shared_parser()
     parser = argparse.ArgumentParser(
         prog="hetgmp",
         description="Online training of large-embedding CTR models from Kafka, with the "
@@ -355,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.extra = extra
     # The shared flags wherever they stand (a subcommand's own default would otherwise hide
     # `hetgmp --log-level DEBUG train`).
-    shared, _ = _base_parser().parse_known_args(argv)
+    shared, _ = shared_parser().parse_known_args(argv)
     args.config, args.log_level = shared.config, shared.log_level
     logging.basicConfig(
         level=getattr(logging, args.log_level),

@@ -430,17 +430,13 @@ def _round(x: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """``hetgmp demo``: flags from :class:`DemoConfig`."""
-    from trainer.cli import stop_on_signals
+    from trainer.cli import shared_parser, stop_on_signals
     from trainer.launch import resolve_device
 
     argv = [a for a in (argv or []) if a != "--"]
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
-    p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", metavar="FILE", help="TOML file whose [demo] table sets defaults")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="log level (`hetgmp --log-level` sets it for the whole process)")
+    known, _ = shared_parser().parse_known_args(argv)
+    p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0],
+                                parents=[shared_parser()])
     add_flags(p, DemoConfig, "demo", toml=load_toml(known.config))
     args = p.parse_args(argv)
     try:

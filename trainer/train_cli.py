@@ -155,19 +155,16 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hetgmp train`` (its own flags; see ``--help``)."""
     from streaming.config import load_toml
+    from trainer.cli import shared_parser
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
+    known, _ = shared_parser().parse_known_args(argv)
     parser = argparse.ArgumentParser(
         prog="hetgmp train",
         # The flags' own list runs to 70 lines: an error shows this line and the error alone.
         usage="%(prog)s [flags]   (hetgmp train --help lists and explains them)",
         description="Train a CTR model on N ranks (gloo on CPU, NCCL on CUDA) with the "
-                    "embedding rows placed by hash or by the stream's access graph.")
-    parser.add_argument("--config", metavar="FILE", help="TOML file with defaults")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+                    "embedding rows placed by hash or by the stream's access graph.",
+        parents=[shared_parser()])
     add_train_flags(parser, load_toml(known.config))
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
