@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from partitioner import Placement
-from streaming.config import env_value
+from streaming.runtime import env_value
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.comm import Comm
 from trainer.counters import KINDS, PHASES, Totals

@@ -30,7 +30,8 @@ import numpy as np
 
 from streaming.codec import DecodeConfig, Decoder
 from streaming.kafka import KafkaSettings, connect_with_retry
-from streaming.types import ClickBatch, Clock, Reject, Schema, SystemClock
+from streaming.runtime import Clock, SystemClock
+from streaming.types import ClickBatch, Reject, Schema
 
 __all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats"]
 

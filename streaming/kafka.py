@@ -6,8 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, TypeVar
 
-from streaming.config import redact, secret
-from streaming.types import Clock, SystemClock
+from streaming.runtime import Clock, SystemClock, redact, secret
 
 __all__ = ["KafkaSettings", "KafkaUnavailable", "ensure_topic", "connect_with_retry"]
 

@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from streaming.kafka import KafkaSettings, connect_with_retry, ensure_topic
+from streaming.runtime import Clock, SystemClock
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
-from streaming.types import Clock, SystemClock
 
 __all__ = ["ProduceConfig", "ProduceReport", "produce", "synthetic_chunks", "file_chunks"]
 

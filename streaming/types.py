@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
 
 import numpy as np
 
@@ -14,9 +12,6 @@ __all__ = [
     "ClickBatch",
     "Reject",
     "RejectReason",
-    "Clock",
-    "SystemClock",
-    "FakeClock",
 ]
 
 
@@ -163,47 +158,3 @@ class Reject:
     partition: int = -1
     offset: int = -1
     detail: str = ""
-
-
-class Clock(Protocol):
-    """Where time comes from; injected so that tests can move a fake one."""
-
-    def monotonic(self) -> float: ...
-
-    def time(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-@dataclass
-class FakeClock:
-    """A clock that moves only when told (``advance``) or when something sleeps on it."""
-
-    now: float = 1_000_000.0
-    sleeps: list[float] = field(default_factory=list)
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds

@@ -1,6 +1,6 @@
 """The ``hetgmp`` command: one entry point, a subcommand per job.
 
-Each subcommand's flags come from the component's config dataclass (``streaming.config``), so
+Each subcommand's flags come from the component's config dataclass (``streaming.runtime``), so
 ``--help`` lists every setting with its default and its environment variable. Heavy imports
 (torch, pymetis) happen inside the subcommand that needs them, so ``hetgmp --help`` is instant.
 """
@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Callable, Sequence, TypeVar
 
-from streaming.config import add_flags, build, load_toml
+from streaming.runtime import add_flags, build, load_toml
 
 T = TypeVar("T")
 

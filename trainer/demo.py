@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from streaming.broker import BrokerUnavailable, EmbeddedBroker, free_ports
-from streaming.config import add_flags, build, load_toml
+from streaming.broker import BrokerUnavailable, EmbeddedBroker
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
+from streaming.runtime import add_flags, build, free_ports, load_toml
 from streaming.synthetic import SyntheticConfig
 from trainer.metrics import check_metrics_port
 from trainer.report import Chart, Series, write_report

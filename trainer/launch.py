@@ -28,8 +28,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import torch
 
-from streaming.broker import die_with_parent, free_port
-from streaming.config import env_value
+from streaming.runtime import die_with_parent, env_value, free_port
 from trainer.allocator import keep_freed_memory
 from trainer.comm import Comm, DistComm, LocalComm
 from trainer.types import LaunchConfig

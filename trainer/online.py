@@ -52,7 +52,8 @@ import numpy as np
 import torch
 
 from partitioner import PartitionConfig, PassReport, Placement
-from streaming.types import ClickBatch, Clock
+from streaming.runtime import Clock
+from streaming.types import ClickBatch
 from trainer import checkpoint as ckpt
 from trainer.comm import Comm
 from trainer.counters import KINDS, StepCounters

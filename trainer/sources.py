@@ -24,8 +24,9 @@ import numpy as np
 
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import KafkaSettings, connect_with_retry
+from streaming.runtime import Clock, SystemClock
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from streaming.types import ClickBatch, Clock, SystemClock
+from streaming.types import ClickBatch
 
 __all__ = [
     "KafkaShard",

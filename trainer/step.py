@@ -30,7 +30,8 @@ from torch import nn
 
 from partitioner import Placement, route
 from partitioner.routing import capacity
-from streaming.types import ClickBatch, Clock, SystemClock
+from streaming.runtime import Clock, SystemClock
+from streaming.types import ClickBatch
 from trainer.comm import Comm, Pending
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dense import DenseOptimizer, FlatParameters

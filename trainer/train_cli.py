@@ -24,9 +24,9 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from streaming.config import add_flags, build
 from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
+from streaming.runtime import add_flags, build
 from streaming.synthetic import SyntheticConfig
 from trainer.counters import PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
@@ -154,7 +154,7 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hetgmp train`` (its own flags; see ``--help``)."""
-    from streaming.config import load_toml
+    from streaming.runtime import load_toml
     from trainer.cli import shared_parser
 
     known, _ = shared_parser().parse_known_args(argv)

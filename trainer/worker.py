@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
+from streaming.runtime import Clock, SystemClock
 from streaming.synthetic import SyntheticStream, auc
-from streaming.types import ClickBatch, Clock, SystemClock
+from streaming.types import ClickBatch
 from trainer import checkpoint as ckpt
 from trainer.comm import Comm
 from trainer.counters import StepCounters, Totals

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from streaming import broker as broker_mod
-from streaming.broker import BrokerUnavailable, EmbeddedBroker, free_ports, kafka_ready, port_free
+from streaming.broker import BrokerUnavailable, EmbeddedBroker, kafka_ready
+from streaming.runtime import free_ports, port_free
 
 pytestmark = pytest.mark.broker
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from streaming.broker import EmbeddedBroker, free_port
+from streaming.broker import EmbeddedBroker
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.producer import ProduceConfig, produce
+from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 
 pytestmark = pytest.mark.broker

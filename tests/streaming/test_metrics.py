@@ -11,11 +11,11 @@ from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.broker import free_port
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import ensure_topic
 from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector, serve
 from streaming.producer import ProduceConfig, ProduceReport, produce
+from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig
 from streaming.window import AccessWindow, WindowConfig
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from streaming.config import add_flags, build, redact
 from streaming.kafka import KafkaSettings
+from streaming.runtime import add_flags, build, redact
 from trainer.cli import build_parser, main
 
 

@@ -14,7 +14,7 @@ import torch
 from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
 from partitioner import Placement
-from streaming.broker import free_port
+from streaming.runtime import free_port
 from streaming.synthetic import SyntheticStream
 from trainer.comm import LocalComm
 from trainer.launch import launch, run_torchrun

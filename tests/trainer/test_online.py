@@ -461,7 +461,7 @@ def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
 def test_samples_held_for_the_partitioner_stay_within_the_window() -> None:
     """Rank 0 keeps at most --window samples for the next partition, also when no other rank
     sends it any (here, one rank and a repartition due only after ten minutes)."""
-    from streaming.types import SystemClock
+    from streaming.runtime import SystemClock
     from trainer.online import OnlineLoop
     from trainer.sources import SyntheticShard
     from trainer.step import Trainer

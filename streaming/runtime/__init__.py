@@ -1,0 +1,25 @@
+"""Project-wide helpers every package may import: configuration (dataclasses -> flags, the
+environment, TOML), the clock, process and port helpers, and logging with secrets masked.
+
+The environment is read here only (:func:`env_value`).
+"""
+
+from streaming.runtime.clock import Clock, FakeClock, SystemClock
+from streaming.runtime.config import add_flags, build, env_value, load_toml, redact, secret
+from streaming.runtime.processes import die_with_parent, free_port, free_ports, port_free
+
+__all__ = [
+    "Clock",
+    "FakeClock",
+    "SystemClock",
+    "add_flags",
+    "build",
+    "die_with_parent",
+    "env_value",
+    "free_port",
+    "free_ports",
+    "load_toml",
+    "port_free",
+    "redact",
+    "secret",
+]

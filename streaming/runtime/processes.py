@@ -1,0 +1,53 @@
+"""Process and port helpers shared by every long-running part: the broker child, trainer ranks,
+metrics servers."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import socket
+
+__all__ = ["die_with_parent", "free_port", "free_ports", "port_free"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether ``port`` can be bound on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As a server binds it: connections in TIME_WAIT from an earlier broker do not count,
+        # a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(start: int, count: int, host: str = "127.0.0.1") -> int:
+    """The first port from ``start`` that begins ``count`` ports in a row free on ``host``.
+
+    For servers that bind a while later (rank r serves on ``base + r`` once started): a port
+    below the kernel's ephemeral range (32768 and up by default) cannot meanwhile become the
+    local end of some outgoing connection, as one :func:`free_port` returned can.
+    """
+    for base in range(start, min(start + 1000, 65537 - count), count):
+        if all(port_free(host, p) for p in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no {count} free ports in a row from {start}")
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; elsewhere a
+    no-op): used between fork and exec for the broker, and at start-up by trainer ranks."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
