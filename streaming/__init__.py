@@ -7,9 +7,18 @@ from streaming.broker import BrokerUnavailable, EmbeddedBroker
 from streaming.codec import DecodeConfig, Decoded, Decoder
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.hashing import feature_id
-from streaming.kafka import KafkaSettings, ensure_topic
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from streaming.kafka import (
+    KafkaSettings,
+    KafkaUnavailable,
+    TopicNotFound,
+    connect_with_retry,
+    ensure_topic,
+    topic_partitions,
+)
+from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector, serve_metrics
+from streaming.positions import ConsumerFailed, LogLost
+from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
+from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
 from streaming.types import ClickBatch, Reject, RejectReason, Schema
 from streaming.window import AccessWindow, WindowConfig
 
@@ -18,20 +27,33 @@ __all__ = [
     "BrokerUnavailable",
     "ClickBatch",
     "ClickConsumer",
+    "ConsumerCollector",
     "ConsumerConfig",
+    "ConsumerFailed",
     "DecodeConfig",
     "Decoded",
     "Decoder",
     "EmbeddedBroker",
     "KafkaSettings",
+    "KafkaUnavailable",
+    "LogLost",
     "ProduceConfig",
+    "ProduceFailed",
+    "ProduceReport",
+    "ProducerCollector",
     "Reject",
     "RejectReason",
     "Schema",
     "SyntheticConfig",
     "SyntheticStream",
+    "TopicNotFound",
+    "WindowCollector",
     "WindowConfig",
+    "auc",
+    "connect_with_retry",
     "ensure_topic",
     "feature_id",
     "produce",
+    "serve_metrics",
+    "topic_partitions",
 ]

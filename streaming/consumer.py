@@ -8,8 +8,15 @@ says so (auto-commit is off), so a trainer commits exactly what its checkpoint h
 Failure handling:
 
 * broker not up at start: :func:`streaming.kafka.connect_with_retry` (backoff, a log line a try);
+* topic missing at start: :class:`~streaming.kafka.TopicNotFound` at once (or after
+  ``topic_wait_s``), never a silent wait;
 * broker restart mid-stream: kafka-python reconnects inside ``poll``; poll errors are logged and
   retried with backoff rather than raised;
+* a log that went backwards or was replaced (a broker that lost its storage, a topic created
+  again): :class:`~streaming.positions.LogLost`, raised before any record of the new log is
+  returned and before the snapshot moves (:mod:`streaming.positions` has the checks). Starting
+  positions are resolved here (the committed offset, else ``auto_offset_reset``), and
+  kafka-python's own reset is off, so that it never jumps over records silently;
 * group rebalance: revoked partitions leave the snapshot (their new owner resumes from the last
   commit); ``commit`` retries through ``RebalanceInProgressError``, keeping records that the
   rejoining poll returns for the next ``next_batch``;
@@ -24,16 +31,24 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
 from streaming.codec import DecodeConfig, Decoder
-from streaming.kafka import KafkaSettings, connect_with_retry
+from streaming.kafka import KafkaSettings, connect_with_retry, topic_partitions
+from streaming.positions import (
+    ConsumerFailed,
+    LogGuard,
+    LogLost,
+    committed_async,
+    observe,
+    out_of_range,
+)
 from streaming.runtime import Clock, SystemClock
 from streaming.types import ClickBatch, Reject, Schema
 
-__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats"]
+__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "LogLost"]
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +93,40 @@ class ConsumerConfig:
     connect_timeout_s: float = field(
         default=300.0, metadata={"help": "give up if no broker answers for this long at start"}
     )
+    topic_wait_s: float = field(
+        default=0.0,
+        metadata={"help": "wait this long for a missing topic to appear; 0 = report it at once"},
+    )
     commit_retries: int = field(
         default=30, metadata={"help": "retries of a commit interrupted by a rebalance"}
     )
+
+    def __post_init__(self) -> None:
+        # Checked here rather than where used: a bad value (max_record_bytes 0 rejected every
+        # record and the run ended "done") should stop the program before it reads anything.
+        if not self.topic:
+            raise ValueError("topic must not be empty")
+        if self.format not in ("tsv", "json"):
+            raise ValueError(f"format must be 'tsv' or 'json', got {self.format!r}")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(
+                f"auto_offset_reset must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
+        for name in ("max_record_bytes", "dead_letter_max_bytes", "fetch_max_bytes",
+                     "max_partition_fetch_bytes", "session_timeout_ms", "heartbeat_interval_ms",
+                     "max_poll_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms}): the group would evict a member "
+                "between two heartbeats")
+        if not self.connect_timeout_s > 0:
+            raise ValueError(f"connect_timeout_s must be positive, got {self.connect_timeout_s}")
+        if not self.topic_wait_s >= 0:
+            raise ValueError(f"topic_wait_s must be >= 0, got {self.topic_wait_s}")
+        if self.commit_retries < 0:
+            raise ValueError(f"commit_retries must be >= 0, got {self.commit_retries}")
 
     @property
     def dead_letter(self) -> str | None:
@@ -105,10 +151,6 @@ class ConsumerStats:
     rebalances: int = 0
 
 
-class ConsumerFailed(RuntimeError):
-    """Reading cannot go on: retrying would not help, or records would be lost."""
-
-
 def _is_fatal(exc: Exception) -> bool:
     """Kafka errors a poll retry cannot cure: the cluster refuses this client."""
     from kafka.errors import AuthorizationError, SaslAuthenticationFailedError, UnsupportedVersionError
@@ -118,16 +160,27 @@ def _is_fatal(exc: Exception) -> bool:
 
 
 def _listener(owner: ClickConsumer) -> Any:
-    """Rebalance callbacks: forget revoked partitions (their next owner resumes from the commit)."""
-    from kafka import ConsumerRebalanceListener
+    """Rebalance callbacks: forget revoked partitions (their next owner resumes from the commit)
+    and start assigned ones at the group's committed offset, else at ``auto_offset_reset``.
 
-    class Listener(ConsumerRebalanceListener):
-        def on_partitions_revoked(self, revoked: Any) -> None:
+    Async, because they run on kafka-python's network thread, where only the coroutine variant
+    of the committed-offset lookup may run.
+    """
+    from kafka import AsyncConsumerRebalanceListener
+
+    class Listener(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: Any) -> None:
             owner._forget({tp.partition for tp in revoked})
 
-        def on_partitions_assigned(self, assigned: Any) -> None:
+        async def on_partitions_assigned(self, assigned: Any) -> None:
             owner.stats.rebalances += 1
             log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
+            if not assigned:
+                return
+            committed = await committed_async(owner._consumer, assigned,
+                                              owner.kafka.request_timeout_ms)
+            if committed is not None:
+                owner._start_at({tp.partition for tp in assigned}, committed)
 
     return Listener()
 
@@ -164,6 +217,7 @@ class ClickConsumer:
         self._dlq_sent: list[Any] = []  # futures of the dead letters not yet checked
         self._positions: dict[int, int] = {}
         self._pending: list[Any] = []  # records fetched while a commit waited on a rebalance
+        self._guard: LogGuard | None = None  # set by start(): fakes in unit tests go without
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -171,17 +225,27 @@ class ClickConsumer:
         """Connect (retrying while no broker answers) and subscribe or assign."""
         if self._consumer is not None:
             return self
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import KafkaConsumer
 
         c = self.config
+        # A group id also lets a manual (partitions=...) consumer commit and resume.
         group = c.group_id or None
-        if self._manual is not None:
-            group = c.group_id or None  # a group id still lets a manual consumer commit
+        # Before any consumer exists: its metadata requests would create the topic on Tansu.
+        existing = topic_partitions(self.kafka, c.topic, c.topic_wait_s, self._clock,
+                                    c.connect_timeout_s)
+        if self._manual is not None and not set(self._manual) <= existing:
+            raise ConsumerFailed(
+                f"partitions {sorted(set(self._manual) - existing)} of topic {c.topic!r} do not "
+                f"exist on {self.kafka.bootstrap_servers} (it has {len(existing)} partitions)")
         kwargs = dict(
             self.kafka.client_kwargs(),
             group_id=group,
             enable_auto_commit=False,
-            auto_offset_reset=c.auto_offset_reset,
+            # Not earliest/latest: kafka-python would move a position that fell off the log to
+            # the other end without a word. Starting positions are resolved in _start_at, and
+            # out of range becomes LogLost.
+            auto_offset_reset="none",
+            allow_auto_create_topics=False,
             session_timeout_ms=c.session_timeout_ms,
             heartbeat_interval_ms=c.heartbeat_interval_ms,
             max_poll_interval_ms=c.max_poll_interval_ms,
@@ -191,27 +255,59 @@ class ClickConsumer:
         self._consumer = connect_with_retry(
             lambda: KafkaConsumer(**kwargs), "consumer", self.kafka, c.connect_timeout_s, self._clock
         )
+        try:
+            self._attach(group, existing)
+        except BaseException:
+            # A half-started consumer is no use to anyone; a with-block would not stop() it.
+            self._consumer.close(autocommit=False)
+            self._consumer, self._guard = None, None
+            raise
+        return self
+
+    def _attach(self, group: str | None, existing: set[int]) -> None:
+        """Remember the topic id, then assign (starting positions resolved) or subscribe."""
+        from kafka import TopicPartition
+
+        c = self.config
+        # The topic id from this consumer's own metadata (the topic exists: asking is safe).
+        self._consumer.partitions_for_topic(c.topic)
+        self._guard = LogGuard(c.topic, self.kafka.bootstrap_servers)
+        self._guard.check(*observe(self._consumer, c.topic, ()))
         if self._manual is not None or group is None:
-            parts = self._manual
-            if parts is None:
-                parts = sorted(self._partitions_for(c.topic))
+            parts = sorted(existing) if self._manual is None else list(self._manual)
             self._consumer.assign([TopicPartition(c.topic, p) for p in parts])
+            committed: dict[int, int] = {}
+            if group is not None:
+                for p in parts:
+                    off = self._consumer.committed(TopicPartition(c.topic, p),
+                                                   timeout_ms=self.kafka.request_timeout_ms)
+                    if off is not None and off >= 0:
+                        committed[p] = off
+            self._start_at(set(parts), committed)
             log.info("reading %s partitions %s (no group rebalancing)", c.topic, parts)
         else:
             self._consumer.subscribe([c.topic], listener=_listener(self))
             log.info("joined group %s on topic %s", group, c.topic)
-        return self
 
-    def _partitions_for(self, topic: str) -> set[int]:
-        deadline = self._clock.monotonic() + self.config.connect_timeout_s
-        while True:
-            parts = self._consumer.partitions_for_topic(topic)
-            if parts:
-                return set(parts)
-            if self._clock.monotonic() > deadline:
-                raise RuntimeError(f"topic {topic!r} does not exist on {self.kafka.bootstrap_servers}")
-            log.warning("topic %s not found yet; waiting", topic)
-            self._clock.sleep(1.0)
+    def _start_at(self, partitions: set[int], committed: Mapping[int, int]) -> None:
+        """Start ``partitions`` at their committed offset, the others at ``auto_offset_reset``."""
+        from kafka import TopicPartition
+
+        topic = self.config.topic
+        _, highwaters = observe(self._consumer, topic, partitions)
+        for p in sorted(partitions & set(committed)):
+            self._consumer.seek(TopicPartition(topic, p), committed[p])
+            if self._guard is not None:
+                self._guard.expect(p, committed[p], highwaters.get(p))
+        fresh = sorted(partitions - set(committed))
+        if fresh:
+            self.seek_to(fresh, self.config.auto_offset_reset)
+        if committed:
+            log.info("partitions %s continue from their committed offsets %s",
+                     sorted(partitions & set(committed)), dict(committed))
+        if fresh:
+            log.info("partitions %s have no committed offset; starting at the %s", fresh,
+                     self.config.auto_offset_reset)
 
     def stop(self) -> None:
         """Flush dead letters and close (nothing is committed here: the caller decides).
@@ -244,10 +340,26 @@ class ClickConsumer:
     # -- reading -------------------------------------------------------------------------------
 
     def _poll_raw(self, timeout: float, max_records: int) -> list[Any]:
-        from kafka.errors import KafkaError
+        from kafka.errors import (
+            KafkaError,
+            LogTruncationError,
+            NoOffsetForPartitionError,
+            OffsetOutOfRangeError,
+        )
 
         try:
             polled = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
+        except (OffsetOutOfRangeError, LogTruncationError) as exc:
+            raise out_of_range(self.config.topic, self.kafka.bootstrap_servers, exc) from exc
+        except NoOffsetForPartitionError as exc:
+            # Only when the rebalance callback could not look the committed offsets up (and
+            # kafka-python found none either): these start where auto_offset_reset says.
+            missing = exc.args[0] if exc.args and isinstance(exc.args[0], (set, frozenset)) else set()
+            parts = {tp.partition for tp in missing if tp.topic == self.config.topic}
+            log.warning("partitions %s have no position; starting them at the %s", sorted(parts),
+                        self.config.auto_offset_reset)
+            self._start_at(parts, {})
+            return []
         except KafkaError as exc:
             if _is_fatal(exc):  # retrying cannot help: say so instead of reading nothing
                 raise ConsumerFailed(
@@ -259,6 +371,10 @@ class ClickConsumer:
             log.warning("poll failed (%s: %s); retrying", type(exc).__name__, exc)
             self._clock.sleep(min(timeout, 1.0))
             return []
+        if self._guard is not None:
+            # Before anything of this poll is decoded or counted: records of a replaced log
+            # must not leave this method, nor move the snapshot.
+            self._guard.check(*observe(self._consumer, self.config.topic, self._guard.partitions))
         records: list[Any] = []
         for recs in polled.values():
             records.extend(recs)
@@ -292,7 +408,10 @@ class ClickConsumer:
         order = np.lexsort((offsets, partitions))
         last = np.flatnonzero(np.diff(partitions[order], append=-1) != 0)
         for i in order[last]:
-            self._positions[int(partitions[i])] = int(offsets[i]) + 1
+            p, nxt = int(partitions[i]), int(offsets[i]) + 1
+            self._positions[p] = nxt
+            if self._guard is not None:
+                self._guard.advance(p, nxt)
         return decoded.batch
 
     def _dead_letter(self, rejects: list[Reject]) -> None:
@@ -323,6 +442,8 @@ class ClickConsumer:
     def _forget(self, partitions: set[int]) -> None:
         for p in partitions:
             self._positions.pop(p, None)
+        if self._guard is not None:
+            self._guard.forget(partitions)
         self._pending = [r for r in self._pending if r.partition not in partitions]
         if partitions:
             log.info("partitions %s revoked", sorted(partitions))
@@ -334,6 +455,12 @@ class ClickConsumer:
             return set()
         return {tp.partition for tp in self._consumer.assignment()}
 
+    @property
+    def topic_id(self) -> str | None:
+        """The id of the topic this consumer started on (a UUID as text; None if the cluster
+        has no topic ids or the consumer has not started), e.g. for a checkpoint to record."""
+        return self._guard.topic_id if self._guard is not None else None
+
     def snapshot(self) -> dict[int, int]:
         """Next offset per partition of what :meth:`next_batch` has returned so far."""
         return dict(self._positions)
@@ -342,10 +469,43 @@ class ClickConsumer:
         """Continue partitions from the given offsets (e.g. those of a checkpoint)."""
         from kafka import TopicPartition
 
+        _, highwaters = observe(self._consumer, self.config.topic, offsets)
         for p, off in offsets.items():
             self._consumer.seek(TopicPartition(self.config.topic, p), off)
             self._positions[p] = off
+            if self._guard is not None:
+                self._guard.expect(p, off, highwaters.get(p))
         self._pending = [r for r in self._pending if r.partition not in offsets]
+
+    def seek_to(self, partitions: Iterable[int] | None, where: Literal["earliest", "latest"]) -> None:
+        """Start partitions at the beginning or the end of the log the broker has now.
+
+        The way to go on from a lost log (``--reset-offsets earliest|latest``). Their positions
+        leave the snapshot until records of them are returned.
+
+        Args:
+            partitions: partitions assigned to this consumer; None = all of them.
+            where: ``"earliest"`` (the oldest record kept) or ``"latest"`` (only new records;
+                Tansu reports as the end one past the first offset of its last batch, so the
+                rest of that producer batch is read again there).
+        """
+        from kafka import TopicPartition
+
+        if where not in ("earliest", "latest"):
+            raise ValueError(f"where must be 'earliest' or 'latest', got {where!r}")
+        parts = sorted(self.assignment if partitions is None else set(partitions))
+        if not parts:
+            return
+        tps = [TopicPartition(self.config.topic, p) for p in parts]
+        if where == "earliest":
+            self._consumer.seek_to_beginning(*tps)
+        else:
+            self._consumer.seek_to_end(*tps)
+        for p in parts:
+            self._positions.pop(p, None)
+        if self._guard is not None:
+            self._guard.forget(parts)
+        self._pending = [r for r in self._pending if r.partition not in parts]
 
     def flush_dead_letters(self, timeout: float = 30.0) -> None:
         """Block until every dead letter sent so far is acknowledged by the broker.

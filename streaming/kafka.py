@@ -6,9 +6,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, TypeVar
 
-from streaming.runtime import Clock, SystemClock, redact, secret
+from streaming.runtime import Clock, SystemClock, redact, register_secret, secret
 
-__all__ = ["KafkaSettings", "KafkaUnavailable", "ensure_topic", "connect_with_retry"]
+__all__ = [
+    "KafkaSettings",
+    "KafkaUnavailable",
+    "TopicNotFound",
+    "connect_with_retry",
+    "ensure_topic",
+    "topic_partitions",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -16,6 +23,10 @@ T = TypeVar("T")
 
 class KafkaUnavailable(RuntimeError):
     """No broker answered within the connect timeout."""
+
+
+class TopicNotFound(RuntimeError):
+    """The topic does not exist on the cluster (and did not appear within the wait allowed)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,10 @@ class KafkaSettings:
             value = getattr(self, name)
             if value:
                 kwargs[name] = value
+        # Whichever client gets a secret may log it (kafka-python's admin client logs its whole
+        # configuration at DEBUG): mask it in every log line from now on.
+        for name in ("sasl_plain_password", "ssl_password"):
+            register_secret(getattr(self, name))
         return kwargs
 
     def describe(self) -> str:
@@ -142,5 +157,61 @@ def ensure_topic(
             return False
         log.info("created topic %s with %d partitions", topic, partitions)
         return True
+    finally:
+        admin.close()
+
+
+def topic_partitions(
+    settings: KafkaSettings,
+    topic: str,
+    wait_s: float = 0.0,
+    clock: Clock | None = None,
+    connect_timeout_s: float = 300.0,
+) -> set[int]:
+    """The partition ids of ``topic``, without creating it.
+
+    The admin client's metadata request never asks for auto-creation, unlike a consumer's
+    (Tansu creates a topic a consumer merely asks about), so a missing topic is seen as missing.
+
+    Args:
+        settings: how to reach the cluster.
+        topic: the topic to look up.
+        wait_s: how long to wait for the topic to appear (0 = report it missing at once).
+        clock: time source for the wait (tests pass a fake one).
+        connect_timeout_s: how long to wait for a broker to answer at all.
+
+    Raises:
+        TopicNotFound: ``topic`` does not exist after ``wait_s`` seconds.
+        KafkaUnavailable: no broker answered within ``connect_timeout_s``.
+    """
+    from kafka.admin import KafkaAdminClient
+
+    clock = clock or SystemClock()
+    admin = connect_with_retry(
+        lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, connect_timeout_s, clock
+    )
+    try:
+        deadline = clock.monotonic() + wait_s
+        waiting = False
+        while True:
+            # All topics (no names) so that the request cannot create the one asked about.
+            described = {t["name"]: t for t in admin.describe_topics()}
+            found = described.get(topic)
+            if found is not None and found.get("partitions"):
+                return {int(p["partition_index"]) for p in found["partitions"]}
+            if clock.monotonic() >= deadline:
+                others = sorted(name for name in described if not name.startswith("__"))
+                shown = ", ".join(others[:10]) + (", ..." if len(others) > 10 else "")
+                raise TopicNotFound(
+                    f"topic {topic!r} does not exist on {settings.bootstrap_servers}"
+                    + (f" (after waiting {wait_s:g}s)" if wait_s > 0 else "")
+                    + f"; topics there: {shown or 'none'}. `hetgmp produce` creates it, or let the "
+                    "consumer wait for it to appear (topic_wait_s, --consumer-topic-wait-s)"
+                )
+            if not waiting:  # once: a line a second would bury the rest of the log
+                log.warning("topic %s does not exist on %s yet; waiting up to %.0fs for it",
+                            topic, settings.bootstrap_servers, wait_s)
+                waiting = True
+            clock.sleep(min(1.0, max(deadline - clock.monotonic(), 0.0)))
     finally:
         admin.close()

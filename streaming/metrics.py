@@ -23,7 +23,7 @@ from streaming.consumer import ClickConsumer
 from streaming.producer import ProduceReport
 from streaming.window import AccessWindow
 
-__all__ = ["ConsumerCollector", "ProducerCollector", "WindowCollector", "serve"]
+__all__ = ["ConsumerCollector", "ProducerCollector", "WindowCollector", "serve_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,10 @@ class ProducerCollector(Collector):
         yield _counter("hetgmp_records_produced", "Records written to Kafka.", r.records, lb)
         yield _counter("hetgmp_messages_produced", "Kafka messages written.", r.messages, lb)
         yield _counter("hetgmp_produced_bytes", "Bytes of message values written.", r.bytes, lb)
+        yield _counter("hetgmp_records_acked", "Records the broker acknowledged.", r.acked, lb)
+        yield _counter(
+            "hetgmp_records_failed", "Records the broker refused or never acknowledged.", r.failed, lb
+        )
 
 
 class WindowCollector(Collector):
@@ -129,7 +133,7 @@ class WindowCollector(Collector):
             yield family
 
 
-def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> Any:
+def serve_metrics(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> Any:
     """Serve ``registry`` on ``http://host:port/metrics``; returns the server (``shutdown()``)."""
     server, _thread = start_http_server(port, addr=host, registry=registry)
     log.info("metrics on http://%s:%d/metrics", host, port)

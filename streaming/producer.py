@@ -4,6 +4,11 @@ Records are packed ``records_per_message`` to a Kafka message (newline separated
 decodes one-record and many-record messages alike, and packing is what lets a Python producer
 reach 100k records/s (kafka-python's per-message cost dominates otherwise). Messages go to the
 topic's partitions round robin, so the partition of each record is a function of its index.
+
+Every message's result is checked (a callback per message, counting the records it carries): the
+report says how many records the broker acknowledged, and :func:`produce` raises
+:class:`ProduceFailed` when any was not. With ``rate`` set, messages go out evenly (a token
+bucket holding at most ~0.1 s of records), not a chunk at a time.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 
@@ -21,12 +26,21 @@ from streaming.kafka import KafkaSettings, connect_with_retry, ensure_topic
 from streaming.runtime import Clock, SystemClock
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
 
-__all__ = ["ProduceConfig", "ProduceReport", "produce", "synthetic_chunks", "file_chunks"]
+__all__ = [
+    "ProduceConfig",
+    "ProduceFailed",
+    "ProduceReport",
+    "file_chunks",
+    "produce",
+    "synthetic_chunks",
+]
 
 log = logging.getLogger(__name__)
 
 # Ground truth kept for the ceiling AUC: the most recent this many records.
 _CEILING_KEEP = 2_000_000
+# Longest burst a paced run sends at once, in seconds of its rate.
+_BURST_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,16 @@ class ProduceConfig:
     )
     chunk_records: int = field(default=16384, metadata={"help": "records generated per step"})
     progress_every_s: float = field(default=2.0, metadata={"help": "seconds between progress lines"})
+    acks: Literal["all", "1", "0"] = field(
+        default="all",
+        metadata={"help": "broker acknowledgement a record needs: 'all' in-sync replicas, '1' the "
+                          "leader only (lost if it fails before replicating), '0' none (unchecked)"},
+    )
+    idempotence: bool = field(
+        default=True,
+        metadata={"help": "idempotent producer: retries never duplicate or reorder records "
+                          "(needs acks 'all')"},
+    )
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.start < 0 or self.rate < 0:
@@ -63,21 +87,107 @@ class ProduceConfig:
                              f"{self.chunk_records}")
         if not self.progress_every_s > 0:
             raise ValueError(f"progress_every_s must be positive, got {self.progress_every_s}")
+        if self.acks not in ("all", "1", "0"):
+            raise ValueError(f"acks must be 'all', '1' or '0', got {self.acks!r}")
+        if self.idempotence and self.acks != "all":
+            raise ValueError(f"idempotence needs acks 'all', got acks {self.acks!r} (or turn "
+                             "idempotence off)")
 
 
 @dataclass
 class ProduceReport:
-    """What a produce run did."""
+    """What a produce run did.
+
+    ``records`` counts what was handed to the producer; ``acked`` what the broker acknowledged,
+    ``failed`` what it refused or never answered for (both filled in as the results arrive).
+    """
 
     records: int = 0
     messages: int = 0
     bytes: int = 0
     seconds: float = 0.0
     ceiling_auc: float | None = None
+    acked: int = 0
+    failed: int = 0
+    first_error: str | None = None
 
     @property
     def records_per_s(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def unacknowledged(self) -> int:
+        """Records sent but not acknowledged (failed, or not answered yet)."""
+        return self.records - self.acked
+
+
+class ProduceFailed(RuntimeError):
+    """Records of a produce run were not acknowledged by the broker.
+
+    Attributes:
+        report: the run's report (``acked``, ``failed``, ``first_error``).
+    """
+
+    def __init__(self, report: ProduceReport) -> None:
+        super().__init__(
+            f"{report.unacknowledged:,} of {report.records:,} records were not acknowledged by "
+            f"the broker (first error: {report.first_error or 'none reported'})")
+        self.report = report
+
+
+class _Acks:
+    """Counts the records of each message as its result arrives (on the producer's I/O thread,
+    or at once on this one when the send had already finished)."""
+
+    def __init__(self, report: ProduceReport) -> None:
+        self.report = report
+        self._lock = threading.Lock()
+
+    def success(self, records: int, _metadata: Any) -> None:
+        with self._lock:
+            self.report.acked += records
+
+    def failure(self, records: int, exc: BaseException) -> None:
+        with self._lock:
+            self.report.failed += records
+            if self.report.first_error is None:
+                self.report.first_error = f"{type(exc).__name__}: {exc}"
+                log.error("the broker did not acknowledge records: %s", self.report.first_error)
+
+
+def _wait(clock: Clock, stop: threading.Event, seconds: float) -> None:
+    # The real clock waits on the stop flag, so that stopping does not wait out a pause.
+    if isinstance(clock, SystemClock):
+        stop.wait(seconds)
+    else:
+        clock.sleep(seconds)
+
+
+class _Pacer:
+    """A token bucket: ``rate`` records a second, holding at most ``_BURST_S`` of them (or one
+    message, if that is more), so a paced run never sends a burst longer than that."""
+
+    def __init__(self, rate: float, per_message: int, clock: Clock, stop: threading.Event) -> None:
+        self.rate = rate
+        self.capacity = max(rate * _BURST_S, float(per_message))
+        self.tokens = float(per_message)  # the first message goes at once, no initial burst
+        self.clock = clock
+        self.stop = stop
+        self.last = clock.monotonic()
+
+    def _refill(self) -> None:
+        now = self.clock.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+
+    def take(self, records: int) -> None:
+        """Wait until ``records`` may be sent, and spend them."""
+        self._refill()
+        if self.tokens < records:
+            _wait(self.clock, self.stop, (records - self.tokens) / self.rate)
+            self._refill()
+        # Spent even if a little short (a wait cut by stop, float rounding): the debt carries.
+        self.tokens -= records
 
 
 Chunk = tuple[list[bytes], np.ndarray | None, np.ndarray | None]  # lines, labels, probabilities
@@ -240,8 +350,16 @@ def produce(
         progress: called every ``config.progress_every_s`` with the running report.
         clock: time source for pacing and reports.
         report: filled in as the run goes (e.g. read by a metrics collector); a new one if None.
+
+    The run stops sending at the first record the broker did not acknowledge: the topic has a
+    gap from there on, and an endless run would otherwise never report it.
+
+    Raises:
+        ProduceFailed: some record was not acknowledged by the broker (after the final flush);
+            its ``report`` says how many were.
     """
     from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
     clock = clock or SystemClock()
     stop = stop or threading.Event()
@@ -270,7 +388,8 @@ def produce(
             linger_ms=20,
             batch_size=1 << 20,
             max_request_size=16 << 20,
-            acks=1,
+            acks="all" if config.acks == "all" else int(config.acks),
+            enable_idempotence=config.idempotence,
             compression_type=None if config.compression == "none" else config.compression,
         ),
         "producer",
@@ -278,6 +397,9 @@ def produce(
     )
     n_parts = max(len(producer.partitions_for(config.topic) or []), 1)
     report = report if report is not None else ProduceReport()
+    acks = _Acks(report)
+    per_message = max(config.records_per_message, 1)
+    pacer = _Pacer(config.rate, per_message, clock, stop) if config.rate > 0 else None
     labels_kept: list[np.ndarray] = []
     probs_kept: list[np.ndarray] = []
     kept = 0
@@ -285,35 +407,49 @@ def produce(
     last_progress = t0
     try:
         for payloads, n_records, labels, probs in packed:
-            if stop.is_set():
+            if stop.is_set() or report.failed:
                 break
             if report.messages == 0:  # rates count from the first record, not the start-up
                 t0 = last_progress = clock.monotonic()
+            sent = 0
             for payload in payloads:
-                producer.send(config.topic, value=payload, partition=report.messages % n_parts)
+                n = min(per_message, n_records - sent)
+                if pacer is not None:
+                    pacer.take(n)
+                if stop.is_set() or report.failed:
+                    break
                 report.messages += 1
+                report.records += n
+                sent += n
+                try:
+                    future = producer.send(config.topic, value=payload,
+                                           partition=(report.messages - 1) % n_parts,
+                                           timestamp_ms=int(clock.time() * 1000))
+                except KafkaError as exc:  # no room in the buffer or no metadata in max_block_ms
+                    acks.failure(n, exc)
+                    break
                 report.bytes += len(payload)
-            report.records += n_records
-            if labels is not None and probs is not None:
-                labels_kept.append(labels)
-                probs_kept.append(probs)
-                kept += labels.size
+                # Two callbacks a message, no future kept: the counts are all a run needs.
+                future.add_callback(acks.success, n)
+                future.add_errback(acks.failure, n)
+                now = clock.monotonic()
+                report.seconds = now - t0
+                if progress and now - last_progress >= config.progress_every_s:
+                    last_progress = now
+                    progress(report)
+            if labels is not None and probs is not None and sent:
+                labels_kept.append(labels[:sent])
+                probs_kept.append(probs[:sent])
+                kept += sent
                 while kept - labels_kept[0].size >= _CEILING_KEEP:
                     kept -= labels_kept.pop(0).size
                     probs_kept.pop(0)
-            now = clock.monotonic()
-            report.seconds = now - t0
-            if config.rate > 0:
-                ahead = report.records / config.rate - report.seconds
-                if ahead > 0:
-                    stop.wait(ahead) if isinstance(clock, SystemClock) else clock.sleep(ahead)
-            if progress and now - last_progress >= config.progress_every_s:
-                last_progress = now
-                progress(report)
     finally:
         producer.flush()
         producer.close()
         report.seconds = clock.monotonic() - t0
     if labels_kept:
         report.ceiling_auc = auc(np.concatenate(labels_kept), np.concatenate(probs_kept))
+    if report.acked < report.records:
+        raise ProduceFailed(report)
     return report

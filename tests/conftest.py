@@ -16,11 +16,24 @@ from streaming.kafka import KafkaSettings
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--bootstrap-servers``: run the broker tests against an existing cluster."""
+    parser.addoption(
+        "--bootstrap-servers",
+        default=None,
+        metavar="HOST:PORT",
+        help="Kafka cluster for the `kafka` fixture instead of the embedded broker (tests that "
+        "kill and restart a broker still start their own embedded one)",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the broker (directly or through ``kafka``) ``broker``, so that
     ``-m "not broker"`` leaves out all of them, marked by hand or not."""
     for item in items:
-        if "broker" in getattr(item, "fixturenames", ()):
+        # ``kafka`` asks for ``broker`` only at run time (not with --bootstrap-servers), so it
+        # is not in the fixture closure: name both.
+        if {"broker", "kafka"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 
 
@@ -32,8 +45,13 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture()
-def kafka(broker: EmbeddedBroker) -> KafkaSettings:
-    """Client settings pointing at the session broker."""
+def kafka(request: pytest.FixtureRequest) -> KafkaSettings:
+    """Client settings pointing at the session broker, or at ``--bootstrap-servers`` if given."""
+    external = request.config.getoption("--bootstrap-servers")
+    if external:
+        return KafkaSettings(bootstrap_servers=external, client_id="hetgmp-test")
+    # Asked for here, not as a parameter: with an external cluster no embedded one starts.
+    broker: EmbeddedBroker = request.getfixturevalue("broker")
     return KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="hetgmp-test")
 
 

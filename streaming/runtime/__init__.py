@@ -6,7 +6,14 @@ The environment is read here only (:func:`env_value`).
 
 from streaming.runtime.clock import Clock, FakeClock, SystemClock
 from streaming.runtime.config import add_flags, build, env_value, load_toml, redact, secret
-from streaming.runtime.processes import die_with_parent, free_port, free_ports, port_free
+from streaming.runtime.logs import register_secret, setup_logging
+from streaming.runtime.processes import (
+    die_with_parent,
+    free_port,
+    free_ports,
+    port_free,
+    stop_on_signals,
+)
 
 __all__ = [
     "Clock",
@@ -21,5 +28,8 @@ __all__ = [
     "load_toml",
     "port_free",
     "redact",
+    "register_secret",
     "secret",
+    "setup_logging",
+    "stop_on_signals",
 ]

@@ -3,11 +3,16 @@ metrics servers."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import signal
 import socket
+from typing import Iterator, Protocol, TypeVar
 
-__all__ = ["die_with_parent", "free_port", "free_ports", "port_free"]
+__all__ = ["die_with_parent", "free_port", "free_ports", "port_free", "stop_on_signals"]
+
+log = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -51,3 +56,35 @@ def die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+class _Settable(Protocol):
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+S = TypeVar("S", bound=_Settable)
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: S) -> Iterator[S]:
+    """Within the block, SIGINT and SIGTERM set ``stop`` (a ``threading`` or
+    ``multiprocessing`` event) for a graceful end; a second signal raises KeyboardInterrupt
+    (give up on the graceful path). The previous handlers are back afterwards. Main thread
+    only, as Python's signal handlers are."""
+
+    def handler(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.info("%s received: stopping after the current step", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

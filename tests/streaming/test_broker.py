@@ -62,7 +62,7 @@ def test_broker_dies_with_a_parent_killed_by_sigkill(tmp_path):
 
 def test_cli_prints_bootstrap_address_and_stops_on_sigterm():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer.cli", "broker"],
+        [sys.executable, "-m", "trainer.app.cli", "broker"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

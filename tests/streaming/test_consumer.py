@@ -12,7 +12,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from streaming.broker import EmbeddedBroker
-from streaming.consumer import ClickConsumer, ConsumerConfig
+from streaming.consumer import ClickConsumer, ConsumerConfig, LogLost
 from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.producer import ProduceConfig, produce
 from streaming.runtime import free_port
@@ -165,7 +165,8 @@ def test_consumer_waits_for_a_broker_that_is_not_up_yet(unique, caplog):
     out: dict = {}
 
     def run() -> None:
-        with ClickConsumer(kafka, config(topic, "", connect_timeout_s=60)) as c:
+        # The topic appears only after the broker: the consumer is told to wait for it.
+        with ClickConsumer(kafka, config(topic, "", connect_timeout_s=60, topic_wait_s=30)) as c:
             out["batches"] = drain(c, 1_000, timeout=30)
 
     caplog.set_level(logging.WARNING, logger="streaming.kafka")
@@ -193,6 +194,13 @@ def test_broker_killed_and_restarted_mid_run(unique):
                 assert len(c.next_batch(100, timeout=0.5)) == 0
             broker = EmbeddedBroker(port=port).start()  # in-memory: the topic is gone
             fill(kafka, topic, 2_000, start=4_000, partitions=2)
+            # The log it was reading is gone: the consumer says so rather than read on as if
+            # the new log followed the old one.
+            with pytest.raises(LogLost):
+                drain(c, 2_000, timeout=90)
+        # Told to start the new log at its beginning, a consumer reads all of it.
+        with ClickConsumer(kafka, config(topic, "")) as c:
+            c.seek_to(None, "earliest")
             after = drain(c, 2_000, timeout=90)
         assert sum(len(b) for b in after) == 2_000
     finally:

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import ensure_topic
-from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector, serve
+from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector
+from streaming.metrics import serve_metrics as serve
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig

@@ -1,0 +1,24 @@
+"""The ingest benchmark runs end to end and prints its JSON summary (figures are not judged here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import ingest
+
+pytestmark = pytest.mark.broker
+
+
+def test_ingest_bench_prints_a_complete_summary(broker, capsys):
+    assert (
+        ingest.main(["--records", "8000", "--repeats", "1", "--bootstrap-servers", broker.bootstrap_servers])
+        == 0
+    )
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    assert summary["bench"] == "ingest"
+    for key in ("raw_records_per_s", "decoded_records_per_s", "ratio", "producer_records_per_s"):
+        assert summary[key] > 0
+    assert [row["records_per_message"] for row in summary["layouts"]] == [1, 16]

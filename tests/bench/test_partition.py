@@ -1,0 +1,100 @@
+"""The partition benchmark end to end on a tiny stream: its JSON summary line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.partition import _seen_classes, main
+from partitioner.types import REPLICA_BASES
+
+pytest.importorskip("streaming.synthetic")
+from streaming.synthetic import SyntheticConfig, SyntheticStream
+
+
+def test_bench_prints_one_json_row_per_worker_count_and_strategy(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--workers", "2,3", "--window", "6000", "--period-records", "3000",
+                 "--periods", "2", "--global-batch", "512"])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    assert summary["bench"] == "partition"
+    rows = {(r["workers"], r["strategy"]): r for r in summary["rows"]}
+    assert set(rows) == {(n, s) for n in (2, 3)
+                         for s in ("hash", "static", "full", "incremental")}
+    keys = {"remote_rows_per_sample", "remote_rows_per_sample_after_drift", "rows_migrated",
+            "repartition_seconds", "imbalance", "remote_share_unseen_ids",
+            "remote_share_ids_seen_once"}
+    for row in rows.values():
+        assert keys <= set(row)
+        # Every period brings ids its window never saw, and they are remote somewhere.
+        assert 0 < row["remote_share_unseen_ids"] < 1
+        assert 0 <= row["remote_share_ids_seen_once"] < 1 - row["remote_share_unseen_ids"]
+    for n in (2, 3):
+        assert rows[(n, "incremental")]["remote_rows_per_sample"] < rows[(n, "hash")][
+            "remote_rows_per_sample"]
+        assert rows[(n, "static")]["rows_migrated"] == 0
+        assert rows[(n, "hash")]["imbalance"] < 1.01  # arrival-order split
+
+
+def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--workers", "2", "--window", "6000", "--period-records", "3000",
+                 "--periods", "2", "--global-batch", "512", "--oracle"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static", "full", "incremental"}
+    (ceiling,) = summary["ceiling"]
+    assert ceiling["strategy"] == "segments" and ceiling["workers"] == 2
+    hash_rate = next(r["remote_rows_per_sample"] for r in summary["rows"]
+                     if r["strategy"] == "hash")
+    # Knowing the communities must beat sharding by hash on a stream made of communities.
+    assert ceiling["remote_rows_per_sample"] < hash_rate
+
+
+def test_offline_protocol_scores_one_partition_on_its_own_records(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--offline", "--workers", "2", "--records", "6000", "--global-batch", "512",
+                 "--replica-fraction", "0.02", "--offline-passes", "2"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["protocol"] == "offline" and summary["records"] == 6000
+    rows = {(r["strategy"], r["replica_basis"]): r for r in summary["rows"]}
+    assert set(rows) == {("hash", None), ("static", "touched"), ("static", "window"),
+                         ("incremental", "touched"), ("incremental", "window")}
+    hash_rate = rows[("hash", None)]["remote_rows_per_sample"]
+    touched, table = rows[("static", "touched")], rows[("static", "window")]
+    # Scored on the records it was computed from, the partition beats hash sharding, and a
+    # budget counted against all the records' rows (the table) buys more copies and fewer
+    # remote rows: 2% of the distinct ids of the static stream's 6000 records, on each worker.
+    stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=6001))
+    distinct = np.unique(stream.block_ids(stream.take(0, 6000))).size
+    assert table["replicas_per_worker"] == int(0.02 * distinct)
+    assert touched["replicas_per_worker"] < table["replicas_per_worker"]
+    assert touched["remote_rows_per_sample"] < hash_rate
+    assert table["remote_rows_per_sample"] < touched["remote_rows_per_sample"]
+    # The incremental passes repair each static placement on the same records: they move rows,
+    # keep within the budget (a worker's touched rows change with the placement; the window's
+    # do not), and leave fewer remote rows than the hash placement.
+    for basis in REPLICA_BASES:
+        repaired = rows[("incremental", basis)]
+        assert repaired["passes"] == 2 and repaired["rows_migrated"] > 0
+        assert repaired["replicas_per_worker"] <= table["replicas_per_worker"]
+        assert repaired["remote_rows_per_sample"] < hash_rate
+        assert repaired["imbalance"] <= 1.10
+    assert rows[("incremental", "window")]["replicas_per_worker"] == table["replicas_per_worker"]
+
+
+def test_offline_refuses_the_flags_it_would_ignore() -> None:
+    for extra in (["--oracle"], ["--replica-basis", "window"]):
+        with pytest.raises(SystemExit):
+            main(["--offline", "--records", "100", *extra])
+
+
+def test_remote_rows_are_classed_by_what_the_window_saw_of_their_ids() -> None:
+    window_ids, counts = np.array([5, 7, 8]), np.array([1, 3, 2])
+    # 9 and 4 unseen, 5 seen once, 7 and 8 seen more.
+    assert _seen_classes(np.array([4, 5, 7, 8, 9]), window_ids, counts).tolist() == [2, 1, 2]
+    assert _seen_classes(np.array([4, 5]), window_ids[:0], counts[:0]).tolist() == [2, 0, 0]

@@ -1,0 +1,171 @@
+"""The hetgmp command line: help, configuration precedence, secrets, error messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from streaming.kafka import KafkaSettings
+from streaming.runtime import add_flags, build, redact
+from trainer.app.cli import build_parser, main
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    import os
+
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.app.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+def test_help_lists_subcommands():
+    r = run_cli("--help")
+    assert r.returncode == 0
+    for name in ("broker", "produce", "consume", "bench", "demo"):
+        assert name in r.stdout
+
+
+def test_produce_help_shows_defaults_and_env_variables_but_no_secret():
+    r = run_cli("produce", "--help", env={"HETGMP_KAFKA_SASL_PLAIN_PASSWORD": "hunter2"})
+    assert r.returncode == 0
+    assert "HETGMP_KAFKA_BOOTSTRAP_SERVERS" in r.stdout
+    assert "--synthetic-drift-every" in r.stdout and "100000" in r.stdout
+    assert "hunter2" not in r.stdout and "***" in r.stdout
+
+
+def test_precedence_cli_over_env_over_toml_over_default(tmp_path, monkeypatch):
+    toml = tmp_path / "c.toml"
+    toml.write_text('[kafka]\nclient_id = "from-toml"\nrequest_timeout_ms = 1234\n[produce]\ncount = 7\n')
+    monkeypatch.setenv("HETGMP_KAFKA_CLIENT_ID", "from-env")
+    argv = ["--config", str(toml), "produce", "--count", "9"]
+    args, _ = build_parser(argv).parse_known_args(argv)
+    kafka = build(KafkaSettings, args)
+    assert kafka.client_id == "from-env"  # env beats TOML
+    assert kafka.request_timeout_ms == 1234  # TOML beats default
+    assert args.count == 9  # command line beats TOML
+    argv = ["--config", str(toml), "produce", "--client-id", "from-cli"]
+    args, _ = build_parser(argv).parse_known_args(argv)
+    assert build(KafkaSettings, args).client_id == "from-cli"
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_train_and_demo_read_the_config_file(tmp_path, capsys, where):
+    """train and demo parse their own flags: --config must reach them on either side of the
+    command's name (the top-level parser used to consume it and drop it)."""
+    toml = tmp_path / "c.toml"
+    toml.write_text("[train]\nglobal_batch = 96\n[demo]\nworkers = 3\n")
+    for command, shown in (("train", "96 from config file"), ("demo", "3 from config file")):
+        argv = ([command, "--config", str(toml)] if where == "after"
+                else ["--config", str(toml), command]) + ["--help"]
+        with pytest.raises(SystemExit) as ended:
+            main(argv)
+        assert ended.value.code == 0
+        assert shown in " ".join(capsys.readouterr().out.split()), command
+
+
+@pytest.mark.parametrize("flags,says", [
+    (["--count", "-1"], "count, start and rate must be >= 0"),
+    (["--chunk-records", "0"], "chunk_records must be >= 1"),
+    (["--synthetic-segments", "0"], "segments, hot_size and n_sparse"),
+])
+def test_produce_refuses_bad_settings_before_connecting(flags, says, capsys):
+    """They used to raise from deep inside (or, for --count -1, produce for ever)."""
+    with pytest.raises(SystemExit) as ended:
+        main(["produce", "--bootstrap-servers", "localhost:1", *flags])
+    assert ended.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_bad_environment_value_is_a_clear_error(monkeypatch):
+    import argparse
+
+    monkeypatch.setenv("HETGMP_KAFKA_REQUEST_TIMEOUT_MS", "soon")
+    with pytest.raises(SystemExit, match="HETGMP_KAFKA_REQUEST_TIMEOUT_MS"):
+        add_flags(argparse.ArgumentParser(), KafkaSettings, "kafka")
+
+
+def test_secrets_are_masked_in_repr_and_descriptions():
+    k = KafkaSettings(sasl_plain_username="me", sasl_plain_password="hunter2", ssl_password="p4ss")
+    assert "hunter2" not in repr(k) and "p4ss" not in repr(k)
+    assert "hunter2" not in k.describe()
+    assert redact(k)["sasl_plain_password"] == "***"
+    assert k.client_kwargs()["sasl_plain_password"] == "hunter2"  # still passed to kafka-python
+
+
+def test_unknown_flag_is_rejected():
+    with pytest.raises(SystemExit):
+        main(["produce", "--no-such-flag"])
+
+
+def test_missing_replay_file_is_reported(broker, unique):
+    r = run_cli(
+        "produce",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        unique("t"),
+        "--source",
+        "file:/nonexistent/day_0.gz",
+    )
+    assert r.returncode == 2 and "not found" in r.stderr
+
+
+@pytest.mark.broker
+def test_produce_then_consume_through_the_cli(broker, unique, tmp_path):
+    import gzip
+
+    topic = unique("cli")
+    r = run_cli(
+        "produce",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--count",
+        "5000",
+        "--seed",
+        "3",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "done: 5,000 records" in r.stdout and "ceiling) AUC" in r.stdout
+    # Replay a gzip Criteo file into the same topic: two good lines and one bad one.
+    good = "\t".join(["1"] + ["2"] * 13 + ["68fd1e64"] * 26)
+    path = tmp_path / "day.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(good + "\n" + "broken line\n" + good + "\n")
+    r = run_cli(
+        "produce",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--source",
+        f"file:{path}",
+        "--records-per-message",
+        "1",
+    )
+    assert r.returncode == 0, r.stderr
+    r = run_cli(
+        "consume",
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--consumer-topic",
+        topic,
+        "--consumer-group-id",
+        unique("g"),
+        "--idle-exit",
+        "3",
+        "--commit",
+    )
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["records"] == 5002
+    assert summary["rejected"] == {"wrong_field_count": 1}
+    assert summary["committed"] is True

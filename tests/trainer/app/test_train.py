@@ -1,0 +1,188 @@
+"""``hetgmp train`` end to end: synthetic source in memory, and a real topic on the broker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streaming.kafka import KafkaSettings
+from streaming.producer import ProduceConfig, produce
+from streaming.synthetic import SyntheticConfig
+from trainer.app.demo import main as demo_main
+from trainer.app.train import main
+
+pytestmark = pytest.mark.distributed
+
+# gloo on CPU whatever the machine has (the tests of CUDA are in test_cuda.py), a small model.
+MODEL = ["--device", "cpu", "--embed-dim", "8", "--hidden", "16", "--global-batch", "512"]
+SMALL = [*MODEL, "--log-every", "0", "--threads", "1", "--timeout-s", "120"]
+
+
+def _summary(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_train_synthetic_on_two_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    # Repartitioning off: the graph placement is computed once from a warm-up window (static).
+    code = main(["--workers", "2", "--records", "8192", "--warmup", "8000", "--heldout", "4000",
+                 "--staleness", "2", "--model", "widedeep", "--synthetic-vocab-max", "20000",
+                 "--repartition-interval", "0", *SMALL])
+    assert code == 0
+    s = _summary(capsys.readouterr().out)
+    assert s["workers"] == 2 and s["samples"] == 8192 and s["steps"] == 16
+    assert s["device"] == "cpu"
+    assert s["placement"]["kind"] == "graph" and min(s["placement"]["replicas"]) > 0
+    assert 0.5 < s["heldout_auc"] < 1.0
+    assert s["max_staleness"] <= 2 and s["replica_reads"] > 0
+    assert s["bytes_per_sample"] > 0 and s["remote_rows_per_sample"] > 0
+    phases = s["seconds_by_phase"]
+    assert list(phases) == ["route", "read", "compute", "write", "dense"]
+    assert phases["compute"] > 0 and sum(phases.values()) <= 2 * s["seconds"]
+
+
+@pytest.mark.broker
+def test_train_from_kafka_reads_every_partition_once(
+    capsys: pytest.CaptureFixture[str], kafka: KafkaSettings, unique
+) -> None:
+    topic = unique("train")
+    report = produce(kafka, ProduceConfig(topic=topic, count=20_000, partitions=4,
+                                          records_per_message=16), SyntheticConfig(seed=2))
+    assert report.records == 20_000
+    # Online placement: hash at first, a full partition after 2,000 records, then repairs.
+    code = main(["--workers", "2", "--source", "kafka", "--records", "0", "--idle-s", "4",
+                 "--bootstrap-servers", kafka.bootstrap_servers, "--consumer-topic", topic,
+                 "--consumer-group-id", "", "--warmup", "2000", "--repartition-interval", "6000",
+                 "--staleness", "1", *SMALL])
+    assert code == 0
+    s = _summary(capsys.readouterr().out)
+    # Every record trained exactly once, whatever rank read it and whichever trained it.
+    assert s["samples"] == 20_000
+    assert s["placement"]["kind"] == "online" and s["placement"]["version"] >= 1
+    assert s["placements_moved_to"] >= 1 and s["placement"]["explicit_ids"] > 0
+    assert s["progressive_auc"] is not None and 0.4 < s["progressive_auc"] < 1.0
+    assert s["heldout_auc"] is None
+
+
+def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--global-batch", "0"])
+    assert info.value.code == 2
+    assert "global_batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [main, demo_main], ids=["train", "demo"])
+def test_cuda_with_fewer_gpus_than_ranks_is_a_usage_error_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], gpus, command
+) -> None:
+    gpus(1)
+    with pytest.raises(SystemExit) as info:
+        command(["--device", "cuda", "--workers", "2"])  # the demo's broker never starts
+    assert info.value.code == 2
+    assert "needs a GPU per rank" in capsys.readouterr().err
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaSettings, unique,
+                                                                   tmp_path) -> None:
+    """The whole path a deployment relies on: SIGTERM -> last step -> checkpoint -> commit ->
+    exit 0; then --resume continues right after it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from trainer import checkpoint as ckpt
+
+    topic, group = unique("sigterm"), unique("sigterm-group")
+    produce(kafka, ProduceConfig(topic=topic, count=40_000, partitions=2), SyntheticConfig(seed=4))
+    argv = [sys.executable, "-m", "trainer.app.train", "--workers", "2", "--source", "kafka",
+            "--records", "0", "--idle-s", "300", "--bootstrap-servers", kafka.bootstrap_servers,
+            "--consumer-topic", topic, "--consumer-group-id", group, "--warmup", "4000",
+            "--repartition-interval", "8000", "--checkpoint-dir", str(tmp_path),
+            "--checkpoint-interval", "0", "--log-every", "1", *MODEL]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        # Wait until training is under way (progress lines on stderr), then ask it to stop.
+        deadline = time.monotonic() + 120
+        seen = 0
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if " step " in line and "samples/s" in line:
+                seen += 1
+                if seen >= 12:
+                    break
+        assert seen >= 12, "training never got going"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert 0 < s["samples"] < 40_000  # stopped early, not at the end of the topic
+    manifest = ckpt.latest(tmp_path)
+    assert manifest is not None and manifest.records == s["samples"]
+    assert sum(manifest.offsets.values()) * 16 >= manifest.records  # 16 records a message
+
+    # --resume: the rest of the topic, nothing twice.
+    code = main(["--workers", "2", "--source", "kafka", "--records", "0", "--idle-s", "4",
+                 "--bootstrap-servers", kafka.bootstrap_servers, "--consumer-topic", topic,
+                 "--consumer-group-id", group, "--warmup", "4000", "--repartition-interval",
+                 "8000", "--checkpoint-dir", str(tmp_path), "--resume", *SMALL])
+    assert code == 0
+    final = ckpt.latest(tmp_path)
+    assert final is not None and final.records == 40_000
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--checkpoint-interval", "60s"], "--checkpoint-interval needs --checkpoint-dir"),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+    (["--repartition-interval", "soon"], "expected records"),
+    # Source and metrics settings: a usage error, not a traceback from inside a rank.
+    (["--records", "-5"], "--records -5: the synthetic source needs at least one record"),
+    (["--records", "0"], "is for --source kafka"),
+    (["--heldout", "-1"], "--heldout -1: must be >= 0"),
+    (["--source", "kafka", "--records", "-1"], "a Kafka source needs records >= 0"),
+    (["--source", "kafka", "--idle-s", "0"], "positive idle and poll times"),
+    (["--metrics-port", "65535", "--workers", "2"], "with 2 rank(s) it must lie in 1..65534"),
+])
+def test_bad_settings_are_usage_errors_before_any_rank_starts(
+        capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--global-batch", "0"], "global_batch must be >= 1"),
+    (["--partitions", "0"], "partitions must be >= 1"),  # a topic of no partitions hung it
+    (["--warmup", "-1"], "warmup must be >= 0"),
+    (["--metrics-port", "70000"], "must lie in 1..65534"),
+    (["--checkpoint-interval", "soon"], "expected records"),
+])
+def test_bad_demo_settings_are_usage_errors_before_the_broker_starts(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str],
+        message: str) -> None:
+    import trainer.app.demo as demo
+
+    monkeypatch.setattr(demo, "run_demo", lambda *a: pytest.fail("the demo started"))
+    with pytest.raises(SystemExit) as info:
+        demo_main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_metrics_port_range_counts_every_rank_of_a_torchrun_job(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as info:
+        main(["--metrics-port", "65530", "--device", "cpu"])
+    assert info.value.code == 2
+    assert "with 8 rank(s) it must lie in 1..65528" in capsys.readouterr().err

@@ -1,0 +1,229 @@
+"""``hetgmp train``: start N ranks (or join a torchrun job) and train from a source.
+
+Flags come from the config dataclasses (:mod:`trainer.types`, the synthetic stream, Kafka, the
+consumer), each with its environment variable. Sources:
+
+* ``--source synthetic``: the synthetic stream in memory; the graph placement is computed from
+  the ``--warmup`` records before the training range (not trained on), and the ``--heldout``
+  records after it are scored at the end (AUC, log-loss).
+* ``--source kafka``: each rank reads its share of the topic's partitions; the graph
+  placement comes from the first ``--warmup`` records the ranks read (trained on too); the
+  AUC reported is progressive (each sample scored before its update) over the last records.
+
+SIGINT/SIGTERM stop training after the current step (a second one stops at once). The last
+line printed is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from dataclasses import replace
+from typing import Any
+
+from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
+from streaming.runtime import add_flags, build
+from trainer.counters import PHASES
+from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+
+__all__ = ["add_train_flags", "main"]
+
+log = logging.getLogger("hetgmp.train")
+
+_PROGRESSIVE = 50_000
+
+
+def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None = None) -> None:
+    """Add the flags of ``hetgmp train`` to ``parser`` (TOML tables give defaults)."""
+    add_flags(parser.add_argument_group("launch", "ranks and devices"), LaunchConfig, "launch",
+              toml=toml)
+    add_flags(parser.add_argument_group("train", "training loop"), TrainConfig, "train",
+              toml=toml)
+    add_flags(parser.add_argument_group(
+        "online", "repartitioning on the stream, live migration, checkpoints"), OnlineConfig,
+        "online", toml=toml)
+    add_flags(parser.add_argument_group("model", "CTR model"), ModelConfig, "model", toml=toml,
+              skip=("seed",))
+    add_flags(parser.add_argument_group("store", "embedding store"), StoreConfig, "store",
+              prefix="store", toml=toml, skip=("seed",))
+    src = parser.add_argument_group("source", "where samples come from")
+    src.add_argument("--source", choices=["synthetic", "kafka"], default="synthetic",
+                     help="in-memory synthetic stream, or a Kafka topic")
+    src.add_argument("--records", type=int, default=200_000,
+                     help="records to train on (kafka: 0 = until the topic stays idle)")
+    src.add_argument("--heldout", type=int, default=20_000,
+                     help="synthetic: records after the training range scored at the end")
+    src.add_argument("--idle-s", type=float, default=10.0,
+                     help="kafka: a rank's source ends after this long without records")
+    src.add_argument("--seed", type=int, default=0,
+                     help="seed of the model, the initial rows and the partitioner")
+    met = parser.add_argument_group("metrics", "Prometheus exposition")
+    met.add_argument("--metrics-port", type=int, default=0,
+                     help="rank r serves /metrics on this port + r (0: off)")
+    met.add_argument("--metrics-host", default="127.0.0.1",
+                     help="address the metrics are served on (0.0.0.0 for every interface)")
+    met.add_argument("--metrics-linger-s", type=float, default=0.0,
+                     help="keep serving metrics this long after the run ends, so that the last "
+                          "scrape of a bounded run sees its final figures")
+    add_flags(parser.add_argument_group("synthetic stream", "shape of --source synthetic"),
+              SyntheticConfig, "synthetic", prefix="synthetic", toml=toml)
+    add_flags(parser.add_argument_group("kafka", "how to reach the cluster"), KafkaSettings,
+              "kafka", toml=toml)
+    add_flags(parser.add_argument_group("consumer", "Kafka consumer of --source kafka"),
+              ConsumerConfig, "consumer", prefix="consumer", toml=toml)
+
+
+def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
+    from trainer.dist.launch import job_ranks
+    from trainer.job import Job
+    from trainer.metrics import check_metrics_port
+    from trainer.sources import KafkaSpec, SyntheticSpec
+
+    launch = build(LaunchConfig, args)
+    train = build(TrainConfig, args)
+    online = build(OnlineConfig, args)
+    model = build(ModelConfig, args, seed=args.seed)
+    store = build(StoreConfig, args, "store", seed=args.seed)
+    common = dict(progressive=_PROGRESSIVE, seed=args.seed, online=online,
+                  metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                  metrics_linger_s=args.metrics_linger_s)
+    # Graph placement is computed online (cold start from hash) unless repartitioning is off:
+    # then once, from a warm-up window, and never again (HET-GMP's static placement).
+    static = train.placement == "graph" and not online.repartition.enabled
+    check_metrics_port(args.metrics_port, job_ranks(launch), zero="off")
+    if args.source == "synthetic":
+        if args.records < 1:
+            raise ValueError(f"--records {args.records}: the synthetic source needs at least "
+                             f"one record (0, 'until idle', is for --source kafka)")
+        if args.heldout < 0:
+            raise ValueError(f"--heldout {args.heldout}: must be >= 0 (0: no held-out score)")
+        syn = build(SyntheticConfig, args, "synthetic")
+        w = train.warmup if static else 0
+        job = Job(SyntheticSpec(syn, w, args.records), model, store, train,
+                  window=SyntheticSpec(syn, 0, w) if w else None,
+                  heldout=SyntheticSpec(syn, w + args.records, args.heldout)
+                  if args.heldout else None, **common)
+    else:
+        spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
+                         records=args.records, idle_s=args.idle_s)
+        job = Job(spec, model, store, train, **common)
+    return job, launch
+
+
+def _finite(x: Any) -> Any:
+    """None for NaN (JSON has no NaN), the value otherwise."""
+    return None if isinstance(x, float) and x != x else x
+
+
+def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    totals = result.job_totals.summary()
+    out: dict[str, Any] = {
+        "command": "train",
+        "source": args.source,
+        "workers": result.world,
+        "device": device,
+        "steps": result.steps,
+        "seconds": round(result.seconds, 3),
+        "samples": totals["samples_trained"],
+        "samples_per_s": round(result.samples_per_s, 1),
+        "mean_loss": round(float(totals["mean_loss"]), 5),
+        "heldout_auc": result.heldout_auc,
+        "heldout_logloss": result.heldout_logloss,
+        "progressive_auc": result.progressive_auc,
+        "placement": result.placement,
+        "placements_moved_to": result.online.get("placements", 0),
+        "freshness_p50_s": _finite(result.online.get("freshness_p50_s")),
+        "freshness_p99_s": _finite(result.online.get("freshness_p99_s")),
+        "resumed_from_step": result.resumed_from,
+        # Host wall time by phase, each the longest of any rank's (on CUDA a phase also waits
+        # for the GPU work queued before it whenever it copies to the host).
+        "seconds_by_phase": {phase: round(float(v), 3)
+                             for phase, v in zip(PHASES, result.job_totals.seconds)},
+    }
+    out.update({k: totals[k] for k in (
+        "bytes_per_sample", "dense_bytes_per_sample", "remote_rows_per_sample", "remote_rows",
+        "replica_reads", "replica_refreshes", "replica_pushes", "staleness_histogram",
+        "max_staleness", "embedding_bytes", "dense_bytes")})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``hetgmp train`` (its own flags; see ``--help``)."""
+    from streaming.runtime import load_toml
+    from trainer.app.cli import shared_parser
+
+    known, _ = shared_parser().parse_known_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="hetgmp train",
+        # The flags' own list runs to 70 lines: an error shows this line and the error alone.
+        usage="%(prog)s [flags]   (hetgmp train --help lists and explains them)",
+        description="Train a CTR model on N ranks (gloo on CPU, NCCL on CUDA) with the "
+                    "embedding rows placed by hash or by the stream's access graph.",
+        parents=[shared_parser()])
+    add_train_flags(parser, load_toml(known.config))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+    from trainer.dist.launch import (
+        WorkerFailed,
+        job_device,
+        launch,
+        run_torchrun,
+        stop_event,
+        under_torchrun,
+    )
+    from trainer.run import run_rank
+
+    try:
+        job, launch_config = _job(args)
+        launch_config = replace(launch_config, device=job_device(launch_config))
+    except ValueError as exc:
+        parser.error(str(exc))
+    stop = stop_event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():  # a second signal: give up on the graceful path
+            raise KeyboardInterrupt
+        log.info("%s received: stopping after the current step", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        if under_torchrun():
+            result = run_torchrun(run_rank, job, launch_config, stop)
+            if result.rank != 0:
+                return 0
+        else:
+            log.info("starting %d rank(s) on %s", launch_config.workers, launch_config.device)
+            result = launch(run_rank, job, launch_config, stop)[0]
+    except WorkerFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    summary = _summary(result, args, launch_config.device)
+    auc = summary["heldout_auc"] if summary["heldout_auc"] is not None else summary[
+        "progressive_auc"]
+    print(f"trained {summary['samples']:,} samples in {summary['steps']} steps on "
+          f"{summary['workers']} rank(s): {summary['samples_per_s']:,.0f} samples/s, "
+          f"loss {summary['mean_loss']:.4f}, AUC {auc if auc is None else round(auc, 4)}, "
+          f"{summary['bytes_per_sample']:,.0f} bytes/sample, "
+          f"{summary['remote_rows_per_sample']:.3f} remote rows/sample, "
+          f"max staleness {summary['max_staleness']}", flush=True)
+    print(json.dumps(summary, default=float), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

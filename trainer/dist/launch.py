@@ -1,0 +1,348 @@
+"""Start the ranks of a job: N spawned processes on this machine, or this process under torchrun.
+
+:func:`launch` spawns one process per rank (the ``spawn`` start method: no forked torch or Kafka
+state), each joins a ``torch.distributed`` group (gloo on CPU, NCCL on CUDA, one GPU per rank)
+with a timeout on every collective, runs ``fn(comm, arg)`` and sends back its result or its
+exception with the traceback. The parent watches every rank: the first failure (an exception,
+or a rank that died without a word, e.g. killed by the OOM killer) stops the others
+(terminate -> join(timeout) -> kill) and raises :class:`WorkerFailed` naming the rank and the
+cause, so a dead rank never leaves its peers hanging in a collective.
+
+Under ``torchrun`` (``RANK``/``WORLD_SIZE`` in the environment) :func:`run_torchrun` runs the
+one rank of this process; torchrun itself takes the job down when a rank dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import pickle
+import signal
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Literal, TypeVar
+
+import torch
+
+from streaming.runtime import die_with_parent, env_value, free_port
+from trainer.dist.allocator import keep_freed_memory
+from trainer.dist.comm import Comm, DistComm, LocalComm
+from trainer.types import LaunchConfig
+
+__all__ = [
+    "WorkerFailed",
+    "gpus_needed",
+    "job_device",
+    "job_ranks",
+    "launch",
+    "resolve_device",
+    "run_torchrun",
+    "stop_event",
+    "under_torchrun",
+]
+
+log = logging.getLogger(__name__)
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+_STOP_GRACE_S = 5.0
+
+
+class WorkerFailed(RuntimeError):
+    """A rank of the job failed; the job was stopped.
+
+    Attributes:
+        rank: The first rank that failed.
+        detail: Its exception and traceback, or how it died.
+    """
+
+    def __init__(self, rank: int, detail: str) -> None:
+        super().__init__(f"rank {rank} failed: {detail}")
+        self.rank = rank
+        self.detail = detail
+
+
+def resolve_device(kind: str, needed: int = 1, *, warn: bool = True) -> Literal["cpu", "cuda"]:
+    """``cpu`` or ``cuda`` for a device setting of ``auto``, ``cpu`` or ``cuda``.
+
+    A CUDA job gives each rank of a machine a GPU of its own: NCCL refuses two ranks on one
+    device. ``needed`` is how many GPUs this process must see for that (see
+    :func:`gpus_needed`). ``auto`` is CUDA only when it sees that many, and otherwise falls back
+    to CPU (gloo), saying so unless ``warn`` is off; ``cuda`` with too few is an error.
+
+    Raises:
+        ValueError: ``cuda`` asked for, and torch sees no CUDA device or fewer than
+            ``needed``; or an unknown ``kind``.
+    """
+    if kind not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device {kind!r}: expected auto, cpu or cuda")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    advice = ("run as many ranks per machine as it has GPUs (--workers, or torchrun's "
+              "--nproc-per-node)")
+    if kind == "auto":
+        if warn and 0 < gpus < needed:
+            log.warning("%d rank(s) on this machine but %d GPU(s), one needed per rank: "
+                        "running on CPU (gloo); to use the GPUs, %s", needed, gpus, advice)
+        return "cuda" if 0 < gpus and needed <= gpus else "cpu"
+    if kind == "cuda" and gpus == 0:
+        raise ValueError("--device cuda, but torch sees no CUDA device")
+    if kind == "cuda" and gpus < needed:
+        raise ValueError(f"--device cuda with {needed} ranks on this machine needs a GPU "
+                         f"per rank (NCCL), but torch sees {gpus}: {advice}, or use "
+                         f"--device cpu")
+    return "cuda" if kind == "cuda" else "cpu"
+
+
+def gpus_needed(config: LaunchConfig) -> int:
+    """GPUs this process must see so that every rank of its machine gets one of its own.
+
+    Ranks this launcher starts use ``cuda:0`` .. ``cuda:workers-1``. A torchrun rank uses
+    ``cuda:(LOCAL_RANK % visible)``: it needs ``LOCAL_WORLD_SIZE`` visible GPUs (``WORLD_SIZE``
+    when the launcher does not say), or one, when ``CUDA_VISIBLE_DEVICES`` gives each process
+    a single device of its own (as ``srun --gpus-per-task=1`` does).
+    """
+    if not under_torchrun():
+        return config.workers
+    visible = env_value("CUDA_VISIBLE_DEVICES")
+    if visible is not None and len([d for d in visible.split(",") if d.strip()]) == 1:
+        return 1
+    return int(env_value("LOCAL_WORLD_SIZE") or env_value("WORLD_SIZE") or 1)
+
+
+def job_device(config: LaunchConfig) -> Literal["cpu", "cuda"]:
+    """The device of this process's ranks for ``config.device``, checked before any starts.
+
+    Under torchrun with ranks on several machines, ``auto`` is refused: each machine would
+    decide alone, and one picking NCCL while another picks gloo hangs the rendezvous.
+
+    Raises:
+        ValueError: See :func:`resolve_device`; or ``auto`` across machines.
+    """
+    if under_torchrun() and config.device == "auto":
+        local = env_value("LOCAL_WORLD_SIZE")
+        if local is not None and job_ranks(config) > int(local):
+            raise ValueError("--device auto with ranks on several machines: each machine would "
+                             "choose alone (NCCL on one, gloo on another hangs the job); pass "
+                             "--device cuda or --device cpu")
+    # Under torchrun every rank of the machine resolves the device: one of them says why.
+    warn = not under_torchrun() or int(env_value("LOCAL_RANK") or 0) == 0
+    return resolve_device(config.device, gpus_needed(config), warn=warn)
+
+
+@dataclass(frozen=True)
+class _Rendezvous:
+    rank: int
+    world: int
+    init_method: str
+    device: str
+    timeout_s: float
+    threads: int
+    log_level: int = logging.INFO
+    keep_freed_memory: bool = True
+
+
+def _device_for(kind: str, local_rank: int) -> torch.device:
+    if kind == "cuda":
+        # Below the count whenever gpus_needed() held, except for a process that sees the one
+        # GPU of its own (CUDA_VISIBLE_DEVICES): device 0 then.
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def _init_group(rv: _Rendezvous, local_rank: int, stop: Any = None) -> DistComm:
+    import torch.distributed as dist
+
+    torch.set_num_threads(rv.threads)
+    if rv.keep_freed_memory:
+        keep_freed_memory()
+    device = _device_for(rv.device, local_rank)
+    dist.init_process_group(
+        "nccl" if rv.device == "cuda" else "gloo",
+        init_method=rv.init_method,
+        rank=rv.rank,
+        world_size=rv.world,
+        timeout=datetime.timedelta(seconds=rv.timeout_s),
+        # Binds the NCCL group to this rank's GPU (else barrier() guesses the device, and warns).
+        device_id=device if device.type == "cuda" else None,
+    )
+    return DistComm(device, stop)
+
+
+def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
+           conn: mpc.Connection, stop: Any) -> None:
+    """Body of a spawned rank: run ``fn`` and report the outcome through ``conn``."""
+    import torch.distributed as dist
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # SIGTERM to a rank (a process-group SIGTERM from systemd or `kill -- -PGID`, or the parent
+    # dying: PR_SET_PDEATHSIG) asks the whole job to stop gracefully through the shared stop
+    # event: last step, checkpoint, commit. A rank stuck in a collective with a dead peer does
+    # not run the handler; the parent's stop then kills it after a grace period.
+    if stop is not None:
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    die_with_parent()
+    logging.basicConfig(level=rv.log_level,
+                        format=f"%(asctime)s %(levelname)s rank{rv.rank} %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(max(rv.log_level, logging.WARNING))
+    try:
+        comm = _init_group(rv, rv.rank, stop)
+        result = fn(comm, arg)
+        # Plain pickle, not the connection's: multiprocessing's reducer would pass tensors as
+        # shared-memory handles, which die with this process before the parent reads them.
+        conn.send_bytes(pickle.dumps(("ok", result), protocol=pickle.HIGHEST_PROTOCOL))
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+            conn.send_bytes(pickle.dumps(("error", detail)))
+        raise SystemExit(1) from None
+    finally:
+        if dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+        conn.close()
+
+
+@contextlib.contextmanager
+def _child_env(threads: int) -> Iterator[None]:
+    """Thread caps for spawned children, which inherit the environment at start."""
+    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    saved = {k: env_value(k) for k in keys}
+    os.environ.update({k: str(threads) for k in keys})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {code} without reporting a result"
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(_STOP_GRACE_S)
+        if p.is_alive():
+            p.kill()
+            p.join(_STOP_GRACE_S)
+
+
+def stop_event() -> Any:
+    """An event that :func:`launch` hands to every rank (``comm.stop_requested()``)."""
+    return mp.get_context("spawn").Event()
+
+
+def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = None,
+           stop: Any = None) -> list[R]:
+    """Run ``fn(comm, arg)`` on ``config.workers`` ranks of this machine; results by rank.
+
+    One worker runs in this process with a :class:`~trainer.dist.comm.LocalComm` (no group).
+    ``fn`` and ``arg`` must be picklable (a module-level function and plain data).
+
+    Args:
+        fn: The rank's work.
+        arg: Its argument.
+        config: Ranks, device, collective timeout, threads.
+        stop: An event from :func:`stop_event`; once set, ``comm.stop_requested()`` is true
+            on every rank (graceful stop: the ranks agree on a last step themselves).
+
+    Raises:
+        WorkerFailed: A rank raised or died; the other ranks have been stopped.
+    """
+    config = config or LaunchConfig()
+    device = resolve_device(config.device, config.workers)
+    if config.workers == 1:
+        torch.set_num_threads(config.threads)
+        if config.keep_freed_memory:
+            keep_freed_memory()
+        return [fn(LocalComm(_device_for(device, 0), stop), arg)]
+    ctx = mp.get_context("spawn")
+    init = f"tcp://127.0.0.1:{free_port()}"
+    procs, conns = [], []
+    try:
+        with _child_env(config.threads):
+            for rank in range(config.workers):
+                rv = _Rendezvous(rank, config.workers, init, device, config.timeout_s,
+                                 config.threads, logging.getLogger().getEffectiveLevel(),
+                                 config.keep_freed_memory)
+                parent_end, child_end = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_child, args=(rv, fn, arg, child_end, stop),
+                                name=f"hetgmp-rank{rank}", daemon=False)
+                p.start()
+                child_end.close()  # the parent keeps only its end: EOF means the child is gone
+                procs.append(p)
+                conns.append(parent_end)
+        return _collect(procs, conns)
+    finally:
+        _stop(procs)
+        for c in conns:
+            c.close()
+
+
+def _collect(procs: list[Any], conns: list[mpc.Connection]) -> list[Any]:
+    results: list[Any] = [None] * len(procs)
+    waiting = dict(enumerate(conns))
+    while waiting:
+        ready = mpc.wait(list(waiting.values()), timeout=1.0)
+        for rank, conn in list(waiting.items()):
+            if conn not in ready:
+                continue
+            try:
+                status, payload = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                procs[rank].join(_STOP_GRACE_S)
+                raise WorkerFailed(rank, _describe_exit(procs[rank].exitcode)) from None
+            if status != "ok":
+                raise WorkerFailed(rank, payload)
+            results[rank] = payload
+            del waiting[rank]
+    for p in procs:
+        p.join(_STOP_GRACE_S)
+    return results
+
+
+def under_torchrun() -> bool:
+    """Whether this process is a rank started by torchrun (or any launcher setting RANK)."""
+    return env_value("RANK") is not None and env_value("WORLD_SIZE") is not None
+
+
+def job_ranks(config: LaunchConfig) -> int:
+    """Ranks of the whole job: torchrun's ``WORLD_SIZE`` under it, else ``config.workers``."""
+    return int(env_value("WORLD_SIZE") or 1) if under_torchrun() else config.workers
+
+
+def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = None,
+                 stop: Any = None) -> R:
+    """Run this process's rank of a torchrun job (``env://`` rendezvous); its result."""
+    import torch.distributed as dist
+
+    config = config or LaunchConfig()
+    rank = int(env_value("RANK") or 0)
+    world = int(env_value("WORLD_SIZE") or 1)
+    local_rank = int(env_value("LOCAL_RANK") or 0)
+    rv = _Rendezvous(rank, world, "env://", job_device(config), config.timeout_s, config.threads,
+                     keep_freed_memory=config.keep_freed_memory)
+    comm = _init_group(rv, local_rank, stop)
+    try:
+        return fn(comm, arg)
+    finally:
+        dist.destroy_process_group()

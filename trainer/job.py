@@ -1,0 +1,124 @@
+"""A training job as a value, and what each rank reports when it ends.
+
+A :class:`Job` is everything a rank needs (it is picklable: it travels to spawned ranks);
+:func:`trainer.run.run_rank` runs one rank of it and returns a :class:`RankResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from partitioner import Placement
+from trainer.counters import StepCounters, Totals
+from trainer.embedding import Audit
+from trainer.sources import SourceSpec, SyntheticSpec
+from trainer.step import ModelState
+from trainer.types import Hooks, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+
+__all__ = ["Job", "RankResult"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a rank needs.
+
+    Attributes:
+        source: The training records.
+        model: Model settings.
+        store: Embedding store settings.
+        train: Loop settings.
+        online: The online loop (repartitioning, migration, checkpoints, record budget); by
+            default nothing is repartitioned and nothing checkpointed.
+        placement: A fixed placement (overrides ``train.placement``).
+        window: Records (not trained) whose access graph gives the graph placement; None = the
+            first ``train.warmup`` records of the source (trained on too).
+        heldout: Records scored after training (AUC, log-loss).
+        progressive: Recent training samples (over all ranks) scored before their update, for
+            the progressive AUC.
+        seed: Seed of the partitioner.
+        metrics_port: Serve Prometheus metrics on this port + rank (0: off).
+        metrics_host: Address the metrics are served on.
+        metrics_linger_s: Keep serving metrics this long after the run ends (or until a stop
+            request), so that a last scrape sees the final figures of a bounded run.
+        hooks: What tests and benchmarks ask for beyond training.
+    """
+
+    source: SourceSpec
+    model: ModelConfig = field(default_factory=ModelConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    online: OnlineConfig = field(
+        default_factory=lambda: OnlineConfig(repartition_interval="0", drift_threshold=0.0))
+    placement: Placement | None = None
+    window: SyntheticSpec | None = None
+    heldout: SyntheticSpec | None = None
+    progressive: int = 0
+    seed: int = 0
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    metrics_linger_s: float = 0.0
+    hooks: Hooks = field(default_factory=Hooks)
+
+    @property
+    def partitions_online(self) -> bool:
+        """Whether placements are computed from the stream while training (cold start: hash)."""
+        return (self.train.placement == "graph" and self.placement is None
+                and not self.hooks.schedule and self.online.repartition.enabled)
+
+
+@dataclass
+class RankResult:
+    """What a rank reports when the job ends.
+
+    Attributes:
+        rank: The rank.
+        world: Ranks in the job.
+        totals: This rank's counters.
+        job_totals: Counters summed over ranks (equal on every rank).
+        seconds: Wall time of the training loop (the slowest rank's, equal on every rank).
+        steps: Steps trained.
+        heldout_auc: AUC on the held-out records (None without them), from the owners' rows
+            after pending replica updates were pushed: the model a checkpoint holds.
+        heldout_logloss: Mean log-loss on the held-out records, likewise.
+        heldout_auc_local: AUC with each rank's own view (its replicas for replicated rows,
+            before the final push): what the ranks trained with. Equal to ``heldout_auc`` at
+            ``s = 0``; the two part when a merge of stale copies has not been trained through.
+        heldout_logloss_local: Log-loss with each rank's own view.
+        progressive_auc: AUC of the last training samples, scored before their update.
+        placement: Explicit ids, replicas per rank and the partition time.
+        state: The rank's model, when asked for.
+        step_counters: Every step's counters, when asked for.
+        audit: The replica read and owner update logs, when asked for.
+        online: What the online loop saw: per-step records, events (repartitions,
+            migrations, checkpoints), freshness percentiles, the final placement version.
+        trained_offsets: int64 ``[n, 2]`` (partition, offset) of every record this rank
+            trained, when asked for.
+        resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
+    """
+
+    rank: int
+    world: int
+    totals: Totals
+    job_totals: Totals
+    seconds: float
+    steps: int
+    heldout_auc: float | None = None
+    heldout_logloss: float | None = None
+    heldout_auc_local: float | None = None
+    heldout_logloss_local: float | None = None
+    progressive_auc: float | None = None
+    placement: dict[str, object] = field(default_factory=dict)
+    state: ModelState | None = None
+    step_counters: list[StepCounters] | None = None
+    audit: Audit | None = None
+    online: dict[str, Any] = field(default_factory=dict)
+    trained_offsets: np.ndarray | None = None
+    resumed_from: int | None = None
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples trained per second over the job."""
+        return self.job_totals.samples / self.seconds if self.seconds > 0 else 0.0

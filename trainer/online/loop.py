@@ -1,0 +1,264 @@
+"""The online loop: the placement follows the stream while training goes on.
+
+:class:`OnlineLoop` runs on every rank around the training steps of :func:`trainer.run.run_rank`
+and composes one small object per concern:
+
+* the control vector (:mod:`trainer.online.control`): before each step one all-reduce decides,
+  for every rank at once, whether to stop, repartition, switch placement or checkpoint;
+* the record budget (:class:`RecordBudget`, ``--max-records``);
+* the window feed (:class:`WindowFeed`): every sample trained reaches rank 0's partitioner;
+* the repartitioner (:class:`Repartitioner`, rank 0): when a placement is due (interval, drift,
+  cold start) and computing it in the partitioner process beside training;
+* the migration driver (:class:`MigrationDriver`): the new placement is broadcast, and rows move
+  to their new owners one chunk between two steps;
+* the checkpointer (:class:`Checkpointer`): checkpoint, then commit the offsets it covers;
+* the stats (:class:`LoopStats`): bounded history, events and freshness for the report.
+
+Between two steps, in this order: the window samples travel, a partition starts (rank 0), a
+computed placement is switched to, one migration chunk moves, a checkpoint is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from partitioner import PartitionConfig
+from streaming import ClickBatch
+from streaming.runtime import Clock
+from trainer import checkpoint as ckpt
+from trainer.counters import KINDS, StepCounters
+from trainer.dist import Comm
+from trainer.online.budget import RecordBudget
+from trainer.online.checkpointer import Checkpointer
+from trainer.online.control import Control, Proposal, agree
+from trainer.online.migration import MigrationDriver
+from trainer.online.repartition import Repartitioner
+from trainer.online.stats import LoopStats, StepRecord
+from trainer.online.window import WindowFeed
+from trainer.sources import Source
+from trainer.step import Trainer
+from trainer.types import Hooks, OnlineConfig, TrainConfig
+
+__all__ = ["Diverged", "OnlineLoop"]
+
+log = logging.getLogger(__name__)
+
+# Steps between refreshes of the placement gauges (rows owned grow as rows are created).
+_PUBLISH_EVERY = 10
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite: the run stops before it checkpoints or commits."""
+
+
+class OnlineLoop:
+    """Repartitioning, live migration, checkpoints and the record budget around the steps.
+
+    Args:
+        comm: Collectives of the job.
+        trainer: This rank's trainer.
+        source: This rank's source (its offsets are committed after checkpoints).
+        config: Online-loop settings.
+        train: Training settings (batch, replica budget, warm-up for the cold start).
+        clock: Time source.
+        seed: Seed of the partitioner and of the window sampling.
+        metrics: The rank's :class:`trainer.metrics.TrainerMetrics`, or None.
+        hooks: What tests and benchmarks ask for (schedule, fault, audit, history length).
+        partition: Compute placements from the stream (off: only the schedule moves rows).
+        resumed: The checkpoint this run resumed from (None: a fresh start).
+        extra: Settings recorded in checkpoints and checked at resume.
+    """
+
+    def __init__(self, comm: Comm, trainer: Trainer, source: Source, config: OnlineConfig,
+                 train: TrainConfig, clock: Clock, *, seed: int = 0, metrics: Any = None,
+                 hooks: Hooks | None = None, partition: bool = True,
+                 resumed: ckpt.Manifest | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        hooks = hooks or Hooks()
+        self.comm, self.trainer, self.source, self.clock = comm, trainer, source, clock
+        self.cfg, self.metrics = config, metrics
+        self.rank, self.world = comm.rank, comm.world
+        records = resumed.records if resumed is not None else 0
+        self.schedule = dict(sorted(hooks.schedule))
+        self.partition = partition and config.repartition.enabled
+        self.stats = LoopStats(hooks.history, started_ms=clock.time() * 1000.0)
+        self.budget = RecordBudget(config.max_records, self.rank, self.world, records)
+        self.window = WindowFeed(comm, trainer.n_fields, config.window, config.window_sample,
+                                 seed)
+        self.migrations = MigrationDriver(comm, trainer, config.migration_chunk_bytes,
+                                          self.stats, clock, metrics=metrics, fault=hooks.fault,
+                                          check_owners=hooks.audit)
+        self.checkpointer = Checkpointer(
+            comm, config.checkpoint_dir, config.checkpoint, config.keep_checkpoints, self.stats,
+            clock, extra=extra or {}, records=records,
+            resumed_step=resumed.step if resumed is not None else None, metrics=metrics)
+        self.repartitioner: Repartitioner | None = None
+        if self.rank == 0 and self.partition:
+            pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,
+                                 replica_fraction=train.replica_fraction,
+                                 replica_basis=train.replica_basis, seed=seed)
+            # A placement restored from a checkpoint is repaired incrementally, not replaced.
+            self.repartitioner = Repartitioner(
+                trainer.n_fields, config.window, pc, config.repartition, train.warmup,
+                config.drift_threshold, computed=trainer.placement.ids.size > 0,
+                records=records, now=clock.monotonic())
+        self._last = Proposal()
+        self.moved_chunk = False
+        self.checkpoint_seconds = 0.0
+
+    # -- before a step -----------------------------------------------------------------------
+
+    def control(self) -> Control:
+        """The control all-reduce and everything decided by it (collective)."""
+        rep, migrating = self.repartitioner, self.migrations.active
+        due = rep is not None and rep.due(self.records, self.clock.monotonic(), migrating)
+        if due == "drift" and rep is not None:
+            self.stats.event("drift", step=self.trainer.step_index, records=self.records,
+                             level=rep.drift.level, baseline=rep.drift.baseline)
+        ctl = agree(self.comm, Proposal(
+            stop=self.comm.stop_requested(), repartition=bool(due),
+            ready=rep is not None and rep.ready and not migrating,
+            checkpoint=self.rank == 0 and self.checkpointer.due(self.records),
+            diverged=self._last.diverged, records=self._last.records, rows_not_held=self._last.rows_not_held,
+            samples=self._last.samples, window=self.window.outgoing,
+            rows_owned=len(self.trainer.store)))
+        self.stats.sample_imbalance = ctl.sample_imbalance or self.stats.sample_imbalance
+        self.stats.row_imbalance = ctl.row_imbalance or self.stats.row_imbalance
+        self._check_diverged(ctl.diverged)
+        self.budget.count(ctl.records)
+        ctl.stop = ctl.stop or self.budget.spent
+        if rep is not None and ctl.samples:
+            rep.observe(ctl.rows_not_held / ctl.samples, migrating)
+        return ctl
+
+    def between_steps(self, ctl: Control) -> None:
+        """Window, repartition, placement, migration chunk and checkpoint, as decided.
+
+        Sets :attr:`moved_chunk` (a migration was in progress) and :attr:`checkpoint_seconds`
+        (time spent checkpointing, which is not step time).
+        """
+        self.moved_chunk = self.migrations.active or ctl.ready
+        self.checkpoint_seconds = 0.0
+        finished = self.migrations.completed
+        if int(ctl.window_rows.sum()):
+            self.window.exchange(ctl.window_rows)
+        if ctl.repartition and self.repartitioner is not None:
+            kind = self.repartitioner.start(self.window.take(), self.trainer.placement,
+                                            self.records, self.clock.monotonic())
+            self.stats.event("repartition", step=self.trainer.step_index, records=self.records,
+                             kind=kind)
+        if ctl.ready:
+            computed = self.repartitioner.take() if self.repartitioner is not None else None
+            self.migrations.receive(computed, self.records)
+        elif not self.migrations.active and self.schedule:
+            due = [s for s in self.schedule if s <= self.trainer.step_index]
+            if due:
+                self.migrations.start(self.schedule.pop(due[0]), self.records)
+        if self.migrations.active:
+            self.migrations.move_chunk(self.records)
+        if self.migrations.completed != finished:
+            self.publish_placement()
+        if ctl.checkpoint:
+            t0 = self.clock.monotonic()
+            self.checkpoint()
+            self.checkpoint_seconds = self.clock.monotonic() - t0
+
+    def read_cap(self) -> int | None:
+        """Most records this rank may read this step under ``--max-records`` (None: no cap)."""
+        return self.budget.read_cap()
+
+    # -- after a step ------------------------------------------------------------------------
+
+    def after_step(self, batch: ClickBatch, c: StepCounters, seconds: float,
+                   migrating: bool) -> None:
+        """Account for a trained step: window samples, freshness, history, metrics."""
+        tr = self.trainer
+        if self.partition:
+            self.window.offer(batch.ids, tr.last_routed_in, tr.last_dest)
+        self._last = Proposal(records=len(batch), rows_not_held=c.rows_not_held,
+                              samples=c.samples_trained,
+                              diverged=not math.isfinite(c.loss_sum))
+        fresh = self.stats.freshness_of(batch.timestamps_ms, self.clock.time() * 1000.0)
+        self.stats.history.append(StepRecord(
+            tr.step_index, self.records, c.rows_not_held, c.samples_trained,
+            int(c.traffic.sent.sum()), seconds, migrating, tr.placement.version))
+        if self.metrics is not None:
+            self.metrics.on_step(c, seconds, fresh, migrating)
+            if tr.step_index % _PUBLISH_EVERY == 0:
+                self.publish_placement()
+
+    def note_read(self, n: int) -> None:
+        """Records read for a step that trained nothing (counted at the next control round)."""
+        self._last = Proposal(records=n)
+
+    def settle(self) -> None:
+        """Count the last step's records (collective): a run ended by ``--steps`` has no next
+        control round to count them before its final checkpoint."""
+        last = self._last
+        t = torch.tensor([last.records, int(last.diverged)], dtype=torch.int64,
+                         device=self.comm.device)
+        self.comm.all_reduce_sum(t, "control")
+        self._check_diverged(bool(t[1]))
+        self.budget.count(int(t[0]))
+        self._last = Proposal()
+
+    def _check_diverged(self, diverged: bool) -> None:
+        if diverged:  # every rank raises here, before anything is checkpointed
+            raise Diverged(f"the training loss became NaN or infinite at step "
+                           f"{self.trainer.step_index} (too high a learning rate, or inputs "
+                           f"out of range?); nothing after the last checkpoint was saved or "
+                           f"committed")
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def records(self) -> int:
+        """Records read over all ranks (those of the run it resumed included)."""
+        return self.budget.records
+
+    @property
+    def migrating(self) -> bool:
+        """Whether a migration is in progress."""
+        return self.migrations.active
+
+    @property
+    def window_held(self) -> int:
+        """Samples rank 0 holds for the next partition."""
+        return self.window.held
+
+    def checkpoint(self) -> ckpt.Manifest | None:
+        """Write a checkpoint and then commit the Kafka offsets it covers (collective)."""
+        return self.checkpointer.write(self.trainer, self.source, self.records)
+
+    def publish_placement(self) -> None:
+        """Export the placement in force (version, rows owned and replicated, row balance)."""
+        if self.metrics is None:
+            return
+        tr = self.trainer
+        self.metrics.on_placement(tr.placement.version, len(tr.store), len(tr.replicas),
+                                  self.stats.sample_imbalance, self.stats.row_imbalance)
+
+    def report(self) -> dict[str, Any]:
+        """What the loop saw on this rank (plain data: it travels back from spawned ranks)."""
+        return {**self.stats.report(),
+                "traffic_sent": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.sent)},
+                "records": self.records, "offsets": self.source.snapshot()}
+
+    def close(self) -> None:
+        """Stop the partitioner (a placement still being computed is dropped)."""
+        if self.repartitioner is not None:
+            self.repartitioner.close()
+            self.repartitioner = None
+
+    def __enter__(self) -> OnlineLoop:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
