@@ -9,11 +9,12 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup tools demo test test-gpu bench clean help
+.PHONY: setup tools demo test test-fast test-gpu bench clean help
 
 help:
 	@echo "make demo   - embedded Kafka broker + synthetic click stream + training, ends with a report"
 	@echo "make test   - run the test suite (starts its own broker)"
+	@echo "make test-fast - the unit tests and the in-process multi-rank ones (no broker, no spawned ranks; under a minute)"
 	@echo "make bench  - run the benchmarks (figures and ratios against in-run baselines)"
 	@echo "make test-gpu TORCH=<CUDA build> - on a GPU machine: the CUDA tests, GPU against CPU speed"
 	@echo "make clean  - remove the virtual environment and build outputs"
@@ -51,6 +52,11 @@ tools:
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# No broker, no spawned ranks, nothing slow: the multi-rank protocols run on ranks that are
+# threads of the test process (trainer.dist.ThreadComm).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not broker and not distributed and not slow" $(PYTEST_ARGS)
 
 # The tests marked cuda (skipped by `make test` where there is no GPU), then one rank's training
 # speed on the GPU against the CPU: bench/gpu_check.sh.

@@ -42,10 +42,11 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.counters import ONLINE_KINDS
-from trainer.launch import launch, resolve_device
+from trainer.dist.launch import launch, resolve_device
+from trainer.job import Job, RankResult
+from trainer.run import run_rank
 from trainer.sources import KafkaSpec
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
-from trainer.worker import Job, RankResult, run_rank
 
 __all__ = ["build_parser", "main", "parse_args", "job_series"]
 

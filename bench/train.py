@@ -65,13 +65,15 @@ import numpy as np
 from partitioner import Placement
 from streaming.runtime import env_value
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.comm import Comm
 from trainer.counters import KINDS, PHASES, Totals
-from trainer.launch import launch, resolve_device
+from trainer.dist.comm import Comm
+from trainer.dist.launch import launch, resolve_device
+from trainer.job import Job, RankResult
+from trainer.placement import graph_placement
+from trainer.run import gather_totals, run_jobs, run_rank
 from trainer.sources import SyntheticSpec, open_source
 from trainer.step import Trainer
 from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
-from trainer.worker import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -130,7 +132,7 @@ def run_paired(comm: Comm, jobs: list[Job], chunk: int) -> list[PairedRun]:
             began = time.perf_counter()
             samples = 0
             for _ in range(chunk):
-                c = trainer.step(source.next(), exhausted=source.exhausted)
+                c = trainer.step(source.next_batch(), exhausted=source.exhausted)
                 if c is None:
                     done[i] = True
                     break
@@ -206,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "single is the per-core ceiling) or cuda (NCCL, a GPU a rank)")
     p.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="every run (single included) keeps the memory a step frees for the next "
-                        "(trainer.allocator); --no-keep-freed-memory leaves glibc's defaults")
+                        "(trainer.dist.allocator); --no-keep-freed-memory leaves glibc's defaults")
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
                         "steps: s = 100 never syncs a replica before the final push)")

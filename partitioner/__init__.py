@@ -6,6 +6,8 @@ torch, no I/O.
 """
 
 from partitioner.full import FullPartitioner
+from partitioner.hashing import fmix64
+from partitioner.idindex import IdIndex
 from partitioner.incremental import IncrementalPartitioner
 from partitioner.measures import (
     imbalance,
@@ -18,27 +20,38 @@ from partitioner.measures import (
     sample_imbalance,
 )
 from partitioner.plan import plan_diff
-from partitioner.routing import route, route_window
+from partitioner.routing import capacity, route, route_window
 from partitioner.types import (
+    REPLICA_BASES,
     MigrationPlan,
     PartitionConfig,
     Partitioner,
     PassReport,
     Placement,
+    ReplicaBasis,
     WindowGraph,
+    check_replica_basis,
     default_owner,
+    find_sorted,
 )
 
 __all__ = [
+    "REPLICA_BASES",
     "FullPartitioner",
+    "IdIndex",
     "IncrementalPartitioner",
     "MigrationPlan",
     "PartitionConfig",
     "Partitioner",
     "PassReport",
     "Placement",
+    "ReplicaBasis",
     "WindowGraph",
+    "capacity",
+    "check_replica_basis",
     "default_owner",
+    "find_sorted",
+    "fmix64",
     "imbalance",
     "migrated_bytes",
     "migrated_rows",

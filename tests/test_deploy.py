@@ -40,7 +40,7 @@ def test_compose_services_point_at_real_commands():
     import yaml
 
     config = yaml.safe_load(r.stdout)
-    from trainer.cli import build_parser
+    from trainer.app.cli import build_parser
 
     checked = 0
     for name, service in config["services"].items():
@@ -52,7 +52,7 @@ def test_compose_services_point_at_real_commands():
         if argv[0] == "train":
             import argparse
 
-            from trainer.train_cli import add_train_flags
+            from trainer.app.train import add_train_flags
 
             train = argparse.ArgumentParser()
             add_train_flags(train)

@@ -187,7 +187,7 @@ BAD_RECORDS = 7
 
 def _run_state(ranks: list[str], report: ProduceReport, errors: list) -> str:
     """Records produced, the trainer's errors, and what each rank's endpoint says."""
-    from trainer.demo import scrape
+    from trainer.app.demo import scrape
 
     parts = [f"produced {report.records}", f"trainer errors {errors!r}"]
     for url in ranks:
@@ -208,16 +208,17 @@ def _run_state(ranks: list[str], report: ProduceReport, errors: list) -> str:
 def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path):
     from kafka import KafkaProducer
 
+    from streaming import serve_metrics as serve
     from streaming.consumer import ConsumerConfig
     from streaming.kafka import ensure_topic
-    from streaming.metrics import serve
     from streaming.producer import ProduceConfig, produce
     from streaming.synthetic import SyntheticConfig
-    from trainer.demo import scrape
-    from trainer.launch import launch, stop_event
+    from trainer.app.demo import scrape
+    from trainer.dist.launch import launch, stop_event
+    from trainer.job import Job
+    from trainer.run import run_rank
     from trainer.sources import KafkaSpec
     from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
-    from trainer.worker import Job, run_rank
 
     topic = unique("prom-run")
     ensure_topic(kafka, topic, 2)

@@ -36,13 +36,13 @@ __all__ = [
 ]
 
 _HOME = {
-    "DCN": "trainer.models",
-    "DeepFM": "trainer.models",
-    "WideDeep": "trainer.models",
-    "build_model": "trainer.models",
-    "EmbeddingStore": "trainer.store",
-    "ReplicaTable": "trainer.replicas",
-    "RowExchange": "trainer.exchange",
+    "DCN": "trainer.model.models",
+    "DeepFM": "trainer.model.models",
+    "WideDeep": "trainer.model.models",
+    "build_model": "trainer.model.models",
+    "EmbeddingStore": "trainer.embedding.store",
+    "ReplicaTable": "trainer.embedding.replicas",
+    "RowExchange": "trainer.embedding.exchange",
     "StepCounters": "trainer.counters",
     "Totals": "trainer.counters",
     "LaunchConfig": "trainer.types",
@@ -51,14 +51,14 @@ _HOME = {
     "TrainConfig": "trainer.types",
     "Trainer": "trainer.step",
     "OnlineConfig": "trainer.types",
-    "OnlineLoop": "trainer.online",
-    "Migration": "trainer.migrate",
+    "OnlineLoop": "trainer.online.loop",
+    "Migration": "trainer.embedding.migrate",
     "TrainerMetrics": "trainer.metrics",
-    "Job": "trainer.worker",
-    "RankResult": "trainer.worker",
-    "run_rank": "trainer.worker",
-    "WorkerFailed": "trainer.launch",
-    "launch": "trainer.launch",
+    "Job": "trainer.job",
+    "RankResult": "trainer.job",
+    "run_rank": "trainer.job",
+    "WorkerFailed": "trainer.dist.launch",
+    "launch": "trainer.dist.launch",
 }
 
 

@@ -74,7 +74,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from partitioner import PassReport
-from streaming.metrics import serve
+from streaming import serve_metrics as serve
 from trainer import counters as _counters
 from trainer.counters import StepCounters
 

@@ -1,8 +1,8 @@
 """One rank's training step: route samples, read rows, forward/backward, write rows, average dense.
 
 :class:`Trainer` is the same object in single-process training (with
-:class:`~trainer.comm.LocalComm`) and in every rank of a job (with
-:class:`~trainer.comm.DistComm`); only the placement and the communicator differ. That is what
+:class:`~trainer.dist.comm.LocalComm`) and in every rank of a job (with
+:class:`~trainer.dist.comm.DistComm`); only the placement and the communicator differ. That is what
 makes invariant 3 testable: with ``s = 0``, N ranks compute what one process computes on the
 same global batches, up to float summation order.
 
@@ -28,17 +28,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from partitioner import Placement, route
-from partitioner.routing import capacity
+from partitioner import Placement, capacity, route
+from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
-from streaming.types import ClickBatch
-from trainer.comm import Comm, Pending
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
-from trainer.dense import DenseOptimizer, FlatParameters
-from trainer.exchange import RowExchange
-from trainer.models import build_model
-from trainer.replicas import ReplicaTable
-from trainer.store import EmbeddingStore
+from trainer.dist import Comm, Pending
+from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange
+from trainer.model import DenseOptimizer, FlatParameters, build_model
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 
 __all__ = ["Trainer", "ModelState"]
@@ -225,7 +221,10 @@ class Trainer:
         c.loss_sum = float(loss_sum.detach())
         self.step_index += 1
         cfg = self.store.config
-        if (cfg.evict_after or cfg.max_rows) and self.step_index % _MAINTAIN_EVERY == 0:
+        # The cap is checked every step (the rows a step created pushed the store over it at
+        # most), the idle-row scan every few.
+        if self.store.over_cap or (cfg.evict_after or cfg.max_rows) and \
+                self.step_index % _MAINTAIN_EVERY == 0:
             self.store.maintain(self.step_index)
         c.traffic = self.comm.traffic - before
         self.totals.add(c)
@@ -359,7 +358,7 @@ class Trainer:
         """Route and read by ``placement``'s owners from the next step on.
 
         The store must already hold the rows ``placement`` gives this rank (see
-        :mod:`trainer.migrate`); replica sets are changed by :meth:`replace_replicas`.
+        :mod:`trainer.embedding.migrate`); replica sets are changed by :meth:`replace_replicas`.
         """
         if placement.num_workers != self.comm.world:
             raise ValueError(f"placement for {placement.num_workers} ranks, job has "

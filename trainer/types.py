@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from partitioner.types import ReplicaBasis, check_replica_basis
+from partitioner import Placement, ReplicaBasis, check_replica_basis
 
 __all__ = [
     "StoreConfig",
@@ -18,6 +18,7 @@ __all__ = [
     "LaunchConfig",
     "OnlineConfig",
     "Interval",
+    "Hooks",
 ]
 
 
@@ -48,7 +49,9 @@ class StoreConfig:
         default=0, metadata={"help": "evict rows unused for this many steps (0 = never)"}
     )
     max_rows: int = field(
-        default=0, metadata={"help": "cap on rows per rank, least recently used go first (0 = none)"}
+        default=0, metadata={"help": "cap on rows per rank (0 = none): at the end of a step "
+                             "that passed it, the least recently used rows go, down to 1/32 "
+                             "below it; a step's new rows are the most it is ever passed by"}
     )
 
     def __post_init__(self) -> None:
@@ -180,7 +183,7 @@ class LaunchConfig:
         default=True,
         metadata={"help": "fix glibc malloc's thresholds in every rank so that the memory a step "
                   "frees is reused by the next instead of being returned to the kernel and "
-                  "faulted in again (see trainer.allocator)"},
+                  "faulted in again (see trainer.dist.allocator)"},
     )
 
     def __post_init__(self) -> None:
@@ -198,21 +201,33 @@ class Interval:
     count: int = 0
     seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        # A negative interval used to parse as one that never fires: the placement silently
+        # stayed static.
+        if self.count < 0 or not 0.0 <= self.seconds < float("inf"):
+            raise ValueError(f"an interval must be a non-negative number of records or "
+                             f"seconds, got {self.count or self.seconds}")
+
     @classmethod
     def parse(cls, text: str) -> Interval:
         """``N`` records or ``Ns`` seconds (``Nm`` minutes)."""
         t = str(text).strip().lower()
+        if not t or t == "0":
+            return cls()
         try:
-            if not t or t == "0":
-                return cls()
             if t.endswith("s"):
-                return cls(seconds=float(t[:-1]))
-            if t.endswith("m"):
-                return cls(seconds=60.0 * float(t[:-1]))
-            return cls(count=int(t.replace("_", "")))
+                count, seconds = 0, float(t[:-1])
+            elif t.endswith("m"):
+                count, seconds = 0, 60.0 * float(t[:-1])
+            else:
+                count, seconds = int(t.replace("_", "")), 0.0
         except ValueError:
             raise ValueError(f"interval {text!r}: expected records (100000) or seconds (30s)") \
                 from None
+        if count < 0 or seconds < 0:
+            raise ValueError(f"interval {text!r} is negative: give records (100000), seconds "
+                             f"(30s), or 0 for never")
+        return cls(count=count, seconds=seconds)
 
     @property
     def enabled(self) -> bool:
@@ -291,3 +306,32 @@ class OnlineConfig:
     def checkpoint(self) -> Interval:
         """When to checkpoint."""
         return Interval.parse(self.checkpoint_interval)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What tests and benchmarks ask of a run beyond training it (nothing, in production).
+
+    Attributes:
+        schedule: ``(step, placement)`` pairs: move to these placements at these steps,
+            instead of computing placements.
+        fault: ``(rank, chunk)``: that rank SIGKILLs itself after that chunk of a migration.
+        audit: Keep the replica read and owner update logs and check, after every migration
+            chunk, that every row lives on exactly the rank the placement names.
+        record_steps: Return every step's counters.
+        record_offsets: Return the ``(partition, offset)`` of every record trained.
+        return_state: Return the rank's model (dense parameters and owned rows).
+        history: Most recent steps whose records the loop keeps for the report.
+    """
+
+    schedule: tuple[tuple[int, Placement], ...] = ()
+    fault: tuple[int, int] | None = None
+    audit: bool = False
+    record_steps: bool = False
+    record_offsets: bool = False
+    return_state: bool = False
+    history: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.history < 1:
+            raise ValueError(f"history must keep at least one step, not {self.history}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.worker import RankResult
+from trainer.job import RankResult
 
 
 def owned_rows(results: list[RankResult]) -> dict[int, torch.Tensor]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from trainer.comm import Comm
 from trainer.counters import KINDS
+from trainer.dist.comm import Comm
 
 
 def gather_ranks(comm: Comm, tag: str) -> tuple[str, list[int], str]:
@@ -101,10 +101,10 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
 
     from streaming.synthetic import SyntheticConfig, SyntheticStream
     from trainer.counters import KINDS, StepCounters
+    from trainer.placement import graph_placement
     from trainer.sources import synthetic_batch
     from trainer.step import Trainer
     from trainer.types import ModelConfig, TrainConfig
-    from trainer.worker import graph_placement
 
     stream = SyntheticStream(SyntheticConfig(vocab_max=5_000, seed=5))
     train = TrainConfig(global_batch=2 * sizes[0][0], replica_fraction=0.05, route_epsilon=0.0)
@@ -190,3 +190,18 @@ def block_is_mapped(comm: Comm, nbytes: int) -> bool:
     libc.free(block)
     comm.barrier()
     return bool(mapped)
+
+
+def hold(comm: Comm, seconds: float) -> int:
+    """Join the group, exchange a little, and stay up ``seconds`` (for a look from outside)."""
+    import os
+    import time
+
+    import torch
+
+    t = torch.ones(4)
+    comm.all_reduce_sum(t)
+    comm.barrier()
+    time.sleep(seconds)
+    comm.barrier()
+    return os.getpid()

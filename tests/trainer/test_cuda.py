@@ -16,12 +16,14 @@ from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 from partitioner import Placement
 from streaming.runtime import free_port
 from streaming.synthetic import SyntheticStream
-from trainer.comm import LocalComm
-from trainer.launch import launch, run_torchrun
+from trainer.app.cli import main as cli
+from trainer.dist.comm import LocalComm
+from trainer.dist.launch import launch, run_torchrun
+from trainer.job import Job, RankResult
+from trainer.placement import graph_placement
+from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.train_cli import main
-from trainer.types import LaunchConfig
-from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
+from trainer.types import Hooks, LaunchConfig
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -32,7 +34,7 @@ SETTINGS = {"deepfm": EXACT, "dcn": DCN_SGD}
 
 def _job(model: str, placement: Placement) -> Job:
     return Job(SOURCE, **SETTINGS[model], placement=placement, heldout=HELDOUT,
-               return_state=True)
+               hooks=Hooks(return_state=True))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def test_two_nccl_ranks_s0_train_the_model_one_process_trains(on_cpu, max_diff) 
 
 
 def test_hetgmp_train_runs_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--device", "cuda", "--workers", "1", "--records", "8192", "--warmup", "4000",
+    code = cli(["train", "--device", "cuda", "--workers", "1", "--records", "8192", "--warmup", "4000",
                  "--heldout", "4000", "--synthetic-vocab-max", "20000", "--embed-dim", "8",
                  "--hidden", "16", "--global-batch", "512", "--log-every", "0",
                  "--repartition-interval", "0"])

@@ -16,12 +16,14 @@ from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.comm import LocalComm
 from trainer.counters import KINDS
-from trainer.launch import launch
+from trainer.dist.comm import LocalComm
+from trainer.dist.launch import launch
+from trainer.job import Job, RankResult
+from trainer.placement import graph_placement
+from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
-from trainer.worker import Job, RankResult, graph_placement, run_jobs, run_rank
+from trainer.types import Hooks, LaunchConfig, ModelConfig, StoreConfig, TrainConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -52,18 +54,18 @@ def _placement(world: int) -> Placement:
 def _jobs(world: int) -> list[Job]:
     graph = _placement(world)
     jobs = [
-        Job(SOURCE, **EXACT, placement=Placement.hash(world), return_state=True),
-        Job(SOURCE, **EXACT, placement=graph, return_state=True),
-        Job(SOURCE, **DCN_SGD, placement=graph, return_state=True),
+        Job(SOURCE, **EXACT, placement=Placement.hash(world), hooks=Hooks(return_state=True)),
+        Job(SOURCE, **EXACT, placement=graph, hooks=Hooks(return_state=True)),
+        Job(SOURCE, **DCN_SGD, placement=graph, hooks=Hooks(return_state=True)),
     ]
     stale = replace(EXACT["train"], staleness=STALE_S)
     jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], stale, placement=graph,
-                    audit=True, record_steps=True))
+                    hooks=Hooks(audit=True, record_steps=True)))
     if world == 2:
         auc_ids = SyntheticStream(AUC_SYN).feature_ids(AUC_WINDOW.start, AUC_WINDOW.records)
         auc_graph = graph_placement(auc_ids, 2, AUC_JOB["train"])  # type: ignore[arg-type]
         jobs.append(Job(**AUC_JOB, placement=auc_graph))  # type: ignore[arg-type]
-        jobs.append(Job(SOURCE, **WIDE, placement=graph, return_state=True))
+        jobs.append(Job(SOURCE, **WIDE, placement=graph, hooks=Hooks(return_state=True)))
     return jobs
 
 
@@ -79,10 +81,10 @@ def single() -> dict[str, RankResult]:
     torch.set_num_threads(1)
     one = Placement.hash(1)
     return {
-        "deepfm": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, return_state=True)),
-        "dcn": run_rank(LocalComm(), Job(SOURCE, **DCN_SGD, placement=one, return_state=True)),
+        "deepfm": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, hooks=Hooks(return_state=True))),
+        "dcn": run_rank(LocalComm(), Job(SOURCE, **DCN_SGD, placement=one, hooks=Hooks(return_state=True))),
         "auc": run_rank(LocalComm(), Job(**AUC_JOB, placement=one)),  # type: ignore[arg-type]
-        "wide": run_rank(LocalComm(), Job(SOURCE, **WIDE, placement=one, return_state=True)),
+        "wide": run_rank(LocalComm(), Job(SOURCE, **WIDE, placement=one, hooks=Hooks(return_state=True))),
     }
 
 

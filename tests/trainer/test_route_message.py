@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.launch import WorkerFailed, launch
+from trainer.dist.launch import WorkerFailed, launch
 from trainer.types import LaunchConfig
 
 pytestmark = pytest.mark.distributed

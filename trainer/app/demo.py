@@ -33,16 +33,16 @@ from streaming import (
     EmbeddedBroker,
     KafkaSettings,
     ProduceConfig,
+    ProduceReport,
     SyntheticConfig,
     produce,
 )
-from streaming.producer import ProduceReport
-from streaming.runtime import add_flags, build, free_ports, load_toml
+from streaming.runtime import add_flags, build, free_ports, stop_on_signals
 from trainer.app.report import Chart, Series, write_report
 from trainer.metrics import check_metrics_port
 from trainer.types import Interval
 
-__all__ = ["DemoConfig", "main", "run_demo", "scrape"]
+__all__ = ["DemoConfig", "add_demo_flags", "run_demo", "run_from_flags", "scrape"]
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         ValueError: ``device`` is ``cuda`` and the machine lacks a GPU per rank.
     """
     from streaming import ConsumerConfig, ensure_topic
-    from trainer.dist.launch import launch, resolve_device, stop_event
+    from trainer.dist import launch, resolve_device, stop_event
     from trainer.job import Job, RankResult
     from trainer.run import run_rank
     from trainer.sources import KafkaSpec
@@ -433,28 +433,27 @@ def _round(x: Any) -> Any:
     return round(x, 3) if isinstance(x, float) and x == x else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``hetgmp demo``: flags from :class:`DemoConfig`."""
-    from trainer.app.cli import shared_parser, stop_on_signals
-    from trainer.dist.launch import resolve_device
+def add_demo_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
+    """Flags of ``hetgmp demo``: one per field of :class:`DemoConfig`."""
+    add_flags(parser, DemoConfig, "demo", toml=toml)
 
-    argv = [a for a in (argv or []) if a != "--"]
-    known, _ = shared_parser().parse_known_args(argv)
-    p = argparse.ArgumentParser(prog="hetgmp demo", description=__doc__.split("\n\n")[0],
-                                parents=[shared_parser()])
-    add_flags(p, DemoConfig, "demo", toml=load_toml(known.config))
-    args = p.parse_args(argv)
+
+def run_from_flags(args: argparse.Namespace) -> int:
+    """``hetgmp demo`` from its parsed flags."""
+    from trainer.dist import resolve_device
+
     try:
         config = build(DemoConfig, args)
         config = replace(config, device=resolve_device(config.device, config.workers))
     except ValueError as exc:  # a bad setting, or --device cuda without a GPU per rank
-        p.error(str(exc))
-    stop = stop_on_signals()
-    try:
-        path = run_demo(config, stop)
-    except BrokerUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"hetgmp demo: error: {exc}", file=sys.stderr)
         return 2
+    with stop_on_signals(threading.Event()) as stop:
+        try:
+            path = run_demo(config, stop)
+        except BrokerUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     print(f"report: {path}", flush=True)
     print(f"data:   {path.with_suffix('.json')}", flush=True)
     return 0

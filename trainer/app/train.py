@@ -19,17 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
+import math
 import sys
 from dataclasses import replace
 from typing import Any
 
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
-from streaming.runtime import add_flags, build
+from streaming.runtime import add_flags, build, stop_on_signals
 from trainer.counters import PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
-__all__ = ["add_train_flags", "main"]
+__all__ = ["add_train_flags", "run_train", "strict_json"]
 
 log = logging.getLogger("hetgmp.train")
 
@@ -58,6 +58,12 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                      help="synthetic: records after the training range scored at the end")
     src.add_argument("--idle-s", type=float, default=10.0,
                      help="kafka: a rank's source ends after this long without records")
+    src.add_argument("--reset-offsets", choices=["checkpoint", "earliest", "latest"],
+                     default="checkpoint",
+                     help="kafka, with --resume: where each partition goes on: the "
+                          "checkpoint's offsets, or (after the broker lost its log, which "
+                          "stops a run with an error saying so) the first or the next record "
+                          "of the log as it is now")
     src.add_argument("--seed", type=int, default=0,
                      help="seed of the model, the initial rows and the partitioner")
     met = parser.add_argument_group("metrics", "Prometheus exposition")
@@ -77,7 +83,7 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
 
 
 def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
-    from trainer.dist.launch import job_ranks
+    from trainer.dist import job_ranks
     from trainer.job import Job
     from trainer.metrics import check_metrics_port
     from trainer.sources import KafkaSpec, SyntheticSpec
@@ -108,14 +114,10 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
                   if args.heldout else None, **common)
     else:
         spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
-                         records=args.records, idle_s=args.idle_s)
+                         records=args.records, idle_s=args.idle_s,
+                         reset_offsets=args.reset_offsets)
         job = Job(spec, model, store, train, **common)
     return job, launch
-
-
-def _finite(x: Any) -> Any:
-    """None for NaN (JSON has no NaN), the value otherwise."""
-    return None if isinstance(x, float) and x != x else x
 
 
 def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
@@ -135,8 +137,8 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "progressive_auc": result.progressive_auc,
         "placement": result.placement,
         "placements_moved_to": result.online.get("placements", 0),
-        "freshness_p50_s": _finite(result.online.get("freshness_p50_s")),
-        "freshness_p99_s": _finite(result.online.get("freshness_p99_s")),
+        "freshness_p50_s": result.online.get("freshness_p50_s"),
+        "freshness_p99_s": result.online.get("freshness_p99_s"),
         "resumed_from_step": result.resumed_from,
         # Host wall time by phase, each the longest of any rank's (on CUDA a phase also waits
         # for the GPU work queued before it whenever it copies to the host).
@@ -150,68 +152,40 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``hetgmp train`` (its own flags; see ``--help``)."""
-    from streaming.runtime import load_toml
-    from trainer.app.cli import shared_parser
-
-    known, _ = shared_parser().parse_known_args(argv)
-    parser = argparse.ArgumentParser(
-        prog="hetgmp train",
-        # The flags' own list runs to 70 lines: an error shows this line and the error alone.
-        usage="%(prog)s [flags]   (hetgmp train --help lists and explains them)",
-        description="Train a CTR model on N ranks (gloo on CPU, NCCL on CUDA) with the "
-                    "embedding rows placed by hash or by the stream's access graph.",
-        parents=[shared_parser()])
-    add_train_flags(parser, load_toml(known.config))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.log_level != "DEBUG":
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)
-
-    from trainer.dist.launch import (
-        WorkerFailed,
-        job_device,
-        launch,
-        run_torchrun,
-        stop_event,
-        under_torchrun,
-    )
+def run_train(args: argparse.Namespace) -> int:
+    """``hetgmp train`` from its parsed flags: 0 trained, 1 a rank failed, 2 refused settings."""
+    from streaming import ConsumerFailed, TopicNotFound
+    from trainer.checkpoint import CheckpointError
+    from trainer.dist import WorkerFailed, job_device, launch, run_torchrun, stop_event, under_torchrun
+    from trainer.online import Diverged
     from trainer.run import run_rank
 
     try:
         job, launch_config = _job(args)
         launch_config = replace(launch_config, device=job_device(launch_config))
+        _check_machine(job, launch_config)
     except ValueError as exc:
-        parser.error(str(exc))
-    stop = stop_event()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if stop.is_set():  # a second signal: give up on the graceful path
-            raise KeyboardInterrupt
-        log.info("%s received: stopping after the current step", signal.Signals(signum).name)
-        stop.set()
-
-    for sig in previous:
-        signal.signal(sig, on_signal)
+        print(f"hetgmp train: error: {exc}", file=sys.stderr)
+        return 2
     try:
-        if under_torchrun():
-            result = run_torchrun(run_rank, job, launch_config, stop)
-            if result.rank != 0:
-                return 0
-        else:
-            log.info("starting %d rank(s) on %s", launch_config.workers, launch_config.device)
-            result = launch(run_rank, job, launch_config, stop)[0]
+        with stop_on_signals(stop_event()) as stop:
+            if under_torchrun():
+                result = run_torchrun(run_rank, job, launch_config, stop)
+                if result.rank != 0:
+                    return 0
+            else:
+                log.info("starting %d rank(s) on %s", launch_config.workers,
+                         launch_config.device)
+                result = launch(run_rank, job, launch_config, stop)[0]
     except WorkerFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.debug("rank %d: %s", exc.rank, exc.detail)
+        print(f"error: rank {exc.rank} failed: {exc.summary}", file=sys.stderr)
+        return 1
+    except (ConsumerFailed, CheckpointError, Diverged, TopicNotFound) as exc:  # under torchrun
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     summary = _summary(result, args, launch_config.device)
     auc = summary["heldout_auc"] if summary["heldout_auc"] is not None else summary[
         "progressive_auc"]
@@ -221,9 +195,33 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['bytes_per_sample']:,.0f} bytes/sample, "
           f"{summary['remote_rows_per_sample']:.3f} remote rows/sample, "
           f"max staleness {summary['max_staleness']}", flush=True)
-    print(json.dumps(summary, default=float), flush=True)
+    print(json.dumps(strict_json(summary), allow_nan=False), flush=True)
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
+    """Refuse ranks, threads or a model this machine cannot hold (before any rank starts)."""
+    from streaming import Schema
+    from trainer.dist import check_resources, job_ranks, under_torchrun
+    from trainer.sources import SyntheticSpec
+
+    schema = (job.source.config.schema if isinstance(job.source, SyntheticSpec)
+              else Schema.parse(job.source.consumer.schema))
+    world = job_ranks(launch_config)
+    here = 1 if under_torchrun() else launch_config.workers
+    check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,
+                    n_fields=len(schema.sparse), n_dense=len(schema.dense),
+                    device=launch_config.device)
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN or infinite float as None (JSON has neither), recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return strict_json(value.item())
+    return value

@@ -16,7 +16,8 @@ import torch
 
 from trainer.counters import Traffic
 
-__all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending"]
+__all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending", "all_reduce_bytes",
+           "all_to_all_bytes", "done"]
 
 Counts = Sequence[int] | np.ndarray  # rows per rank (numpy arrays straight from the headers)
 
@@ -113,8 +114,37 @@ class _Flag(Protocol):
     def is_set(self) -> bool: ...
 
 
+def done(result: torch.Tensor) -> Pending:
+    """A collective that is already done, as a :class:`Pending`."""
+    return _Done(result)
+
+
 def _row_bytes(t: torch.Tensor) -> int:
     return int(t.element_size() * (t[0].numel() if t.dim() > 1 else 1))
+
+
+def all_to_all_bytes(send: torch.Tensor, out: torch.Tensor, send_counts: list[int],
+                     recv_counts: list[int], me: int) -> tuple[int, int]:
+    """Bytes an all-to-all sends and receives, a rank's rows to itself left out."""
+    row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
+    return ((sum(send_counts) - send_counts[me]) * row,
+            (sum(recv_counts) - recv_counts[me]) * row)
+
+
+def small_all_reduce(tensor: torch.Tensor, device: torch.device) -> bool:
+    """Whether an all-reduce of ``tensor`` goes as one all-gather and a local sum (see
+    ``_GATHER_MAX_BYTES``)."""
+    size = tensor.numel() * tensor.element_size()
+    return device.type == "cpu" and size <= _GATHER_MAX_BYTES and tensor.is_contiguous()
+
+
+def all_reduce_bytes(tensor: torch.Tensor, world: int, device: torch.device) -> int:
+    """Bytes a rank sends (and receives) in an all-reduce of ``tensor``: every other rank's
+    copy for a small one gathered, 2 (N - 1) / N of it for gloo's or NCCL's ring."""
+    size = tensor.numel() * tensor.element_size()
+    if small_all_reduce(tensor, device):
+        return (world - 1) * size
+    return int(2 * (world - 1) * size // world)
 
 
 class _CommState:
@@ -224,10 +254,7 @@ class DistComm(_CommState):
         recv_counts = [int(c) for c in recv_counts]
         out = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
         send = send.contiguous()
-        row = _row_bytes(send) if send.numel() else _row_bytes(out) if out.numel() else 0
-        me = self.rank
-        sent = (sum(send_counts) - send_counts[me]) * row
-        received = (sum(recv_counts) - recv_counts[me]) * row
+        sent, received = all_to_all_bytes(send, out, send_counts, recv_counts, self.rank)
 
         def count(took: float) -> None:
             self.traffic.add(kind, sent, received, took)
@@ -254,8 +281,8 @@ class DistComm(_CommState):
 
     def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
         n = self.world
-        size = tensor.numel() * tensor.element_size()
-        if self.device.type == "cpu" and size <= _GATHER_MAX_BYTES and tensor.is_contiguous():
+        moved = all_reduce_bytes(tensor, n, self.device)
+        if small_all_reduce(tensor, self.device):
             # Small tensors (the per-step control vector): every rank gathers every copy and
             # sums the same copies the same way, so every rank gets the same bits.
             flat = tensor.view(-1)
@@ -263,10 +290,8 @@ class DistComm(_CommState):
             repeated = flat.repeat(n)
             took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
             torch.sum(copies, dim=0, out=flat)
-            self.traffic.add(kind, (n - 1) * size, (n - 1) * size, took)
+            self.traffic.add(kind, moved, moved, took)
             return _Done(tensor)
-        # Ring all-reduce: each rank sends (and receives) 2 (N - 1) / N of the buffer.
-        moved = int(2 * (n - 1) * size // n)
 
         def count(took: float) -> None:
             self.traffic.add(kind, moved, moved, took)

@@ -22,13 +22,14 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import signal
+import socket
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import torch
 
-from streaming.runtime import die_with_parent, env_value, free_port
+from streaming.runtime import die_with_parent, env_value, setup_logging
 from trainer.dist.allocator import keep_freed_memory
 from trainer.dist.comm import Comm, DistComm, LocalComm
 from trainer.types import LaunchConfig
@@ -51,6 +52,7 @@ A = TypeVar("A")
 R = TypeVar("R")
 
 _STOP_GRACE_S = 5.0
+_LOOPBACK = "127.0.0.1"
 
 
 class WorkerFailed(RuntimeError):
@@ -59,12 +61,14 @@ class WorkerFailed(RuntimeError):
     Attributes:
         rank: The first rank that failed.
         detail: Its exception and traceback, or how it died.
+        summary: One line: the exception's type and message, or how it died.
     """
 
-    def __init__(self, rank: int, detail: str) -> None:
+    def __init__(self, rank: int, detail: str, summary: str | None = None) -> None:
         super().__init__(f"rank {rank} failed: {detail}")
         self.rank = rank
         self.detail = detail
+        self.summary = summary or detail.splitlines()[0]
 
 
 def resolve_device(kind: str, needed: int = 1, *, warn: bool = True) -> Literal["cpu", "cuda"]:
@@ -144,6 +148,7 @@ class _Rendezvous:
     threads: int
     log_level: int = logging.INFO
     keep_freed_memory: bool = True
+    store_port: int | None = None
 
 
 def _device_for(kind: str, local_rank: int) -> torch.device:
@@ -163,16 +168,58 @@ def _init_group(rv: _Rendezvous, local_rank: int, stop: Any = None) -> DistComm:
     if rv.keep_freed_memory:
         keep_freed_memory()
     device = _device_for(rv.device, local_rank)
+    timeout = datetime.timedelta(seconds=rv.timeout_s)
+    where: dict[str, Any] = {"init_method": rv.init_method}
+    if rv.store_port is not None:  # every rank a client of the launcher's loopback store
+        where = {"store": dist.TCPStore(_LOOPBACK, rv.store_port, is_master=False,
+                                        timeout=timeout)}
     dist.init_process_group(
         "nccl" if rv.device == "cuda" else "gloo",
-        init_method=rv.init_method,
         rank=rv.rank,
         world_size=rv.world,
-        timeout=datetime.timedelta(seconds=rv.timeout_s),
+        timeout=timeout,
         # Binds the NCCL group to this rank's GPU (else barrier() guesses the device, and warns).
         device_id=device if device.type == "cuda" else None,
+        **where,
     )
     return DistComm(device, stop)
+
+
+class LoopbackStore:
+    """A rendezvous store served on 127.0.0.1 only, for the ranks of one machine.
+
+    ``init_process_group("tcp://127.0.0.1:PORT")`` has rank 0 serve the store on every
+    interface (IPv4 and IPv6) for the whole run, readable and writable by anyone who can reach
+    the machine: the host only tells clients where to connect. Here the launcher binds the
+    listening socket itself and hands it to the store (``master_listen_fd``); the ranks are its
+    clients.
+
+    Args:
+        timeout_s: How long a rank may wait on the store.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((_LOOPBACK, 0))
+        sock.listen(128)
+        self.port = int(sock.getsockname()[1])
+        # The store's server takes the socket over (and closes it when it goes).
+        self._store: Any = dist.TCPStore(
+            _LOOPBACK, self.port, None, True, datetime.timedelta(seconds=timeout_s),
+            wait_for_workers=False, master_listen_fd=sock.detach())
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._store = None
+
+
+def _loopback_interface() -> str | None:
+    """Name of the loopback interface (``lo`` on Linux), for gloo's and NCCL's own sockets."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((n for n in names if n == "lo" or n.startswith("lo")), None)
 
 
 def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
@@ -188,9 +235,8 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
     if stop is not None:
         signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     die_with_parent()
-    logging.basicConfig(level=rv.log_level,
-                        format=f"%(asctime)s %(levelname)s rank{rv.rank} %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(max(rv.log_level, logging.WARNING))
+    setup_logging(rv.log_level, f"%(asctime)s %(levelname)s rank{rv.rank} %(name)s: %(message)s",
+                  kafka_level=logging.WARNING)
     try:
         comm = _init_group(rv, rv.rank, stop)
         result = fn(comm, arg)
@@ -199,8 +245,8 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
         conn.send_bytes(pickle.dumps(("ok", result), protocol=pickle.HIGHEST_PROTOCOL))
     except BaseException as exc:
         with contextlib.suppress(Exception):
-            detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-            conn.send_bytes(pickle.dumps(("error", detail)))
+            summary = f"{type(exc).__name__}: {exc}"
+            conn.send_bytes(pickle.dumps(("error", (summary, traceback.format_exc()))))
         raise SystemExit(1) from None
     finally:
         if dist.is_initialized():
@@ -211,10 +257,17 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
 
 @contextlib.contextmanager
 def _child_env(threads: int) -> Iterator[None]:
-    """Thread caps for spawned children, which inherit the environment at start."""
+    """What spawned children inherit at start: thread caps, and gloo's and NCCL's sockets on
+    the loopback interface (they would listen on the address the host name resolves to) unless
+    the user chose an interface."""
     keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-    saved = {k: env_value(k) for k in keys}
-    os.environ.update({k: str(threads) for k in keys})
+    values = {k: str(threads) for k in keys}
+    loop = _loopback_interface()
+    for key in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        if loop is not None and env_value(key) is None:
+            values[key] = loop
+    saved = {k: env_value(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -276,14 +329,14 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
             keep_freed_memory()
         return [fn(LocalComm(_device_for(device, 0), stop), arg)]
     ctx = mp.get_context("spawn")
-    init = f"tcp://127.0.0.1:{free_port()}"
+    store = LoopbackStore(config.timeout_s)
     procs, conns = [], []
     try:
         with _child_env(config.threads):
             for rank in range(config.workers):
-                rv = _Rendezvous(rank, config.workers, init, device, config.timeout_s,
+                rv = _Rendezvous(rank, config.workers, "", device, config.timeout_s,
                                  config.threads, logging.getLogger().getEffectiveLevel(),
-                                 config.keep_freed_memory)
+                                 config.keep_freed_memory, store_port=store.port)
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_child, args=(rv, fn, arg, child_end, stop),
                                 name=f"hetgmp-rank{rank}", daemon=False)
@@ -296,6 +349,7 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
         _stop(procs)
         for c in conns:
             c.close()
+        store.close()
 
 
 def _collect(procs: list[Any], conns: list[mpc.Connection]) -> list[Any]:
@@ -312,7 +366,8 @@ def _collect(procs: list[Any], conns: list[mpc.Connection]) -> list[Any]:
                 procs[rank].join(_STOP_GRACE_S)
                 raise WorkerFailed(rank, _describe_exit(procs[rank].exitcode)) from None
             if status != "ok":
-                raise WorkerFailed(rank, payload)
+                summary, trace = payload
+                raise WorkerFailed(rank, f"{summary}\n{trace}", summary)
             results[rank] = payload
             del waiting[rank]
     for p in procs:

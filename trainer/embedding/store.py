@@ -96,6 +96,17 @@ class EmbeddingStore:
         return int(rows + state + meta + self._index.nbytes + cand)
 
     @property
+    def low_water(self) -> int:
+        """Rows left when the cap ``max_rows`` is enforced (1/32 below it)."""
+        cap = self.config.max_rows
+        return cap - cap // 32
+
+    @property
+    def over_cap(self) -> bool:
+        """More rows than ``max_rows`` (checked at the end of every step)."""
+        return bool(self.config.max_rows) and self._index.size > self.config.max_rows
+
+    @property
     def candidates(self) -> int:
         """Ids counted for admission that have no row yet."""
         return self._cand.size
@@ -283,10 +294,12 @@ class EmbeddingStore:
         pinned = np.isin(ids, self._pinned) if self._pinned.size else np.zeros(ids.size, bool)
         evict &= ~pinned
         if c.max_rows and ids.size - int(evict.sum()) > c.max_rows:
-            # Least recently used first; ties by id so every run evicts the same rows.
+            # Least recently used first; ties by id so every run evicts the same rows. Down to
+            # a low-water mark below the cap, so that the next steps' new rows fit under it
+            # and the scan runs once in many steps, not every step at the cap.
             order = np.lexsort((ids, self._last_used[slots]))
             order = order[~evict[order] & ~pinned[order]]
-            excess = ids.size - int(evict.sum()) - c.max_rows
+            excess = ids.size - int(evict.sum()) - self.low_water
             evict[order[:excess]] = True
         self._prune_candidates(step)
         if not evict.any():

@@ -15,12 +15,16 @@ No batch normalisation: its statistics would depend on how samples are split ove
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import nn
 
 from trainer.types import ModelConfig
 
 __all__ = ["WideDeep", "DeepFM", "DCN", "build_model"]
+
+_SEEDING = threading.Lock()
 
 
 def _mlp(width_in: int, hidden: tuple[int, ...]) -> nn.Sequential:
@@ -104,7 +108,9 @@ def build_model(config: ModelConfig, n_fields: int, n_dense: int) -> nn.Module:
     The global RNG is left as it was: initialisation uses a forked RNG state.
     """
     dtype = torch.float64 if config.dtype == "float64" else torch.float32
-    with torch.random.fork_rng(devices=[]):
+    # The global RNG is one per process: ranks that are threads of one process (the fast lane,
+    # trainer.dist.ThreadComm) must not interleave their seeding and drawing.
+    with _SEEDING, torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = _MODELS[config.model](config, n_fields, n_dense)
     return model.to(dtype)

@@ -9,8 +9,24 @@ import pytest
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
-from trainer.app.demo import main as demo_main
-from trainer.app.train import main
+from trainer.app.cli import main as cli
+
+
+def main(argv: list[str]) -> int:
+    """``hetgmp train ARGV``: its exit status, usage errors included."""
+    return _status(["train", *argv])
+
+
+def demo_main(argv: list[str]) -> int:
+    """``hetgmp demo ARGV``: its exit status, usage errors included."""
+    return _status(["demo", *argv])
+
+
+def _status(argv: list[str]) -> int:
+    try:
+        return cli(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        return int(exc.code or 0)
 
 pytestmark = pytest.mark.distributed
 
@@ -65,9 +81,7 @@ def test_train_from_kafka_reads_every_partition_once(
 
 
 def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["--global-batch", "0"])
-    assert info.value.code == 2
+    assert main(["--global-batch", "0"]) == 2
     assert "global_batch" in capsys.readouterr().err
 
 
@@ -76,9 +90,7 @@ def test_cuda_with_fewer_gpus_than_ranks_is_a_usage_error_before_anything_starts
     capsys: pytest.CaptureFixture[str], gpus, command
 ) -> None:
     gpus(1)
-    with pytest.raises(SystemExit) as info:
-        command(["--device", "cuda", "--workers", "2"])  # the demo's broker never starts
-    assert info.value.code == 2
+    assert command(["--device", "cuda", "--workers", "2"]) == 2  # the demo's broker never starts
     assert "needs a GPU per rank" in capsys.readouterr().err
 
 
@@ -98,7 +110,7 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
 
     topic, group = unique("sigterm"), unique("sigterm-group")
     produce(kafka, ProduceConfig(topic=topic, count=40_000, partitions=2), SyntheticConfig(seed=4))
-    argv = [sys.executable, "-m", "trainer.app.train", "--workers", "2", "--source", "kafka",
+    argv = [sys.executable, "-m", "trainer.app.cli", "train", "--workers", "2", "--source", "kafka",
             "--records", "0", "--idle-s", "300", "--bootstrap-servers", kafka.bootstrap_servers,
             "--consumer-topic", topic, "--consumer-group-id", group, "--warmup", "4000",
             "--repartition-interval", "8000", "--checkpoint-dir", str(tmp_path),
@@ -153,9 +165,7 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
 ])
 def test_bad_settings_are_usage_errors_before_any_rank_starts(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
+    assert main(argv) == 2
     assert message in capsys.readouterr().err
 
 
@@ -172,9 +182,7 @@ def test_bad_demo_settings_are_usage_errors_before_the_broker_starts(
     import trainer.app.demo as demo
 
     monkeypatch.setattr(demo, "run_demo", lambda *a: pytest.fail("the demo started"))
-    with pytest.raises(SystemExit) as info:
-        demo_main(argv)
-    assert info.value.code == 2
+    assert demo_main(argv) == 2
     assert message in capsys.readouterr().err
 
 
@@ -182,7 +190,5 @@ def test_the_metrics_port_range_counts_every_rank_of_a_torchrun_job(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(SystemExit) as info:
-        main(["--metrics-port", "65530", "--device", "cpu"])
-    assert info.value.code == 2
+    assert main(["--metrics-port", "65530", "--device", "cpu"]) == 2
     assert "with 8 rank(s) it must lie in 1..65528" in capsys.readouterr().err

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +151,57 @@ def test_auto_across_machines_is_refused_and_the_fallback_said_once_per_machine(
 def test_an_unknown_device_is_refused() -> None:
     with pytest.raises(ValueError, match="expected auto, cpu or cuda"):
         resolve_device("tpu")
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket the processes ``pids`` listen on (from /proc)."""
+    import socket
+    import struct
+
+    inodes = set()
+    for pid in pids:
+        fds = Path(f"/proc/{pid}/fd")
+        for fd in fds.iterdir() if fds.is_dir() else []:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            parts = line.split()
+            if parts[3] != "0A" or parts[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_addr, hex_port = parts[1].split(":")
+            raw = bytes.fromhex(hex_addr)
+            # /proc prints each 32-bit word of the address in host (little-endian) order.
+            words = struct.unpack(f"<{len(raw) // 4}I", raw)
+            addr = socket.inet_ntop(family, struct.pack(f">{len(words)}I", *words))
+            found.append((addr, int(hex_port, 16)))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc")
+def test_a_job_on_one_machine_listens_on_loopback_only(targets) -> None:
+    """The rendezvous store and gloo's sockets bind 127.0.0.1, not every interface (the store
+    of init_process_group's tcp:// method listened on all of them, IPv4 and IPv6)."""
+    import multiprocessing
+    import threading
+    import time
+
+    out: list = []
+    runner = threading.Thread(target=lambda: out.append(launch(
+        targets.hold, 4.0, LaunchConfig(device="cpu", workers=2, timeout_s=60))))
+    runner.start()
+    seen: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 30
+    while runner.is_alive() and time.monotonic() < deadline:
+        ranks = {p.pid for p in multiprocessing.active_children() if p.pid}
+        seen.update(_listening({os.getpid(), *ranks}))
+        time.sleep(0.2)
+    runner.join(60)
+    assert out and len(out[0]) == 2
+    assert seen, "the job's rendezvous store was not seen listening"
+    assert all(addr in ("127.0.0.1", "::1") for addr, _ in seen), seen

@@ -1,0 +1,146 @@
+"""The house layout holds: no import cycle, no module past 600 lines, the library never imports
+the application layer or the benchmarks, and one package uses another only through what that
+package's ``__init__`` exports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ("streaming", "partitioner", "trainer")
+APP = "trainer.app"
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in LIBRARY:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, names imported from it, line) of every import of the project's packages,
+    at module level and inside functions alike."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names]
+    return [f for f in found if f[0].split(".")[0] in (*LIBRARY, "bench")]
+
+
+def _target(module: str, names: list[str]) -> list[str]:
+    """The project modules an import statement loads (``from pkg import mod`` loads pkg.mod)."""
+    out = [module] if module in MODULES else []
+    out += [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES]
+    return out
+
+
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these by concern: {long}"
+
+
+def test_no_library_module_imports_the_benchmarks_or_the_application_layer() -> None:
+    bad = []
+    for name, path in MODULES.items():
+        if name == APP or name.startswith(APP + "."):
+            continue
+        for module, _, line in _imports(path):
+            if _package(module) == "bench" or module == APP or module.startswith(APP + "."):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+def test_packages_use_each_other_through_their_exports_only() -> None:
+    """``from streaming.consumer import X`` in the trainer reaches past streaming's surface;
+    ``from streaming import X`` (X in ``streaming.__all__``) does not. Subpackages count as
+    packages of their own: ``trainer.online`` uses ``trainer.embedding`` through its
+    ``__init__``. Within a package, its own modules import each other freely."""
+    exported: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        if path.name == "__init__.py":
+            tree = ast.parse(path.read_text())
+            for node in tree.body:
+                if isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                    exported[name] = set(ast.literal_eval(node.value))
+    bad = []
+    for name, path in MODULES.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for module, names, line in _imports(path):
+            if _package(module) == "bench" or module not in MODULES:
+                continue
+            owner = next((p for p in sorted(exported, key=len, reverse=True)
+                          if module == p or module.startswith(p + ".")), None)
+            if owner is None or here == owner or here.startswith(owner + "."):
+                continue  # inside the package (or a package without a surface of its own)
+            if module != owner:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: from {module} (use {owner})")
+                continue
+            missing = [n for n in names if n not in exported[owner]
+                       and f"{owner}.{n}" not in MODULES]
+            if missing:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {owner} does not export {missing}")
+    assert not bad, "\n".join(bad)
+
+
+def _module_level_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """Imports a module makes when it is loaded (not those inside its functions)."""
+    found: list[tuple[str, list[str]]] = []
+    body = list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.If, ast.Try)):
+            body += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            body += [h for handler in getattr(node, "handlers", []) for h in handler.body]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+    return found
+
+
+def test_there_is_no_import_cycle() -> None:
+    """No module, loaded, ends up importing itself (imports inside functions, which load
+    later, do not count)."""
+    edges: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        for module, names in _module_level_imports(path):
+            edges[name].update(t for t in _target(module, names) if t != name)
+    cycles = set()
+    for start in MODULES:
+        stack, seen = [(start, (start,))], {start}
+        while stack:
+            node, trail = stack.pop()
+            for nxt in edges[node]:
+                if nxt == start:
+                    cycles.add(" -> ".join([*trail, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, (*trail, nxt)))
+    assert not cycles, "\n".join(sorted(cycles))
+
+
+@pytest.mark.parametrize("package", LIBRARY)
+def test_every_package_says_what_it_offers(package: str) -> None:
+    for name, path in MODULES.items():
+        if path.name == "__init__.py" and _package(name) == package:
+            tree = ast.parse(path.read_text())
+            assert ast.get_docstring(tree), f"{name} has no docstring"

@@ -1,0 +1,141 @@
+"""A checkpoint's manifest is checked against its schema and its directory before anything of it
+is loaded; a diverged run stops before it checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from exact_jobs import EXACT, SYN
+
+from partitioner import Placement
+from trainer import checkpoint as ckpt
+from trainer.dist import LocalComm, run_threads
+from trainer.job import Job
+from trainer.online import Diverged
+from trainer.run import run_rank
+from trainer.sources import SyntheticSpec
+from trainer.types import OnlineConfig
+
+BATCH = 240
+SOURCE = SyntheticSpec(SYN, 0, BATCH * 6)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real checkpoint of a 2-rank job (ranks as threads)."""
+    root = tmp_path_factory.mktemp("good")
+    job = Job(SOURCE, **EXACT, placement=Placement.hash(2),
+              online=OnlineConfig(repartition_interval="0", checkpoint_dir=str(root)))
+    run_threads(run_rank, job, 2)
+    found = ckpt.latest(root)
+    assert found is not None and found.world == 2
+    return found.path
+
+
+@pytest.fixture()
+def copy(written: Path, tmp_path: Path) -> Path:
+    target = tmp_path / written.name
+    shutil.copytree(written, target)
+    return target
+
+
+def _edit(directory: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    path = directory / ckpt.MANIFEST
+    body = json.loads(path.read_text())
+    change(body)
+    path.write_text(json.dumps(body))
+
+
+def test_an_untouched_checkpoint_passes(copy: Path) -> None:
+    m = ckpt.read_manifest(copy, verify=True)
+    assert m.world == 2 and set(m.files) == {"rank-00000.npz", "rank-00001.npz", "dense.npz",
+                                             "placement.npz"}
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda b: b["files"].update({"../../etc/hostname": {"bytes": 1, "sha256": "0" * 64}}),
+     "files must name exactly"),
+    (lambda b: b["files"].pop("rank-00001.npz"), "files must name exactly"),
+    (lambda b: b.update(files=5), "files must name exactly"),
+    (lambda b: b["files"]["dense.npz"].update(sha256="zz"), "64 hex digits"),
+    (lambda b: b.update(step=-3), "step must be an integer >= 0"),
+    (lambda b: b.update(world="2"), "world must be an integer"),
+    (lambda b: b["offsets"].update({"x": 4}), "offsets must map partition numbers"),
+    (lambda b: b.update(surprise=1), "unknown keys"),
+    (lambda b: b.pop("records"), "missing keys"),
+    (lambda b: b.update(format="other/9"), "unknown format"),
+], ids=["path-outside", "rank-dropped", "files-not-a-map", "bad-digest-text", "negative-step",
+        "world-a-string", "bad-partition", "unknown-key", "missing-key", "format"])
+def test_a_manifest_against_its_schema_is_refused_with_the_reason(copy: Path, change,
+                                                                  message: str) -> None:
+    _edit(copy, change)
+    with pytest.raises(ckpt.CheckpointError, match=message):
+        ckpt.read_manifest(copy)
+
+
+def test_a_world_edited_down_is_caught_by_the_rank_file_it_no_longer_names(copy: Path) -> None:
+    def shrink(b: dict[str, Any]) -> None:
+        b["world"] = 1
+        b["files"].pop("rank-00001.npz")
+
+    _edit(copy, shrink)
+    with pytest.raises(ckpt.CheckpointError, match="does not name.*rank-00001.npz"):
+        ckpt.read_manifest(copy)
+
+
+def test_a_rank_file_replaced_by_a_link_is_refused(copy: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.npz"
+    shutil.copy(copy / "rank-00000.npz", outside)
+    (copy / "rank-00000.npz").unlink()
+    os.symlink(outside, copy / "rank-00000.npz")
+    with pytest.raises(ckpt.CheckpointError, match="not a regular file"):
+        ckpt.read_manifest(copy)
+
+
+def test_a_rank_file_swapped_for_another_of_the_same_size_fails_its_digest_at_load(
+        copy: Path) -> None:
+    path = copy / "rank-00001.npz"
+    data = bytearray(path.read_bytes())
+    data[-40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    manifest = ckpt.read_manifest(copy)  # sizes agree: only the digest tells
+    with pytest.raises(ckpt.CheckpointError, match="does not match its digest"):
+        ckpt.load_rows(manifest)
+    assert ckpt.latest(copy.parent) is None  # and --resume does not take it
+
+
+def test_a_placement_of_another_world_is_refused(copy: Path) -> None:
+    path = copy / "placement.npz"
+    with np.load(path) as a:
+        arrays = {k: a[k] for k in a.files}
+    arrays["num_workers"] = np.array([3])
+    np.savez(path, **arrays)
+
+    def resign(b: dict[str, Any]) -> None:
+        data = path.read_bytes()
+        import hashlib
+
+        b["files"]["placement.npz"] = {"bytes": len(data), "sha256": hashlib.sha256(data)
+                                       .hexdigest()}
+
+    _edit(copy, resign)
+    with pytest.raises(ckpt.CheckpointError, match="placement is for 3 ranks"):
+        ckpt.load_placement(ckpt.read_manifest(copy, verify=True))
+
+
+def test_a_run_whose_loss_turns_nan_stops_before_it_checkpoints(tmp_path: Path) -> None:
+    train = replace(EXACT["train"], dense_optimizer="sgd", dense_lr=1e300)  # diverges at once
+    job = Job(SyntheticSpec(SYN, 0, BATCH * 40), EXACT["model"], EXACT["store"], train,
+              placement=Placement.hash(1),
+              online=OnlineConfig(repartition_interval="0", checkpoint_dir=str(tmp_path),
+                                  checkpoint_interval=str(BATCH * 30)))
+    with pytest.raises(Diverged, match="NaN or infinite"):
+        run_rank(LocalComm(), job)
+    assert ckpt.latest(tmp_path) is None  # nothing saved, nothing committed

@@ -1,0 +1,154 @@
+"""The fast lane: ranks as threads of one process (``ThreadComm``), and the multi-rank protocols
+on it. The same invariants the spawned gloo tests check, in seconds: s = 0 training on N ranks
+equals one process, live migrations keep it exact, copies never lag more than s updates."""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from exact_jobs import BATCH, DCN_SGD, EXACT, SYN, WINDOW
+
+from partitioner import Placement
+from streaming import SyntheticStream
+from trainer.dist import LocalComm, ThreadComm, run_threads
+from trainer.dist.comm import all_reduce_bytes
+from trainer.job import Job
+from trainer.placement import graph_placement
+from trainer.run import run_jobs, run_rank
+from trainer.sources import SyntheticSpec
+from trainer.types import Hooks, OnlineConfig
+
+STATE = Hooks(return_state=True)
+# Fewer steps than the gloo tests' (exact_jobs.STEPS): the lane's budget is seconds.
+STEPS = 24
+SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
+
+
+# -- the communicator -------------------------------------------------------------------------
+
+
+def _collectives(comm: ThreadComm, _: None) -> dict[str, object]:
+    me, world = comm.rank, comm.world
+    # Rank r sends r + d + 1 rows of (r, d) to rank d: uneven splits, empty ones for none.
+    counts = [me + d + 1 for d in range(world)]
+    send = torch.cat([torch.tensor([[me, d]] * n) for d, n in enumerate(counts)])
+    got = comm.all_to_all(send, counts, [s + me + 1 for s in range(world)], "route")
+    heard = comm.exchange_counts(np.arange(world)[:, None] * 10 + me)
+    summed = torch.tensor([0.1 * (me + 1), 1e-9 * me], dtype=torch.float64)
+    comm.all_reduce_sum(summed)
+    big = torch.full((20_000,), float(me))  # past the gather threshold: the ring's bytes
+    comm.start_all_reduce_sum(big).wait()
+    seed = torch.full((3,), float(me))
+    comm.broadcast_(seed, src=1)
+    return {"got": got, "heard": heard, "summed": summed, "big": big, "seed": seed,
+            "objects": comm.all_gather_object(me * me), "from_2": comm.broadcast_object(me, 2),
+            "traffic": comm.traffic}
+
+
+def test_thread_collectives_move_what_gloo_would() -> None:
+    world = 3
+    out = run_threads(_collectives, None, world)
+    for me, r in enumerate(out):
+        expected = torch.cat([torch.tensor([[s, me]] * (s + me + 1)) for s in range(world)])
+        assert torch.equal(r["got"], expected)
+        assert r["heard"][:, 0].tolist() == [me * 10 + s for s in range(world)]
+        assert r["objects"] == [0, 1, 4] and r["from_2"] == 2
+        assert torch.equal(r["seed"], torch.full((3,), 1.0))
+        assert torch.equal(r["big"], torch.full((20_000,), 3.0))
+    # Every rank gets the same bits of a sum.
+    assert all(torch.equal(r["summed"], out[0]["summed"]) for r in out)
+    traffic = out[1]["traffic"]
+    route, dense = 0, 7  # trainer.counters.KINDS
+    rows = 16  # two int64 a row
+    assert traffic.sent[route] == (sum(1 + d + 1 for d in range(world)) - 3) * rows
+    assert traffic.received[route] == (sum(s + 1 + 1 for s in range(world)) - 3) * rows
+    big = torch.zeros(20_000)
+    assert traffic.sent[dense] == all_reduce_bytes(big, world, big.device) + all_reduce_bytes(
+        torch.zeros(2, dtype=torch.float64), world, big.device)
+
+
+def test_a_failing_rank_fails_the_job_at_once_not_after_the_timeout() -> None:
+    def work(comm: ThreadComm, _: None) -> None:
+        if comm.rank == 1:
+            raise ValueError("rank 1 broke")
+        comm.barrier()  # would wait for rank 1 for ever
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 failed: ValueError: rank 1 broke"):
+        run_threads(work, None, 3, timeout_s=60)
+    assert time.monotonic() - t0 < 10
+
+
+# -- the protocols ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _graph(world: int) -> Placement:
+    ids = SyntheticStream(SYN).feature_ids(WINDOW.start, WINDOW.records)
+    return graph_placement(ids, world, EXACT["train"])
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, object]:
+    torch.set_num_threads(1)
+    one = Placement.hash(1)
+    return {name: run_rank(LocalComm(), Job(SOURCE, **settings, placement=one, hooks=STATE))
+            for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD))}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_s0_on_threads_equals_one_process(world: int, reference, max_diff) -> None:
+    graph = _graph(world)
+    assert graph.replica_counts().min() > 0
+    jobs = [Job(SOURCE, **EXACT, placement=Placement.hash(world), hooks=STATE),
+            Job(SOURCE, **EXACT, placement=graph, hooks=STATE),
+            Job(SOURCE, **DCN_SGD, placement=graph, hooks=STATE)]
+    per_rank = run_threads(run_jobs, jobs, world)
+    for job, model in enumerate(["deepfm", "deepfm", "dcn"]):
+        ranks = [r[job] for r in per_rank]
+        dense, emb = max_diff(reference[model], ranks)
+        assert dense <= 1e-6 and emb <= 1e-6, (job, dense, emb)
+        totals = ranks[0].job_totals
+        assert totals.samples == BATCH * STEPS and totals.counts["remote_rows"] > 0
+        if job:
+            assert totals.counts["replica_pushes"] > 0 and totals.max_staleness == 0
+
+
+def _schedule(world: int) -> tuple[tuple[int, Placement], ...]:
+    rng = np.random.default_rng(5)
+    ids = np.unique(SyntheticStream(SYN).feature_ids(0, WINDOW.records + BATCH * STEPS))
+    owners = rng.integers(0, world, ids.size)
+    reps = tuple(np.sort(rng.choice(ids[owners != w], 300, replace=False)) for w in range(world))
+    return ((3, _graph(world).with_version(1)), (9, Placement(2, world, ids, owners, reps)),
+            (16, Placement.hash(world, 3)))
+
+
+def test_live_migrations_on_threads_keep_s0_training_exact(reference, max_diff) -> None:
+    online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
+                          migration_chunk_bytes=96 * 6000)
+    job = Job(SOURCE, **EXACT, placement=Placement.hash(2), online=online,
+              hooks=Hooks(schedule=_schedule(2), return_state=True, audit=True))
+    ranks = run_threads(run_rank, job, 2)
+    dense, emb = max_diff(reference["deepfm"], ranks)
+    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
+    done = [e for e in ranks[0].online["events"] if e["event"] == "migration_done"]
+    assert [e["version"] for e in done] == [1, 2, 3]
+    assert sum(1 for h in ranks[0].online["history"] if h[6]) >= 3  # steps during migrations
+    assert ranks[0].online["owner_checks"] >= 3  # invariant 1 checked after every chunk
+
+
+def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
+    s = 3
+    job = Job(SOURCE, EXACT["model"], EXACT["store"], replace(EXACT["train"], staleness=s),
+              placement=_graph(3), hooks=Hooks(audit=True))
+    ranks = run_threads(run_rank, job, 3)
+    hist = ranks[0].job_totals.staleness
+    assert ranks[0].job_totals.max_staleness <= s and hist[s] > 0
+    lags = recount_lags(ranks)  # from what the owners applied, not from the lags they kept
+    assert lags.size == ranks[0].job_totals.counts["replica_reads"] and lags.max() <= s
+    assert np.array_equal(np.bincount(lags, minlength=hist.size), hist)

@@ -1,0 +1,100 @@
+"""The online loop's small parts alone: control vector, record budget, drift detector, freshness
+histogram, window feed (on threads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainer.dist import ThreadComm, run_threads
+from trainer.online import DriftDetector, FreshnessHistogram, Proposal, RecordBudget
+from trainer.online.control import decode, encode, width
+from trainer.online.drift import BASELINE_STEPS
+from trainer.online.window import WindowFeed
+
+
+def test_the_control_vector_sums_proposals_into_one_decision() -> None:
+    world = 3
+    a = Proposal(stop=True, records=5, rows_not_held=7, samples=4, window=2, rows_owned=10)
+    b = Proposal(repartition=True, ready=True, checkpoint=True, records=1, samples=6,
+                 rows_owned=30)
+    c = Proposal(diverged=True, window=9)
+    v = encode(a, 0, world) + encode(b, 1, world) + encode(c, 2, world)
+    assert v.shape == (width(world),) == (8 + 3 * world,)
+    ctl = decode(v, world)
+    assert (ctl.stop, ctl.repartition, ctl.ready, ctl.checkpoint, ctl.diverged) == (
+        True, True, True, True, True)
+    assert (ctl.records, ctl.rows_not_held, ctl.samples) == (6, 7, 10)
+    assert ctl.window_rows.tolist() == [2, 0, 9]
+    assert ctl.trained.tolist() == [4, 6, 0]
+    assert ctl.rows_owned.tolist() == [10, 30, 0]
+    assert ctl.sample_imbalance == pytest.approx(6 / (10 / 3))
+    assert ctl.row_imbalance == pytest.approx(30 / (40 / 3))
+    assert decode(np.zeros(width(world), np.int64), world).sample_imbalance is None
+    with pytest.raises(ValueError, match="has 14 values"):
+        decode(np.zeros(5, np.int64), 2)
+
+
+def test_the_record_budget_caps_every_rank_and_ends_the_run() -> None:
+    budgets = [RecordBudget(1001, r, 3, records=1) for r in range(3)]
+    caps = [b.read_cap() for b in budgets]
+    assert sum(caps) == 1000 and max(caps) - min(caps) <= 1  # type: ignore[type-var]
+    for b in budgets:
+        b.count(1000)
+    assert all(b.spent and b.read_cap() == 0 for b in budgets)
+    assert RecordBudget(0, 0, 2).read_cap() is None and not RecordBudget(0, 0, 2).spent
+
+
+def test_drift_is_a_rise_over_the_baseline_of_a_settled_placement() -> None:
+    d = DriftDetector(threshold=0.25)
+    for _ in range(BASELINE_STEPS):
+        d.observe(1.0, settled=False)  # a migration in progress: no baseline yet
+    assert d.baseline is None and not d.drifted()
+    for _ in range(BASELINE_STEPS):
+        d.observe(1.0, settled=True)
+    assert d.baseline == pytest.approx(1.0) and not d.drifted()
+    for _ in range(4):
+        d.observe(1.2, settled=True)  # under the threshold
+    assert not d.drifted()
+    for _ in range(20):
+        d.observe(2.0, settled=True)
+    assert d.drifted() and d.rise > 0.25
+    d.reset()
+    assert d.baseline is None and not d.drifted()
+    assert not DriftDetector(0.0).drifted()
+
+
+def test_freshness_percentiles_stay_close_in_bounded_memory() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.lognormal(mean=-1.0, sigma=1.5, size=200_000)
+    h = FreshnessHistogram()
+    for chunk in np.array_split(values, 50):
+        h.add(chunk)
+    assert h.count == values.size
+    for q in (50, 90, 99):
+        assert h.percentile(q) == pytest.approx(np.percentile(values, q), rel=0.03), q
+    assert h.counts.nbytes < 8 * 400  # the same size whatever was counted
+    assert np.isnan(FreshnessHistogram().percentile(50))
+
+
+def _feed(comm: ThreadComm, _: None) -> list[int]:
+    feed = WindowFeed(comm, fields=2, window=25)
+    held = []
+    for step in range(6):
+        ids = np.full((4, 2), 100 * comm.rank + step)
+        dest = np.array([0, 1, 1, 0])  # rank 1's samples 0 and 3 were routed to rank 0
+        routed_in = np.full((2, 2), -1) if comm.rank == 0 else np.zeros((0, 2), np.int64)
+        feed.offer(ids, routed_in, dest if comm.rank else None)
+        window_rows = np.array([0, feed.outgoing])  # what the control vector would say
+        window_rows = np.sum(comm.all_gather_object(window_rows), axis=0)
+        feed.exchange(window_rows)
+        held.append(feed.held)
+    return held
+
+
+def test_the_window_feed_brings_each_sample_to_rank_0_once_and_trims() -> None:
+    held0, held1 = run_threads(_feed, None, 2)
+    # Per step rank 0 keeps its 4 samples, the 2 routed to it, and rank 1's other 2.
+    assert held0[:3] == [8, 16, 24]
+    assert all(h < 25 + 8 for h in held0) and held0[-1] >= 25
+    assert held1 == [0] * 6

@@ -1,0 +1,218 @@
+"""The Kafka tools of the ``hetgmp`` command: ``broker``, ``produce`` and ``consume``.
+
+Each command has a function that adds its flags to its subparser and one that runs it from the
+parsed flags and returns the exit status: 0 done, 1 failed while running, 2 refused settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Any, TypeVar
+
+from streaming import (
+    BrokerUnavailable,
+    ClickConsumer,
+    ConsumerConfig,
+    EmbeddedBroker,
+    KafkaSettings,
+    ProduceConfig,
+    SyntheticConfig,
+    produce,
+)
+from streaming.runtime import add_flags, build, stop_on_signals
+
+__all__ = [
+    "add_broker_flags",
+    "add_consume_flags",
+    "add_kafka_flags",
+    "add_produce_flags",
+    "run_broker",
+    "run_consume",
+    "run_produce",
+    "settings",
+]
+
+T = TypeVar("T")
+
+
+def settings(cls: type[T], args: argparse.Namespace, prefix: str = "") -> T:
+    """The settings dataclass from the flags; a value it refuses is a usage error (exit 2)."""
+    try:
+        return build(cls, args, prefix)
+    except ValueError as exc:
+        print(f"hetgmp {args.command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def add_kafka_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
+    """How to reach the cluster."""
+    group = parser.add_argument_group("kafka", "how to reach the cluster (passed to the client)")
+    add_flags(group, KafkaSettings, "kafka", toml=toml)
+
+
+def _metrics_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("metrics", "Prometheus exposition")
+    group.add_argument("--metrics-port", type=int, default=0,
+                       help="serve /metrics on this port (0: off)")
+    group.add_argument("--metrics-host", default="127.0.0.1", help="address to serve metrics on")
+
+
+def _serve(collector: Any, args: argparse.Namespace) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from streaming import serve_metrics as serve
+
+    registry = CollectorRegistry()
+    registry.register(collector)
+    serve(registry, args.metrics_port, args.metrics_host)
+
+
+# -- broker ------------------------------------------------------------------------------------
+
+
+def add_broker_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
+    """Flags of ``hetgmp broker``."""
+    parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--log-file", default=None, help="write the broker's own log here")
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    """Run the embedded broker until Ctrl-C or SIGTERM."""
+    if args.port is not None and not 1 <= args.port <= 65535:
+        print(f"hetgmp broker: error: --port {args.port}: a port lies in 1..65535",
+              file=sys.stderr)
+        return 2
+    with stop_on_signals(threading.Event()) as stop:
+        try:
+            with EmbeddedBroker(port=args.port, host=args.host, log_file=args.log_file) as broker:
+                print(f"bootstrap servers: {broker.bootstrap_servers}", flush=True)
+                print("embedded Tansu broker (in-memory storage); Ctrl-C stops it", flush=True)
+                while not stop.wait(1.0):
+                    if broker.pid is None:
+                        print("error: the broker process exited", file=sys.stderr)
+                        return 1
+        except BrokerUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+# -- produce -----------------------------------------------------------------------------------
+
+
+def add_produce_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
+    """Flags of ``hetgmp produce``."""
+    add_kafka_flags(parser, toml)
+    add_flags(parser.add_argument_group("produce"), ProduceConfig, "produce", toml=toml)
+    add_flags(parser.add_argument_group("synthetic stream", "shape of --source synthetic"),
+              SyntheticConfig, "synthetic", prefix="synthetic", toml=toml)
+    _metrics_flags(parser)
+    parser.add_argument("--seed", dest="synthetic_seed", type=int, default=argparse.SUPPRESS,
+                        help="alias of --synthetic-seed")
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    """Produce, with progress lines; exit 1 when records were not acknowledged."""
+    from kafka.errors import KafkaError
+
+    from streaming import KafkaUnavailable, ProduceFailed, ProduceReport
+
+    kafka = settings(KafkaSettings, args)
+    config = settings(ProduceConfig, args)
+    synthetic = settings(SyntheticConfig, args, "synthetic")
+    report = ProduceReport()
+    if args.metrics_port:
+        from streaming import ProducerCollector
+
+        _serve(ProducerCollector(lambda: report, {"topic": config.topic}), args)
+
+    def progress(r: ProduceReport) -> None:
+        print(f"produced {r.records:,} records in {r.messages:,} messages "
+              f"({r.records_per_s:,.0f} records/s)", flush=True)
+
+    failed = None
+    with stop_on_signals(threading.Event()) as stop:
+        try:
+            produce(kafka, config, synthetic, stop=stop, progress=progress, report=report)
+        except ProduceFailed as exc:
+            failed = exc
+        except (KafkaError, KafkaUnavailable, ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    line = (f"done: {report.records:,} records, {report.messages:,} messages, "
+            f"{report.bytes / 1e6:,.1f} MB in {report.seconds:.1f}s = "
+            f"{report.records_per_s:,.0f} records/s")
+    if report.ceiling_auc is not None:
+        line += f"; ground-truth (ceiling) AUC {report.ceiling_auc:.4f}"
+    print(line, flush=True)
+    if failed is not None:
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- consume -----------------------------------------------------------------------------------
+
+
+def add_consume_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
+    """Flags of ``hetgmp consume``."""
+    add_kafka_flags(parser, toml)
+    add_flags(parser.add_argument_group("consumer"), ConsumerConfig, "consumer",
+              prefix="consumer", toml=toml)
+    parser.add_argument("--batch", type=int, default=8192, help="messages per poll")
+    parser.add_argument("--max-records", type=int, default=0, help="stop after this many records")
+    parser.add_argument("--idle-exit", type=float, default=0.0,
+                        help="stop after this many idle seconds")
+    parser.add_argument("--commit", action="store_true",
+                        help="commit the final offsets (needs --consumer-group-id)")
+    parser.add_argument("--report-lag", action="store_true",
+                        help="export consumer lag (needs a broker whose end offsets are right: "
+                             "not the embedded one)")
+    _metrics_flags(parser)
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    """Read and decode a topic, with progress lines; a JSON summary last."""
+    kafka = settings(KafkaSettings, args)
+    config = settings(ConsumerConfig, args, "consumer")
+    if args.batch < 1 or args.max_records < 0 or args.idle_exit < 0:
+        print(f"hetgmp consume: error: --batch must be >= 1 and --max-records, --idle-exit "
+              f">= 0 (got {args.batch}, {args.max_records}, {args.idle_exit})", file=sys.stderr)
+        return 2
+    if args.commit and not config.group_id:
+        print("hetgmp consume: error: --commit needs a consumer group (--consumer-group-id)",
+              file=sys.stderr)
+        return 2
+    t0 = last = idle_since = time.monotonic()
+    with stop_on_signals(threading.Event()) as stop, ClickConsumer(kafka, config) as consumer:
+        if args.metrics_port:
+            from streaming import ConsumerCollector
+
+            _serve(ConsumerCollector(consumer, lag=args.report_lag), args)
+        while not stop.is_set():
+            batch = consumer.next_batch(args.batch, timeout=0.5)
+            now = time.monotonic()
+            if len(batch) or not consumer.assignment:  # a group join is not idleness
+                idle_since = now
+            elif args.idle_exit and now - idle_since > args.idle_exit:
+                break
+            if args.max_records and consumer.stats.records >= args.max_records:
+                break
+            if now - last > 2:
+                last = now
+                s = consumer.stats
+                print(f"{s.records:,} records ({s.records / (now - t0):,.0f}/s), rejected "
+                      f"{sum(s.rejected.values()):,}", flush=True)
+        if args.commit:
+            consumer.commit()
+        s = consumer.stats
+        summary = {"records": s.records, "messages": s.messages, "rejected": dict(s.rejected),
+                   "dead_lettered": s.dead_lettered, "snapshot": consumer.snapshot(),
+                   "committed": bool(args.commit)}
+    print(json.dumps(summary), flush=True)
+    return 0

@@ -1,0 +1,320 @@
+"""The manifest: what makes a checkpoint complete, and the checks a checkpoint must pass.
+
+Layout (one directory per checkpoint, ``step-<step>`` under the checkpoint directory)::
+
+    step-000000001200/
+        rank-00000.npz ... rank-0000N.npz   rows a rank owns: ids, values, optimizer state, versions
+        dense.npz                           dense parameters and their optimizer state (rank 0)
+        placement.npz                       the placement in force (rank 0)
+        MANIFEST.json                       written last: the checkpoint is complete once it exists
+
+The manifest, written by rank 0 after every rank's files are durable, names them with their sizes
+and SHA-256 digests and holds the step, the world size, the records trained, the topic (and its
+id) and the next Kafka offset of every partition trained from. Offsets are committed to Kafka only
+after the manifest is durable (invariant 5): a crash between the two replays at most one
+checkpoint interval.
+
+Schema of ``MANIFEST.json`` (every key required unless marked; anything else is refused)::
+
+    format             "hetgmp-checkpoint/1"
+    step               int >= 0               steps trained
+    world              int >= 1               ranks that wrote it
+    placement_version  int >= 0
+    records            int >= 0               records trained over all ranks
+    topic              string or null         the Kafka topic trained from
+    topic_id           string or null         (optional) the topic's id then
+    offsets            {"<partition>": int}   next offset per partition, both >= 0
+    created            number                 Unix time it was completed
+    files              {name: {"bytes": int >= 0, "sha256": 64 hex digits}}
+                       exactly rank-00000.npz .. rank-<world-1>.npz, dense.npz, placement.npz
+    extra              object                 settings checked at resume (the model shape)
+
+So a name can only be one of this checkpoint's own files (no path leads outside its directory),
+every rank of its world has its file, and a checkpoint whose world was edited down is caught by
+the rank file it no longer lists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint.files import (
+    CheckpointError,
+    atomic_write,
+    digest,
+    fsync_dir,
+    read_verified,
+    regular_file,
+)
+
+__all__ = [
+    "MANIFEST",
+    "Manifest",
+    "has_manifest",
+    "latest",
+    "parse_manifest",
+    "prune",
+    "rank_file",
+    "read_manifest",
+    "set_aside_newer",
+    "step_dir",
+    "write_manifest",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "hetgmp-checkpoint/1"
+MANIFEST = "MANIFEST.json"
+_PREFIX = "step-"
+_KEYS = {"format", "step", "world", "placement_version", "records", "topic", "offsets", "created",
+         "files", "extra"}
+_OPTIONAL = {"topic_id"}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_RANK_FILE = re.compile(r"rank-\d{5}\.npz")
+_MAX_WORLD = 1 << 16
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a complete checkpoint holds.
+
+    Attributes:
+        path: Its directory.
+        step: Steps trained when it was taken.
+        world: Ranks that wrote it.
+        placement_version: Version of the placement in force.
+        records: Records trained (over all ranks).
+        offsets: Next offset to read per partition of ``topic`` (empty for other sources).
+        topic: The Kafka topic trained from (None for other sources).
+        topic_id: The topic's id when it was taken (None: unknown).
+        created: Unix time it was completed.
+        files: File name -> {"bytes", "sha256"}.
+        extra: Settings recorded for checks at resume (model shape).
+    """
+
+    path: Path
+    step: int
+    world: int
+    placement_version: int
+    records: int
+    offsets: dict[int, int]
+    topic: str | None
+    topic_id: str | None
+    created: float
+    files: dict[str, dict[str, Any]]
+    extra: dict[str, Any]
+
+    def read(self, name: str) -> bytes:
+        """The bytes of one of its files, verified against the manifest."""
+        meta = self.files.get(name)
+        if meta is None:
+            raise CheckpointError(f"{self.path}: {name} is not one of its files")
+        return read_verified(self.path / name, meta["bytes"], meta["sha256"])
+
+
+def step_dir(root: str | os.PathLike[str], step: int) -> Path:
+    """Directory of the checkpoint taken at ``step``."""
+    return Path(root) / f"{_PREFIX}{step:012d}"
+
+
+def rank_file(directory: Path, rank: int) -> Path:
+    """File of ``rank``'s rows."""
+    return directory / f"rank-{rank:05d}.npz"
+
+
+def _file_names(world: int) -> list[str]:
+    return [rank_file(Path(), r).name for r in range(world)] + ["dense.npz", "placement.npz"]
+
+
+def _step_dirs(base: Path, newest_first: bool = False) -> list[Path]:
+    """The checkpoint directories under ``base``, oldest first (names sort by step)."""
+    return sorted((p for p in base.iterdir() if p.name.startswith(_PREFIX)), reverse=newest_first)
+
+
+def write_manifest(directory: Path, *, step: int, world: int, placement_version: int,
+                   records: int, offsets: dict[int, int], topic: str | None,
+                   topic_id: str | None = None, extra: dict[str, Any]) -> Manifest:
+    """Complete a checkpoint (rank 0, once every rank's files are written)."""
+    files = {}
+    for name in _file_names(world):
+        path = directory / name
+        if not path.exists():
+            raise CheckpointError(f"{path} is missing: the checkpoint is not complete")
+        data = path.read_bytes()
+        files[name] = {"bytes": len(data), "sha256": digest(data)}
+    body = {"format": FORMAT, "step": step, "world": world,
+            "placement_version": placement_version, "records": records, "topic": topic,
+            "topic_id": topic_id,
+            "offsets": {str(p): int(o) for p, o in sorted(offsets.items())},
+            "created": time.time(), "files": files, "extra": extra}
+    data = json.dumps(body, indent=1, sort_keys=True, allow_nan=False).encode()
+    atomic_write(directory / MANIFEST, lambda f: f.write(data))
+    # The checkpoint directory's own entry too: offsets are committed to Kafka once this
+    # returns, and a crash must not then lose the checkpoint that covers them.
+    fsync_dir(directory.parent)
+    return parse_manifest(directory, body)
+
+
+def _int(body: dict[str, Any], key: str, low: int, high: int | None = None) -> int:
+    value = body[key]
+    if type(value) is not int or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in {low}..{high}"
+        raise CheckpointError(f"{key} must be an integer {bound}, not {value!r}")
+    return value
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise CheckpointError(f"{key} must be a string or null, not {value!r}")
+    return value
+
+
+def parse_manifest(directory: Path, body: Any) -> Manifest:
+    """The manifest of ``directory`` from its JSON body, checked against the schema above.
+
+    Raises:
+        CheckpointError: What the body breaks.
+    """
+    try:
+        if not isinstance(body, dict):
+            raise CheckpointError("the manifest is not a JSON object")
+        missing, unknown = _KEYS - body.keys(), body.keys() - _KEYS - _OPTIONAL
+        if missing or unknown:
+            raise CheckpointError(f"missing keys {sorted(missing)}, unknown keys "
+                                  f"{sorted(unknown)}")
+        if body["format"] != FORMAT:
+            raise CheckpointError(f"unknown format {body['format']!r}")
+        world = _int(body, "world", 1, _MAX_WORLD)
+        offsets = body["offsets"]
+        if not isinstance(offsets, dict) or not all(
+                isinstance(p, str) and p.isdigit() and type(o) is int and o >= 0
+                for p, o in offsets.items()):
+            raise CheckpointError("offsets must map partition numbers to offsets >= 0")
+        files = body["files"]
+        if not isinstance(files, dict) or set(files) != set(_file_names(world)):
+            names = sorted(files) if isinstance(files, dict) else files
+            raise CheckpointError(f"files must name exactly the {world} rank file(s), "
+                                  f"dense.npz and placement.npz of a world of {world}, not "
+                                  f"{names!r}")
+        for name, meta in files.items():
+            if not (isinstance(meta, dict) and set(meta) == {"bytes", "sha256"}
+                    and type(meta["bytes"]) is int and meta["bytes"] >= 0
+                    and isinstance(meta["sha256"], str) and _SHA256.fullmatch(meta["sha256"])):
+                raise CheckpointError(f"files[{name!r}] must be {{bytes: int, sha256: 64 hex "
+                                      f"digits}}, not {meta!r}")
+        if not isinstance(body["extra"], dict):
+            raise CheckpointError("extra must be an object")
+        created = body["created"]
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
+            raise CheckpointError(f"created must be a number, not {created!r}")
+        return Manifest(directory, _int(body, "step", 0), world,
+                        _int(body, "placement_version", 0), _int(body, "records", 0),
+                        {int(p): o for p, o in offsets.items()}, _optional_str(body, "topic"),
+                        _optional_str(body, "topic_id"), float(created), dict(files),
+                        dict(body["extra"]))
+    except CheckpointError as exc:
+        raise CheckpointError(f"{directory / MANIFEST}: {exc}") from None
+
+
+def read_manifest(directory: Path, verify: bool = False) -> Manifest:
+    """The manifest of a checkpoint directory, checked against the schema and the directory.
+
+    Every file it names must be a regular file of the size it gives, and no rank file may lie
+    there that it does not name; ``verify`` also checks every file's digest (loading always
+    does, on the bytes it loads).
+    """
+    path = directory / MANIFEST
+    if not path.exists():
+        raise CheckpointError(f"{directory} has no {MANIFEST}: not a complete checkpoint")
+    regular_file(path)
+    try:
+        body = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+    m = parse_manifest(directory, body)
+    stray = sorted(p.name for p in directory.iterdir()
+                   if _RANK_FILE.fullmatch(p.name) and p.name not in m.files)
+    if stray:
+        raise CheckpointError(f"{directory} holds rank files its manifest does not name "
+                              f"({', '.join(stray)}): its world ({m.world}) was changed?")
+    for name, meta in m.files.items():
+        if regular_file(directory / name).st_size != meta["bytes"]:
+            raise CheckpointError(f"{directory / name} is truncated or replaced")
+        if verify:
+            m.read(name)
+    return m
+
+
+def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None:
+    """The newest complete checkpoint under ``root`` (None if there is none).
+
+    Directories without a manifest (a checkpoint interrupted by a crash) are skipped; so is a
+    complete one whose files fail their checks, with a warning.
+    """
+    base = Path(root)
+    if not base.is_dir():
+        return None
+    for d in _step_dirs(base, newest_first=True):
+        if not (d / MANIFEST).exists():
+            continue
+        try:
+            return read_manifest(d, verify=verify)
+        except CheckpointError as exc:
+            log.warning("skipping checkpoint %s: %s", d, exc)
+    return None
+
+
+def has_manifest(root: str | os.PathLike[str]) -> bool:
+    """Whether any checkpoint under ``root`` got as far as its manifest (verified or not)."""
+    base = Path(root)
+    return base.is_dir() and any((d / MANIFEST).exists() for d in _step_dirs(base))
+
+
+def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
+    """Rename the checkpoint directories newer than ``kept`` to ``damaged-<name>``.
+
+    A run resumes from the newest checkpoint that passes its checks; any newer one failed them
+    or never completed. Left in place, such a directory would rank above every checkpoint the
+    resumed run writes (those are numbered from the older step on), so :func:`prune` would
+    delete the good ones and keep it. Renamed, it is out of the way and still there to look
+    at. Returns the new paths.
+    """
+    base = Path(root)
+    moved = []
+    for d in _step_dirs(base):
+        if d.name > kept.path.name:
+            target = d.with_name(f"damaged-{d.name}")
+            suffix = 1
+            while target.exists():
+                target = d.with_name(f"damaged-{d.name}.{suffix}")
+                suffix += 1
+            d.rename(target)
+            log.warning("--resume: %s failed its checks or never completed; renamed to %s "
+                        "(delete it once looked at)", d.name, target)
+            moved.append(target)
+    if moved:
+        fsync_dir(base)
+    return moved
+
+
+def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints, and older incomplete ones."""
+    base = Path(root)
+    dirs = _step_dirs(base, newest_first=True)
+    complete = [d for d in dirs if (d / MANIFEST).exists()]
+    if len(complete) <= keep:
+        return []
+    oldest_kept = complete[keep - 1].name
+    gone = [d for d in dirs if d.name < oldest_kept]
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone

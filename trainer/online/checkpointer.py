@@ -1,0 +1,154 @@
+"""Checkpoint, then commit: the loop's side of :mod:`trainer.checkpoint` (invariant 5).
+
+A checkpoint is taken when ``--checkpoint-interval`` has passed (records or seconds), at the
+end of a run and on SIGTERM. Pending replica updates are pushed first, so the owners' rows hold
+every update of the steps trained. Each rank writes its rows; rank 0 the dense model and the
+placement; after a barrier rank 0 completes the checkpoint with its manifest (every rank's
+offsets); after another, each rank commits its partitions' offsets to Kafka. So an offset is
+committed only once a durable checkpoint holds the effect of every record before it.
+
+:func:`restore` is the way back: a checkpoint of N ranks loads on M.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from streaming.runtime import Clock
+from trainer import checkpoint as ckpt
+from trainer.dist import Comm
+from trainer.online.stats import LoopStats
+from trainer.sources import Source
+from trainer.step import Trainer
+from trainer.types import Interval
+
+__all__ = ["Checkpointer", "check_compatible", "restore"]
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """When to checkpoint, and the checkpoint-then-commit sequence.
+
+    Args:
+        comm: Collectives of the job.
+        root: Checkpoint directory ('' = no checkpoints).
+        interval: How often.
+        keep: Complete checkpoints kept.
+        stats: Where events are logged.
+        clock: Time source.
+        extra: Settings recorded in the manifest and checked at resume (the model shape).
+        records: Records trained when the loop starts.
+        resumed_step: Step of the checkpoint this run resumed from (it is not rewritten).
+        metrics: The rank's metrics (None: none).
+    """
+
+    def __init__(self, comm: Comm, root: str, interval: Interval, keep: int, stats: LoopStats,
+                 clock: Clock, *, extra: dict[str, Any], records: int = 0,
+                 resumed_step: int | None = None, metrics: Any = None) -> None:
+        self.comm, self.root, self.interval, self.keep = comm, root, interval, keep
+        self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
+        self._last_step = -1 if resumed_step is None else resumed_step
+        self._since = (records, clock.monotonic())
+
+    @property
+    def enabled(self) -> bool:
+        """Whether checkpoints are written at all."""
+        return bool(self.root)
+
+    def due(self, records: int) -> bool:
+        """The interval has passed since the last checkpoint."""
+        return self.enabled and self.interval.due(records - self._since[0],
+                                                  self.clock.monotonic() - self._since[1])
+
+    def write(self, trainer: Trainer, source: Source, records: int) -> ckpt.Manifest | None:
+        """Write a checkpoint of the steps trained so far, then commit its offsets (collective).
+
+        Returns:
+            Rank 0's manifest (None elsewhere, without checkpoints, or when this step's
+            checkpoint exists already).
+        """
+        if not self.enabled or self._last_step == trainer.step_index:
+            return None
+        t0 = self.clock.monotonic()
+        trainer.flush()
+        directory = ckpt.step_dir(self.root, trainer.step_index)
+        directory.mkdir(parents=True, exist_ok=True)
+        ids, values, state, versions = trainer.store.export()
+        ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions)
+        if self.comm.rank == 0:
+            ckpt.save_dense(directory, {"flat": trainer.dense.flat,
+                                        **trainer.optimizer.state_arrays()})
+            ckpt.save_placement(directory, trainer.placement)
+        source.prepare_commit()  # dead letters land before the offsets pass them
+        mine = source.snapshot()
+        offsets: dict[int, int] = {}
+        for part in self.comm.all_gather_object(mine):
+            offsets.update(part)
+        self.comm.barrier()
+        manifest = None
+        if self.comm.rank == 0:
+            manifest = ckpt.write_manifest(
+                directory, step=trainer.step_index, world=self.comm.world,
+                placement_version=trainer.placement.version, records=records, offsets=offsets,
+                topic=source.topic, topic_id=source.topic_id, extra=self.extra)
+            ckpt.prune(self.root, self.keep)
+        self.comm.barrier()
+        committed = source.commit(mine) if mine else None
+        self._last_step = trainer.step_index
+        self._since = (records, self.clock.monotonic())
+        seconds = self.clock.monotonic() - t0
+        self.stats.event("checkpoint", step=trainer.step_index, records=records, seconds=seconds,
+                         committed=committed)
+        if self.comm.rank == 0:
+            log.info("checkpoint at step %d (%d records) written to %s in %.2f s",
+                     trainer.step_index, records, directory, seconds)
+        if self.metrics is not None:
+            self.metrics.on_checkpoint(self.clock.time())
+        return manifest
+
+
+def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:
+    """Load a checkpoint into a freshly built trainer; returns the rows this rank took.
+
+    The trainer's placement decides which rows this rank keeps, so a checkpoint of N ranks
+    loads on M: every rank reads every rank file and keeps the rows it owns now.
+    """
+    trainer.finish_step()  # nothing may land on the dense parameters after the load
+    me, placement = trainer.comm.rank, trainer.placement
+    ids, values, state, versions = ckpt.load_rows(
+        manifest, keep=lambda a: placement.owner_of(a) == me)
+    trainer.store.put(ids, torch.from_numpy(values), torch.from_numpy(state), versions,
+                      manifest.step)
+    dense = ckpt.load_dense(manifest)
+    flat = torch.from_numpy(dense["flat"])
+    if flat.shape != trainer.dense.flat.shape:
+        raise ckpt.CheckpointError(
+            f"{manifest.path}: dense parameters have {flat.numel()} values, the model "
+            f"{trainer.dense.flat.numel()}: different model settings?")
+    if not bool(torch.isfinite(flat).all()) or not np.isfinite(values).all():
+        raise ckpt.CheckpointError(f"{manifest.path}: parameters that are not finite (NaN or "
+                                   "infinite): a checkpoint of a diverged model")
+    with torch.no_grad():
+        trainer.dense.flat.copy_(flat.to(trainer.dense.flat))
+    trainer.optimizer.load_state_arrays({k: v for k, v in dense.items() if k != "flat"})
+    trainer.step_index = manifest.step
+    return int(ids.size)
+
+
+def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any],
+                     topic: str | None = None) -> None:
+    """Refuse a checkpoint of another model shape, or of another topic."""
+    if manifest.topic and topic and manifest.topic != topic:
+        raise ckpt.CheckpointError(
+            f"{manifest.path} holds offsets of topic {manifest.topic!r}, this run reads "
+            f"{topic!r}: use another --checkpoint-dir")
+    saved = manifest.extra
+    diff = {k: (saved.get(k), v) for k, v in extra.items() if k in saved and saved[k] != v}
+    if diff:
+        detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in diff.items())
+        raise ckpt.CheckpointError(f"{manifest.path} was written by another model ({detail})")

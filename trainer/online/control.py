@@ -1,0 +1,129 @@
+"""The control vector: what every rank decides together, once before every step.
+
+Each rank fills a :class:`Proposal` with what it knows (a stop request, what rank 0's
+partitioner and checkpoint clock say, what it read and trained in the previous step); one
+all-reduce of one small int64 vector sums the proposals, and every rank decodes the same
+:class:`Control`. So every decision (stop, repartition, switch placement, checkpoint) is taken by
+every rank at the same step, without a message of its own.
+
+Wire format, ``8 + 3 * world`` int64 values summed over ranks::
+
+    0 stop | 1 repartition | 2 ready | 3 checkpoint | 4 diverged   (flags: non-zero = yes)
+    5 records | 6 rows not held | 7 samples trained                (the previous step, summed)
+    8 + r            window samples rank r sends to rank 0 now
+    8 + world + r    samples rank r trained in the previous step
+    8 + 2 world + r  rows rank r owns
+
+:func:`encode` and :func:`decode` are pure; :func:`agree` is the collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from trainer.dist import Comm
+
+__all__ = ["Control", "Proposal", "agree", "decode", "encode", "width"]
+
+_FLAGS = 5
+_SUMS = 3
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One rank's share of the control vector.
+
+    Attributes:
+        stop: This rank was asked to stop.
+        repartition: Rank 0: a new placement is due.
+        ready: Rank 0: the partitioner has a placement and no migration is in progress.
+        checkpoint: Rank 0: a checkpoint is due.
+        diverged: This rank's loss of the previous step was not finite (NaN or infinite).
+        records: Records this rank read in the previous step.
+        rows_not_held: Rows it neither owned nor held fresh in the previous step.
+        samples: Samples it trained in the previous step.
+        window: Window samples it sends to rank 0 now.
+        rows_owned: Rows it owns.
+    """
+
+    stop: bool = False
+    repartition: bool = False
+    ready: bool = False
+    checkpoint: bool = False
+    diverged: bool = False
+    records: int = 0
+    rows_not_held: int = 0
+    samples: int = 0
+    window: int = 0
+    rows_owned: int = 0
+
+
+@dataclass
+class Control:
+    """What every rank decided together before a step (the same on every rank)."""
+
+    stop: bool = False
+    repartition: bool = False
+    ready: bool = False
+    checkpoint: bool = False
+    diverged: bool = False
+    records: int = 0
+    rows_not_held: int = 0
+    samples: int = 0
+    window_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    trained: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rows_owned: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def sample_imbalance(self) -> float | None:
+        """Max / mean over ranks of the samples trained in the previous step (None: none)."""
+        return _ratio(self.trained)
+
+    @property
+    def row_imbalance(self) -> float | None:
+        """Max / mean over ranks of the rows owned (None: no rows yet)."""
+        return _ratio(self.rows_owned)
+
+
+def _ratio(values: np.ndarray) -> float | None:
+    return float(values.max() / values.mean()) if values.size and values.sum() else None
+
+
+def width(world: int) -> int:
+    """Values in the control vector of a job of ``world`` ranks."""
+    return _FLAGS + _SUMS + 3 * world
+
+
+def encode(p: Proposal, rank: int, world: int) -> np.ndarray:
+    """Rank ``rank``'s proposal as its addend of the control vector."""
+    v = np.zeros(width(world), np.int64)
+    v[:_FLAGS] = [p.stop, p.repartition, p.ready, p.checkpoint, p.diverged]
+    v[_FLAGS:_FLAGS + _SUMS] = [p.records, p.rows_not_held, p.samples]
+    base = _FLAGS + _SUMS
+    v[base + rank] = p.window
+    v[base + world + rank] = p.samples
+    v[base + 2 * world + rank] = p.rows_owned
+    return v
+
+
+def decode(v: np.ndarray, world: int) -> Control:
+    """The decisions a summed control vector holds."""
+    if v.shape != (width(world),):
+        raise ValueError(f"a control vector of {world} ranks has {width(world)} values, "
+                         f"not {v.shape}")
+    base = _FLAGS + _SUMS
+    return Control(stop=bool(v[0]), repartition=bool(v[1]), ready=bool(v[2]),
+                   checkpoint=bool(v[3]), diverged=bool(v[4]), records=int(v[5]),
+                   rows_not_held=int(v[6]), samples=int(v[7]), window_rows=v[base:base + world].copy(),
+                   trained=v[base + world:base + 2 * world].copy(),
+                   rows_owned=v[base + 2 * world:].copy())
+
+
+def agree(comm: Comm, proposal: Proposal) -> Control:
+    """Sum every rank's proposal and decode it (collective: every rank calls it)."""
+    t = torch.from_numpy(encode(proposal, comm.rank, comm.world)).to(comm.device)
+    comm.all_reduce_sum(t, "control")
+    return decode(t.cpu().numpy(), comm.world)

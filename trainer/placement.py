@@ -1,0 +1,95 @@
+"""The placement a job starts with: given, hash, resumed, or graph from a warm-up window.
+
+A graph placement is computed on rank 0 from an access window and broadcast (torchrec's planner
+pattern). The window is either a range of synthetic records before the training range
+(``Job.window``), or the first ``warmup`` records the ranks read, which are then trained on
+too. With online repartitioning the job starts from hash and the online loop places it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
+from streaming import ClickBatch, SyntheticStream
+from streaming.runtime import Clock
+from trainer import checkpoint as ckpt
+from trainer.dist import Comm
+from trainer.job import Job
+from trainer.sources import Source
+from trainer.types import TrainConfig
+
+__all__ = ["Start", "graph_placement", "initial_placement"]
+
+
+@dataclass
+class Start:
+    """The placement a job starts with, and what was read to compute it.
+
+    Attributes:
+        placement: The placement.
+        buffered: Batches read to compute it, to be trained first.
+        info: A summary for the report (kind, partition time, explicit ids, replicas).
+    """
+
+    placement: Placement
+    buffered: list[ClickBatch] = field(default_factory=list)
+    info: dict[str, object] = field(default_factory=dict)
+
+
+def graph_placement(ids: np.ndarray, world: int, train: TrainConfig, seed: int = 0) -> Placement:
+    """The graph placement (METIS partition plus replicas) of an access window ``[n, F]``."""
+    config = PartitionConfig(num_workers=world, global_batch=train.global_batch,
+                             replica_fraction=train.replica_fraction,
+                             replica_basis=train.replica_basis, seed=seed)
+    return FullPartitioner(config).partition(WindowGraph.from_dense(ids), None)
+
+
+def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
+                      manifest: ckpt.Manifest | None = None) -> Start:
+    """The job's first placement (collective: every rank calls it)."""
+    world, train = comm.world, job.train
+    kind: str = "given" if job.placement else train.placement
+    start = Start(Placement.hash(world))
+    if manifest is not None:
+        kind = "resumed"
+        if manifest.world == world:
+            start.placement = ckpt.load_placement(manifest)
+        else:
+            # Owners of N ranks mean nothing to M: hash until the online loop places again.
+            start.placement = Placement.hash(world, version=manifest.placement_version + 1)
+    elif job.placement is not None:
+        start.placement = job.placement
+    elif job.partitions_online:
+        kind = "online"
+    elif train.placement == "graph" and world > 1:
+        t0 = clock.monotonic()
+        ids = _window_ids(job, comm, source, start.buffered)
+        computed = graph_placement(ids, world, train, job.seed) if ids is not None else None
+        start.placement = comm.broadcast_object(computed)
+        start.info["partition_s"] = clock.monotonic() - t0
+    p = start.placement
+    start.info.update(kind=kind, explicit_ids=int(p.ids.size),
+                      replicas=[int(r.size) for r in p.replicas])
+    return start
+
+
+def _window_ids(job: Job, comm: Comm, source: Source,
+                buffered: list[ClickBatch]) -> np.ndarray | None:
+    """Rank 0: the access window's ids; the first ``warmup`` records read go to ``buffered``."""
+    if job.window is not None:
+        w = job.window
+        return SyntheticStream(w.config).feature_ids(w.start, w.records) if comm.rank == 0 \
+            else None
+    share = math.ceil(job.train.warmup / comm.world)
+    got = 0
+    while got < share and not source.exhausted and not comm.stop_requested():
+        batch = source.next_batch()
+        buffered.append(batch)
+        got += len(batch)
+    local = ClickBatch.concat(buffered).ids if buffered else np.zeros((0, 0), np.int64)
+    gathered = comm.all_gather_object(local)
+    return np.concatenate([g for g in gathered if g.size]) if comm.rank == 0 else None

@@ -1,0 +1,268 @@
+"""What one rank of a training job does, from its source to its report.
+
+:func:`run_rank` is the function :func:`trainer.dist.launch` runs on every rank (and the one
+single-process training runs with a ``LocalComm``):
+
+1. find the checkpoint a resumed job starts from, and open the rank's source at its offsets;
+2. settle the first placement (:func:`trainer.placement.initial_placement`);
+3. build the trainer, load the checkpoint into it, serve its metrics;
+4. step until every rank's source has ended (or ``steps``, ``--max-records``, a stop request),
+   with the :class:`~trainer.online.OnlineLoop` repartitioning, migrating rows and
+   checkpointing around every step;
+5. push pending replica updates, score the held-out records, gather the counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streaming import ClickBatch
+from streaming.runtime import Clock, SystemClock
+from trainer import checkpoint as ckpt
+from trainer.counters import StepCounters, Totals
+from trainer.dist import Comm
+from trainer.evaluation import Progressive, score_heldout
+from trainer.job import Job, RankResult
+from trainer.online import OnlineLoop, check_compatible, restore
+from trainer.placement import Start, initial_placement
+from trainer.sources import Resume, Source, open_source
+from trainer.step import Trainer
+
+__all__ = ["gather_totals", "run_jobs", "run_rank"]
+
+log = logging.getLogger(__name__)
+
+# Recent samples behind the rolling AUC metric, and how often it is recomputed (steps).
+_PROGRESSIVE_METRIC = 20_000
+_AUC_EVERY = 20
+
+
+def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
+    """Train one rank of ``job`` (every rank of the job calls it) and report."""
+    clock = clock or SystemClock()
+    manifest = find_checkpoint(job, comm)
+    resume = None if manifest is None else Resume(manifest.records, manifest.offsets,
+                                                  manifest.topic_id)
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(open_source(
+            job.source, job.train.global_batch, comm.rank, comm.world, resume=resume,
+            max_records=job.online.max_records))
+        start = initial_placement(job, comm, source, clock, manifest)
+        schema = source.schema
+        trainer = Trainer(comm, start.placement, len(schema.sparse), len(schema.dense),
+                          model=job.model, store=job.store, train=job.train, clock=clock)
+        shape = model_shape(job, len(schema.sparse), len(schema.dense))
+        if manifest is not None:
+            check_compatible(manifest, shape, source.topic)
+            rows = restore(trainer, manifest)
+            log.info("rank %d: resumed from %s (step %d, %d records): %d rows", comm.rank,
+                     manifest.path, manifest.step, manifest.records, rows)
+        metrics = _serve_metrics(job, comm, source)
+        loop = stack.enter_context(OnlineLoop(
+            comm, trainer, source, job.online, job.train, clock, seed=job.seed,
+            metrics=metrics, hooks=job.hooks,
+            partition=job.partitions_online and comm.world > 1, resumed=manifest,
+            extra=shape))
+        if metrics is not None:
+            loop.publish_placement()
+        logs = _Logs(job, comm.world, metrics, trainer)
+        seconds = _train(comm, trainer, source, loop, start, logs, clock, job)
+        loop.settle()
+        loop.checkpoint()
+    result = _result(comm, job, trainer, loop, logs, start, seconds, manifest)
+    if metrics is not None and job.metrics_linger_s > 0:
+        _linger(comm, clock, job.metrics_linger_s)
+    return result
+
+
+@dataclass
+class _Logs:
+    """What a run keeps of its steps beyond the counters: what the hooks ask for, and the
+    recent samples of the progressive AUC."""
+
+    job: Job
+    world: int
+    metrics: Any
+    trainer: Trainer
+    steps: list[StepCounters] = field(default_factory=list)
+    offsets: list[np.ndarray] = field(default_factory=list)
+    progressive: Progressive | None = None
+
+    def __post_init__(self) -> None:
+        if self.job.progressive or self.metrics is not None:
+            keep = max(self.job.progressive, _PROGRESSIVE_METRIC) // self.world
+            self.progressive = Progressive(keep)
+        if self.job.hooks.audit:
+            self.trainer.exchange.start_audit()
+
+    def add(self, batch: ClickBatch, c: StepCounters) -> None:
+        hooks, tr = self.job.hooks, self.trainer
+        if hooks.record_offsets and len(batch):
+            self.offsets.append(np.stack([batch.partitions.astype(np.int64), batch.offsets], 1))
+        if hooks.record_steps:
+            self.steps.append(c)
+        if self.progressive is not None:
+            self.progressive.add(tr.last_labels, tr.last_logits.cpu().numpy())
+            if self.metrics is not None and tr.step_index % _AUC_EVERY == 0:
+                self.metrics.on_heldout_auc(self.progressive.local_auc())
+
+
+def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start: Start,
+           logs: _Logs, clock: Clock, job: Job) -> float:
+    """Step until the job ends; the wall time of the loop (the slowest rank's)."""
+    train, buffered = job.train, start.buffered
+    comm.barrier()
+    t0 = clock.monotonic()
+    while not train.steps or trainer.step_index < train.steps:
+        t_step = clock.monotonic()
+        ctl = loop.control()
+        loop.between_steps(ctl)
+        if ctl.stop:  # every rank agreed: the ranks end together at this step
+            batch, done = ClickBatch.empty(source.schema), True
+        else:
+            batch = buffered.pop(0) if buffered else source.next_batch(loop.read_cap())
+            done = not buffered and source.exhausted
+        c = trainer.step(batch, exhausted=done)
+        if len(batch):
+            source.mark_trained()  # the step applied it: a checkpoint may now cover it
+        if c is None or c.global_samples == 0:
+            loop.note_read(len(batch))
+            if c is None:
+                break
+            continue
+        loop.after_step(batch, c, clock.monotonic() - t_step - loop.checkpoint_seconds,
+                        loop.moved_chunk)
+        logs.add(batch, c)
+        if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
+            _log_progress(trainer, clock.monotonic() - t0, loop)
+    trainer.finish_step()  # the last step's dense update is part of the training time
+    return float(max(comm.all_gather_object(clock.monotonic() - t0)))
+
+
+def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Logs,
+            start: Start, seconds: float, manifest: ckpt.Manifest | None) -> RankResult:
+    """Score, gather and report (collective)."""
+    result = RankResult(comm.rank, comm.world, trainer.totals, Totals(), seconds,
+                        trainer.step_index, placement=start.info,
+                        resumed_from=manifest.step if manifest else None)
+    # A job-wide condition (a per-rank one would leave ranks in different collectives).
+    if job.heldout is not None and trainer.placement.replica_counts().sum() > 0:
+        result.heldout_auc_local, result.heldout_logloss_local = score_heldout(
+            trainer, job.heldout, comm, local_view=True)
+    trainer.flush()
+    if job.heldout is not None:
+        result.heldout_auc, result.heldout_logloss = score_heldout(trainer, job.heldout, comm)
+        if result.heldout_auc_local is None:
+            result.heldout_auc_local = result.heldout_auc
+            result.heldout_logloss_local = result.heldout_logloss
+    if job.progressive and logs.progressive is not None:
+        result.progressive_auc = logs.progressive.job_auc(comm)
+    result.job_totals = gather_totals(comm, trainer.totals)
+    result.online = loop.report()
+    p = trainer.placement
+    result.placement.update(version=p.version, explicit_ids=int(p.ids.size),
+                            replicas=[int(r.size) for r in p.replicas])
+    hooks = job.hooks
+    if hooks.return_state:
+        result.state = trainer.state()
+    if hooks.record_steps:
+        result.step_counters = logs.steps
+    if hooks.record_offsets:
+        result.trained_offsets = (np.concatenate(logs.offsets) if logs.offsets
+                                  else np.zeros((0, 2), np.int64))
+    result.audit = trainer.exchange.audit
+    return result
+
+
+def find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
+    """The checkpoint a resumed job starts from (rank 0 looks; every rank gets its path)."""
+    root = job.online.checkpoint_dir
+    if not job.online.resume:
+        if root:
+            used = comm.broadcast_object(
+                bool(ckpt.latest(root, verify=False)) if comm.rank == 0 else None)
+            if used:
+                raise ckpt.CheckpointError(
+                    f"{root} holds checkpoints of an earlier run: pass --resume to continue "
+                    "it, or use another --checkpoint-dir")
+        return None
+    path, error = None, None
+    if comm.rank == 0:
+        found = ckpt.latest(root)
+        if found is not None:
+            path = str(found.path)
+            ckpt.set_aside_newer(root, found)  # it warns for each one
+        elif ckpt.has_manifest(root):
+            # Starting fresh would train a new model and commit offsets past the old one's.
+            error = (f"--resume: no checkpoint in {root} passes its checks (see the warnings "
+                     "above); move them away to start a new run there, or restore them")
+        else:
+            log.warning("--resume: no complete checkpoint in %s; starting fresh", root)
+    path, error = comm.broadcast_object((path, error))
+    if error is not None:
+        raise ckpt.CheckpointError(error)
+    return None if path is None else ckpt.read_manifest(Path(path))
+
+
+def model_shape(job: Job, n_fields: int, n_dense: int) -> dict[str, Any]:
+    """The settings a checkpoint must share with the run that loads it."""
+    m = job.model
+    return {"model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
+            "cross_layers": m.cross_layers, "dtype": m.dtype, "fields": n_fields,
+            "dense": n_dense, "row_optimizer": job.store.optimizer,
+            "dense_optimizer": job.train.dense_optimizer}
+
+
+def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:
+    if not job.metrics_port:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from trainer.metrics import TrainerMetrics, serve_rank
+
+    registry = CollectorRegistry()
+    metrics = TrainerMetrics(registry, comm.rank, job.train.staleness)
+    for collector in source.collectors({"rank": str(comm.rank)}):
+        registry.register(collector)
+    port = serve_rank(registry, job.metrics_port, comm.rank, job.metrics_host)
+    log.info("rank %d: metrics on http://%s:%d/metrics", comm.rank, job.metrics_host, port)
+    return metrics
+
+
+def _linger(comm: Comm, clock: Clock, seconds: float) -> None:
+    """Keep the process (and its metrics server) up for ``seconds`` or until asked to stop."""
+    deadline = clock.monotonic() + seconds
+    while clock.monotonic() < deadline and not comm.stop_requested():
+        clock.sleep(0.1)
+
+
+def gather_totals(comm: Comm, totals: Totals) -> Totals:
+    """Every rank's ``totals`` merged, the same on every rank (collective)."""
+    merged = Totals()
+    for t in comm.all_gather_object(totals):
+        merged = merged.merge(t) if merged.steps else t
+    return merged
+
+
+def run_jobs(comm: Comm, jobs: list[Job]) -> list[RankResult]:
+    """Run several jobs one after the other on the same ranks (one launch, one group)."""
+    return [run_rank(comm, job) for job in jobs]
+
+
+def _log_progress(trainer: Trainer, seconds: float, loop: OnlineLoop) -> None:
+    t = trainer.totals
+    log.info(
+        "step %d: %.0f samples/s (rank 0), loss %.4f (rank 0), %.0f bytes/sample sent (rank 0), "
+        "%.2f remote rows/sample (rank 0), max staleness %d (reads of rank 0's rows), "
+        "placement v%d%s",
+        trainer.step_index, t.samples / max(seconds, 1e-9),
+        t.loss_sum / max(t.loss_samples, 1), t.per_sample(t.embedding_bytes),
+        t.per_sample(t.counts["remote_rows"] + t.counts["replica_refreshes"]), t.max_staleness,
+        trainer.placement.version, " (migrating)" if loop.migrating else "",
+    )

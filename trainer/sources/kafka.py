@@ -1,0 +1,293 @@
+"""A rank's partitions of a Kafka topic, read by :class:`streaming.ClickConsumer`.
+
+Rank ``r`` of ``N`` reads the partitions ``p`` with ``p % N == r`` by manual assignment: a rank's
+partitions do not move, so its committed offsets match its checkpoints. It hands out up to
+``global_batch / N`` records a step.
+
+Offsets are tracked at two levels. ``positions``: the next offset per partition of the messages
+whose records have all been handed out (or were all rejected and dead-lettered). ``trained``:
+the same, counting only batches the trainer has confirmed (:meth:`KafkaShard.mark_trained`):
+what a checkpoint taken now holds. Batches read ahead (the warm-up placement's) do not count
+until they are trained.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streaming import (
+    ClickBatch,
+    ClickConsumer,
+    ConsumerConfig,
+    KafkaSettings,
+    LogLost,
+    topic_partitions,
+)
+from streaming.runtime import Clock, SystemClock
+from trainer.sources.base import ResetOffsets, Resume, Source
+from trainer.sources.synthetic import shard_bounds
+
+__all__ = ["KafkaShard", "KafkaSpec", "message_cut"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KafkaSpec:
+    """This rank's share of a Kafka topic."""
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+    records: int = 0
+    idle_s: float = 10.0
+    poll_s: float = 0.2
+    reset_offsets: ResetOffsets = "checkpoint"
+
+    def __post_init__(self) -> None:
+        if self.records < 0 or not (self.idle_s > 0 and self.poll_s > 0):
+            raise ValueError(f"a Kafka source needs records >= 0 (0: until idle) and positive "
+                             f"idle and poll times, got records {self.records}, idle "
+                             f"{self.idle_s} s, poll {self.poll_s} s")
+        if self.reset_offsets not in ("checkpoint", "earliest", "latest"):
+            raise ValueError(f"reset_offsets must be checkpoint, earliest or latest, not "
+                             f"{self.reset_offsets!r}")
+
+
+class KafkaShard(Source):
+    """This rank's partitions of a topic, ``local_batch`` records per step at most."""
+
+    def __init__(self, spec: KafkaSpec, global_batch: int, rank: int, world: int,
+                 resume: Resume | None = None, clock: Clock | None = None) -> None:
+        self.spec = spec
+        self._clock = clock or SystemClock()
+        lo, hi = shard_bounds(global_batch, rank, world)
+        self.local_batch = max(1, hi - lo)
+        c = spec.consumer
+        partitions = topic_partitions(spec.kafka, c.topic, c.topic_wait_s, self._clock,
+                                      c.connect_timeout_s)
+        mine = [p for p in sorted(partitions) if p % world == rank]
+        if not mine:
+            log.warning("rank %d: no partition of %s (%d partitions, %d ranks)",
+                        rank, spec.consumer.topic, len(partitions), world)
+        self.partitions = mine
+        # A per-rank budget: ranks read disjoint partitions, so shares add up to the total.
+        lo, hi = shard_bounds(spec.records, rank, world) if spec.records else (0, 0)
+        self._budget = hi - lo if spec.records else None
+        self.consumer = ClickConsumer(spec.kafka, spec.consumer, partitions=mine, clock=clock)
+        self.schema = self.consumer.schema
+        self._buffer: list[ClickBatch] = []
+        self._buffered = 0
+        self._read = 0
+        self._last_data = self._clock.monotonic()
+        self._ended = not mine
+        self.positions: dict[int, int] = {}
+        self.trained: dict[int, int] = {}
+        self._handed: collections.deque[dict[int, int]] = collections.deque()
+        if mine:
+            self.consumer.start()
+            if resume is not None:
+                self._resume(resume)
+
+    # -- the Source contract ----------------------------------------------------------------
+
+    @property
+    def exhausted(self) -> bool:
+        """The record budget is spent or the partitions stayed idle for ``idle_s``."""
+        return self._ended and self._buffered == 0
+
+    @property
+    def topic(self) -> str:
+        """The topic read."""
+        return self.spec.consumer.topic
+
+    @property
+    def topic_id(self) -> str | None:
+        """The topic's id when this rank started reading it (a checkpoint records it)."""
+        return self.consumer.topic_id
+
+    def snapshot(self) -> dict[int, int]:
+        """Next offset per partition of what has been trained."""
+        return dict(self.trained)
+
+    def mark_trained(self) -> None:
+        """The oldest batch handed out (non-empty) has been trained."""
+        if self._handed:
+            self.trained = self._handed.popleft()
+
+    def prepare_commit(self) -> None:
+        """Make sure every dead letter so far is on the broker (before a checkpoint covers
+        the records they replace)."""
+        self.consumer.flush_dead_letters()
+
+    def commit(self, offsets: Mapping[int, int]) -> bool:
+        """Commit the next offsets of what was trained (after a durable checkpoint).
+
+        A failed commit is logged, not raised: the checkpoint is durable and holds the offsets,
+        and a resume seeks to them whatever the group's committed offsets say.
+        """
+        mine = {p: o for p, o in offsets.items() if p in self.partitions}
+        if not self.spec.consumer.group_id or not mine:
+            return False  # no consumer group (or nothing of ours): nothing to commit to
+        from kafka.errors import KafkaError
+
+        try:
+            return self.consumer.commit(mine)
+        except KafkaError as exc:
+            log.warning("commit of offsets %s failed (%s: %s); the checkpoint holds them",
+                        mine, type(exc).__name__, exc)
+            return False
+
+    def collectors(self, labels: Mapping[str, str]) -> list[Any]:
+        """The consumer's metrics (records, decode errors by reason, dead letters, offsets)."""
+        from streaming import ConsumerCollector
+
+        return [ConsumerCollector(self.consumer, dict(labels))]
+
+    def next_batch(self, cap: int | None = None) -> ClickBatch:
+        """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""
+        want = self.local_batch if cap is None else min(self.local_batch, cap)
+        if self._budget is not None:
+            if self._read >= self._budget:
+                self._spent()
+                return ClickBatch.empty(self.schema)
+            want = min(want, self._budget - self._read)
+        if not self._ended and self._buffered < want:
+            self._poll(want)
+        if not self._buffered or want <= 0:
+            return ClickBatch.empty(self.schema)
+        data = ClickBatch.concat(self._buffer)
+        n = message_cut(data, want, exact=cap is not None)
+        out, rest = data.take(slice(0, n)), data.take(slice(n, None))
+        self._buffer = [rest] if len(rest) else []
+        self._buffered = len(rest)
+        self._read += len(out)
+        self._advance(out, rest)
+        if len(out):
+            self._handed.append(dict(self.positions))
+        if self._budget is not None and self._read >= self._budget:
+            self._spent()
+        return out
+
+    def close(self) -> None:
+        """Stop the consumer (offsets are committed by whoever checkpoints, not here)."""
+        self.consumer.stop()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _resume(self, resume: Resume) -> None:
+        """Continue this rank's partitions where a checkpoint says (``--reset-offsets``).
+
+        ``checkpoint``: each partition from the checkpoint's offset, or from its first record
+        when the checkpoint has none for it (nothing of it was trained); refused when the topic
+        is not the one the checkpoint read (a broker that lost its log creates it anew).
+        ``earliest`` / ``latest``: every partition from the first record, or the next one, of
+        the log as it is now (the model and the record count still come from the checkpoint).
+        """
+        reset, mine = self.spec.reset_offsets, self.partitions
+        if reset != "checkpoint":
+            self.consumer.seek_to(mine, reset)
+            log.warning("--reset-offsets %s: partitions %s start at the %s of the log, not at "
+                        "the checkpoint's offsets", reset, mine,
+                        "first record" if reset == "earliest" else "end")
+            return
+        now = self.consumer.topic_id
+        if resume.topic_id and now and resume.topic_id != now:
+            raise LogLost(
+                f"topic {self.topic!r} is not the one the checkpoint read: its id was "
+                f"{resume.topic_id}, it is {now} now (created again, e.g. by a broker that lost "
+                f"its log), so the checkpoint's offsets name other records. Resume with "
+                f"--reset-offsets earliest (the topic as it is now, from its start) or latest "
+                f"(only what comes next)",
+                topic=self.topic, old_topic_id=resume.topic_id, new_topic_id=now)
+        offsets = {p: o for p, o in resume.offsets.items() if p in mine}
+        if offsets:
+            self.consumer.seek(offsets)
+            self.positions.update(offsets)
+            self.trained.update(offsets)
+            log.info("partitions %s continue from offsets %s", sorted(offsets), offsets)
+        untrained = [p for p in mine if p not in offsets]
+        if untrained:
+            self.consumer.seek_to(untrained, "earliest")
+
+    def _poll(self, want: int) -> None:
+        got = self.consumer.next_batch(max_records=max(want // 8, 64), timeout=self.spec.poll_s)
+        now = self._clock.monotonic()
+        if len(got):
+            self._buffer.append(got)
+            self._buffered += len(got)
+            self._last_data = now
+        elif now - self._last_data > self.spec.idle_s:
+            log.info("partitions %s idle for %.0fs: source ended", self.partitions,
+                     self.spec.idle_s)
+            self._ended = True
+        self._pass_rejected()
+
+    def _pass_rejected(self) -> None:
+        """Move past messages whose records were all rejected (dead-lettered): they leave no
+        record to hand out, and a partition's last message rejected whole would otherwise
+        never be committed past (every resume would dead-letter it again)."""
+        buffered = set()
+        for b in self._buffer:
+            buffered.update(np.unique(b.partitions).tolist())
+        moved = False
+        for p, o in self.consumer.snapshot().items():
+            if p not in buffered and o > self.positions.get(p, -1):
+                self.positions[p] = o
+                moved = True
+        if not moved:
+            return
+        if self._handed:  # they come after the last batch handed out: done once it is trained
+            self._handed[-1].update({p: o for p, o in self.positions.items()
+                                     if p not in buffered})
+        else:
+            self.trained.update({p: o for p, o in self.positions.items() if p not in buffered})
+
+    def _spent(self) -> None:
+        """The record budget is used up: the source ends, and records polled past it are let go
+        (no position covers them, so a resumed run reads them)."""
+        self._ended = True
+        self._buffer, self._buffered = [], 0
+
+    def _advance(self, out: ClickBatch, rest: ClickBatch) -> None:
+        """Move :attr:`positions` past the messages handed out whole."""
+        if not len(out):
+            return
+        parts, offs = out.partitions.astype(np.int64), out.offsets
+        last = np.flatnonzero(np.diff(parts, append=-1) != 0)  # last record of each run
+        for i in last:
+            p, o = int(parts[i]), int(offs[i])
+            # A message whose remaining records are still buffered is not done yet.
+            split = bool(np.any((rest.partitions == p) & (rest.offsets == o))) if len(rest) else False
+            nxt = o if split else o + 1
+            if nxt > self.positions.get(p, -1):
+                self.positions[p] = nxt
+
+
+def message_cut(data: ClickBatch, want: int, exact: bool) -> int:
+    """Records to hand out: ``want``, moved back to a message boundary.
+
+    A message packs several records; a checkpoint can only say "every message before offset
+    o", so a batch ends where a message ends. If the first message alone is longer than
+    ``want``, it goes whole (a batch a few records over size), unless ``exact`` (a record
+    budget): then the message is split and resuming replays its first part.
+    """
+    n = min(want, len(data))
+    if n == len(data) or n == 0:
+        return n
+    p, o = data.partitions, data.offsets
+    if p[n] != p[n - 1] or o[n] != o[n - 1]:
+        return n
+    same = (p == p[n]) & (o == o[n])
+    first = int(np.argmax(same))  # records of one message are contiguous
+    if first > 0:
+        return first
+    if exact:
+        return n
+    return first + int(np.argmin(same[first:])) if not same[first:].all() else len(data)
+
