@@ -162,6 +162,12 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     (["--source", "kafka", "--records", "-1"], "a Kafka source needs records >= 0"),
     (["--source", "kafka", "--idle-s", "0"], "positive idle and poll times"),
     (["--metrics-port", "65535", "--workers", "2"], "with 2 rank(s) it must lie in 1..65534"),
+    # Checked against the machine before any rank starts (they used to end in rank tracebacks).
+    (["--workers", "1000"], "--workers 1000 x --threads 1 CPU ranks on"),
+    (["--threads", "1000000"], "--threads 1000000: this machine has"),
+    (["--embed-dim", "1000000000"], "dense parameters with --embed-dim 1000000000"),
+    (["--repartition-interval", "-5"], "is negative"),  # it used to mean "never"
+    (["--source", "kafka", "--consumer-max-record-bytes", "0"], "max_record_bytes"),
 ])
 def test_bad_settings_are_usage_errors_before_any_rank_starts(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
