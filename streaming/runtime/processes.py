@@ -48,12 +48,12 @@ def free_ports(start: int, count: int, host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"no {count} free ports in a row from {start}")
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; elsewhere a
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send this process ``sig`` when its parent dies (Linux; elsewhere a
     no-op): used between fork and exec for the broker, and at start-up by trainer ranks."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, int(sig))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 

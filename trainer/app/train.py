@@ -156,7 +156,15 @@ def run_train(args: argparse.Namespace) -> int:
     """``hetgmp train`` from its parsed flags: 0 trained, 1 a rank failed, 2 refused settings."""
     from streaming import ConsumerFailed, TopicNotFound
     from trainer.checkpoint import CheckpointError
-    from trainer.dist import WorkerFailed, job_device, launch, run_torchrun, stop_event, under_torchrun
+    from trainer.dist import (
+        PeerLost,
+        WorkerFailed,
+        job_device,
+        launch,
+        run_torchrun,
+        stop_event,
+        under_torchrun,
+    )
     from trainer.online import Diverged
     from trainer.run import run_rank
 
@@ -181,7 +189,8 @@ def run_train(args: argparse.Namespace) -> int:
         log.debug("rank %d: %s", exc.rank, exc.detail)
         print(f"error: rank {exc.rank} failed: {exc.summary}", file=sys.stderr)
         return 1
-    except (ConsumerFailed, CheckpointError, Diverged, TopicNotFound) as exc:  # under torchrun
+    except (ConsumerFailed, CheckpointError, Diverged, PeerLost, TopicNotFound) as exc:
+        # A torchrun rank's own failure (launch() turns a child's into WorkerFailed).
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

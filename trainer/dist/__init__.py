@@ -13,6 +13,7 @@ from trainer.dist.launch import (
     stop_event,
     under_torchrun,
 )
+from trainer.dist.peers import PeerLost
 from trainer.dist.resources import check_resources
 from trainer.dist.threads import ThreadComm, ThreadGroup, run_threads
 
@@ -22,6 +23,7 @@ __all__ = [
     "DistComm",
     "LocalComm",
     "Pending",
+    "PeerLost",
     "ThreadComm",
     "ThreadGroup",
     "WorkerFailed",

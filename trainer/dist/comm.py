@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from trainer.counters import Traffic
+from trainer.dist.peers import Peers
 
 __all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending", "all_reduce_bytes",
            "all_to_all_bytes", "done"]
@@ -211,15 +212,16 @@ class _InFlight:
     wait, what the caller lost to it)."""
 
     def __init__(self, work: Any, buffers: tuple[torch.Tensor, ...], result: torch.Tensor,
-                 count: Callable[[float], None]) -> None:
+                 count: Callable[[float], None], watch: Callable[[], Any]) -> None:
         # The buffers stay referenced here until the collective is done.
         self._work: Any = work
         self._buffers = buffers
-        self._result, self._count = result, count
+        self._result, self._count, self._watch = result, count, watch
 
     def wait(self) -> torch.Tensor:
         if self._work is not None:
-            took = _timed(self._work.wait)
+            with self._watch():
+                took = _timed(self._work.wait)
             self._work, self._buffers = None, ()
             self._count(took)
         return self._result
@@ -235,6 +237,10 @@ class DistComm(_CommState):
             raise RuntimeError("torch.distributed is not initialised (see trainer.dist.launch)")
         self._dist = dist
         super().__init__(dist.get_rank(), dist.get_world_size(), device, stop)
+        # Every rank's host and pid, so that a failing collective can say which rank is gone.
+        placed: list[Any] = [None] * self.world
+        dist.all_gather_object(placed, Peers.here())
+        self.peers = Peers(self.rank, tuple(h for h, _ in placed), tuple(p for _, p in placed))
 
     def all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str
@@ -260,12 +266,13 @@ class DistComm(_CommState):
             self.traffic.add(kind, sent, received, took)
 
         began = time.perf_counter()
-        work = self._dist.all_to_all_single(out, send, output_split_sizes=recv_counts,
-                                            input_split_sizes=send_counts, async_op=not wait)
+        with self.peers.watch(kind):
+            work = self._dist.all_to_all_single(out, send, output_split_sizes=recv_counts,
+                                                input_split_sizes=send_counts, async_op=not wait)
         if wait:
             count(time.perf_counter() - began)
             return _Done(out)
-        return _InFlight(work, (send,), out, count)
+        return _InFlight(work, (send,), out, count, lambda: self.peers.watch(kind))
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
         counts = np.ascontiguousarray(counts, dtype=np.int64)
@@ -288,7 +295,8 @@ class DistComm(_CommState):
             flat = tensor.view(-1)
             copies = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
             repeated = flat.repeat(n)
-            took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
+            with self.peers.watch(kind):
+                took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
             torch.sum(copies, dim=0, out=flat)
             self.traffic.add(kind, moved, moved, took)
             return _Done(tensor)
@@ -296,23 +304,29 @@ class DistComm(_CommState):
         def count(took: float) -> None:
             self.traffic.add(kind, moved, moved, took)
 
-        return _InFlight(self._dist.all_reduce(tensor, async_op=True), (), tensor, count)
+        with self.peers.watch(kind):
+            work = self._dist.all_reduce(tensor, async_op=True)
+        return _InFlight(work, (), tensor, count, lambda: self.peers.watch(kind))
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
-        self._dist.broadcast(tensor, src=src)
+        with self.peers.watch("broadcast"):
+            self._dist.broadcast(tensor, src=src)
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         box = [obj]
-        self._dist.broadcast_object_list(box, src=src, device=self._object_device())
+        with self.peers.watch("broadcast"):
+            self._dist.broadcast_object_list(box, src=src, device=self._object_device())
         return box[0]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.world
-        self._dist.all_gather_object(out, obj)
+        with self.peers.watch("gather"):
+            self._dist.all_gather_object(out, obj)
         return out
 
     def barrier(self) -> None:
-        self._dist.barrier()
+        with self.peers.watch("barrier"):
+            self._dist.barrier()
 
     def _object_device(self) -> torch.device | None:
         return self.device if self.device.type == "cuda" else None

@@ -394,6 +394,9 @@ def run_torchrun(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None
     rank = int(env_value("RANK") or 0)
     world = int(env_value("WORLD_SIZE") or 1)
     local_rank = int(env_value("LOCAL_RANK") or 0)
+    # An agent that dies without stopping its ranks (SIGKILL, the OOM killer) is a machine
+    # gone: its ranks go too, and their peers' next collective names them (PeerLost).
+    die_with_parent(signal.SIGKILL)
     rv = _Rendezvous(rank, world, "env://", job_device(config), config.timeout_s, config.threads,
                      keep_freed_memory=config.keep_freed_memory)
     comm = _init_group(rv, local_rank, stop)
