@@ -93,6 +93,7 @@ class _Logs:
     steps: list[StepCounters] = field(default_factory=list)
     offsets: list[np.ndarray] = field(default_factory=list)
     progressive: Progressive | None = None
+    ledger: Any = None
 
     def __post_init__(self) -> None:
         if self.job.progressive or self.metrics is not None:
@@ -100,9 +101,15 @@ class _Logs:
             self.progressive = Progressive(keep)
         if self.job.hooks.audit:
             self.trainer.exchange.start_audit()
+        if self.job.hooks.ledger:
+            from trainer.testing import Ledger
+
+            self.ledger = Ledger(self.job.hooks.ledger, self.trainer.comm.rank)
 
     def add(self, batch: ClickBatch, c: StepCounters) -> None:
         hooks, tr = self.job.hooks, self.trainer
+        if self.ledger is not None:
+            self.ledger.add(batch)
         if hooks.record_offsets and len(batch):
             self.offsets.append(np.stack([batch.partitions.astype(np.int64), batch.offsets], 1))
         if hooks.record_steps:

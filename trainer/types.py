@@ -7,7 +7,7 @@ command-line flags with environment fallbacks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from partitioner import Placement, ReplicaBasis, check_replica_basis
 
@@ -18,6 +18,8 @@ __all__ = [
     "LaunchConfig",
     "OnlineConfig",
     "Interval",
+    "Fault",
+    "FaultPlan",
     "Hooks",
 ]
 
@@ -308,6 +310,40 @@ class OnlineConfig:
         return Interval.parse(self.checkpoint_interval)
 
 
+class FaultPlan(Protocol):
+    """Where a rank is to kill itself (tests and the chaos benchmark; see :class:`Fault`)."""
+
+    def due(self, rank: int, at: str, count: int) -> bool:
+        """Whether ``rank`` dies at the ``count``-th point of kind ``at`` of this run."""
+        ...
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A rank that SIGKILLs itself at a chosen point (tests of crash recovery, the chaos bench).
+
+    Attributes:
+        rank: The rank that dies.
+        at: ``migration``: after moving ``count`` chunks of a migration (not its last);
+            ``checkpoint``: in the ``count``-th checkpoint of the run, once its rows are
+            written and before the manifest.
+        count: See ``at``.
+    """
+
+    rank: int
+    at: Literal["migration", "checkpoint"] = "migration"
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.at not in ("migration", "checkpoint") or self.count < 1 or self.rank < 0:
+            raise ValueError(f"a fault needs at in (migration, checkpoint), count >= 1 and a "
+                             f"rank >= 0, got {self}")
+
+    def due(self, rank: int, at: str, count: int) -> bool:
+        """Whether ``rank`` dies at this point."""
+        return (rank, at, count) == (self.rank, self.at, self.count)
+
+
 @dataclass(frozen=True)
 class Hooks:
     """What tests and benchmarks ask of a run beyond training it (nothing, in production).
@@ -315,22 +351,28 @@ class Hooks:
     Attributes:
         schedule: ``(step, placement)`` pairs: move to these placements at these steps,
             instead of computing placements.
-        fault: ``(rank, chunk)``: that rank SIGKILLs itself after that chunk of a migration.
+        fault: A rank that SIGKILLs itself at a chosen point.
         audit: Keep the replica read and owner update logs and check, after every migration
             chunk, that every row lives on exactly the rank the placement names.
         record_steps: Return every step's counters.
         record_offsets: Return the ``(partition, offset)`` of every record trained.
         return_state: Return the rank's model (dense parameters and owned rows).
         history: Most recent steps whose records the loop keeps for the report.
+        ledger: A directory where every rank appends what it trained, step by step, durably
+            enough to survive a SIGKILL (:class:`trainer.testing.Ledger`); '' = none.
+        fault_file: A file through which a driver arms a fault while the job runs
+            (:class:`trainer.testing.FaultFile`); '' = none.
     """
 
     schedule: tuple[tuple[int, Placement], ...] = ()
-    fault: tuple[int, int] | None = None
+    fault: Fault | None = None
     audit: bool = False
     record_steps: bool = False
     record_offsets: bool = False
     return_state: bool = False
     history: int = 20_000
+    ledger: str = ""
+    fault_file: str = ""
 
     def __post_init__(self) -> None:
         if self.history < 1:

@@ -23,7 +23,7 @@ _EPILOG = (
     "Settings: command line > environment (HETGMP_<SECTION>_<NAME>, shown per flag) > "
     "--config TOML file ([section] tables) > built-in default."
 )
-BENCHMARKS = ("ingest", "partition", "train", "online", "all")
+BENCHMARKS = ("ingest", "partition", "train", "online", "chaos", "all")
 
 
 def _shared() -> argparse.ArgumentParser:

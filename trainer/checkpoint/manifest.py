@@ -280,29 +280,37 @@ def has_manifest(root: str | os.PathLike[str]) -> bool:
 
 
 def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
-    """Rename the checkpoint directories newer than ``kept`` to ``damaged-<name>``.
+    """Clear the way above ``kept``: checkpoint directories newer than it are removed if they
+    never completed, renamed ``damaged-<name>`` if they did and failed their checks.
 
-    A run resumes from the newest checkpoint that passes its checks; any newer one failed them
-    or never completed. Left in place, such a directory would rank above every checkpoint the
-    resumed run writes (those are numbered from the older step on), so :func:`prune` would
-    delete the good ones and keep it. Renamed, it is out of the way and still there to look
-    at. Returns the new paths.
+    A run resumes from the newest checkpoint that passes its checks. Left in place, a newer
+    directory would rank above every checkpoint the resumed run writes (those are numbered from
+    the older step on), so :func:`prune` would delete the good ones and keep it. One that never
+    got its manifest is what a crash while writing leaves: nothing in it is worth keeping, and
+    a job that crashes often would otherwise fill its disk with them. One that has a manifest
+    but fails its checks is damage worth a look: it is renamed, out of the way. Returns the new
+    paths of those renamed.
     """
     base = Path(root)
     moved = []
     for d in _step_dirs(base):
-        if d.name > kept.path.name:
-            target = d.with_name(f"damaged-{d.name}")
-            suffix = 1
-            while target.exists():
-                target = d.with_name(f"damaged-{d.name}.{suffix}")
-                suffix += 1
-            d.rename(target)
-            log.warning("--resume: %s failed its checks or never completed; renamed to %s "
-                        "(delete it once looked at)", d.name, target)
-            moved.append(target)
-    if moved:
-        fsync_dir(base)
+        if d.name <= kept.path.name:
+            continue
+        if not (d / MANIFEST).exists():
+            shutil.rmtree(d, ignore_errors=True)
+            log.warning("--resume: %s never completed (a crash while it was written); removed",
+                        d.name)
+            continue
+        target = d.with_name(f"damaged-{d.name}")
+        suffix = 1
+        while target.exists():
+            target = d.with_name(f"damaged-{d.name}.{suffix}")
+            suffix += 1
+        d.rename(target)
+        log.warning("--resume: %s failed its checks; renamed to %s (delete it once looked at)",
+                    d.name, target)
+        moved.append(target)
+    fsync_dir(base)
     return moved
 
 

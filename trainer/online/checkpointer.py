@@ -13,6 +13,8 @@ committed only once a durable checkpoint holds the effect of every record before
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,7 @@ from trainer.dist import Comm
 from trainer.online.stats import LoopStats
 from trainer.sources import Source
 from trainer.step import Trainer
-from trainer.types import Interval
+from trainer.types import FaultPlan, Interval
 
 __all__ = ["Checkpointer", "check_compatible", "restore"]
 
@@ -45,13 +47,17 @@ class Checkpointer:
         records: Records trained when the loop starts.
         resumed_step: Step of the checkpoint this run resumed from (it is not rewritten).
         metrics: The rank's metrics (None: none).
+        fault: A rank that SIGKILLs itself in one of this run's checkpoints (tests, chaos).
     """
 
     def __init__(self, comm: Comm, root: str, interval: Interval, keep: int, stats: LoopStats,
                  clock: Clock, *, extra: dict[str, Any], records: int = 0,
-                 resumed_step: int | None = None, metrics: Any = None) -> None:
+                 resumed_step: int | None = None, metrics: Any = None,
+                 fault: FaultPlan | None = None) -> None:
         self.comm, self.root, self.interval, self.keep = comm, root, interval, keep
         self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
+        self.fault = fault
+        self.written = 0
         self._last_step = -1 if resumed_step is None else resumed_step
         self._since = (records, clock.monotonic())
 
@@ -80,6 +86,11 @@ class Checkpointer:
         directory.mkdir(parents=True, exist_ok=True)
         ids, values, state, versions = trainer.store.export()
         ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions)
+        self.written += 1
+        if self.fault is not None and self.fault.due(self.comm.rank, "checkpoint", self.written):
+            log.warning("fault injection: rank %d kills itself while writing checkpoint %d",
+                        self.comm.rank, self.written)
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.comm.rank == 0:
             ckpt.save_dense(directory, {"flat": trainer.dense.flat,
                                         **trainer.optimizer.state_arrays()})

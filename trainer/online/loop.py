@@ -42,7 +42,7 @@ from trainer.online.stats import LoopStats, StepRecord
 from trainer.online.window import WindowFeed
 from trainer.sources import Source
 from trainer.step import Trainer
-from trainer.types import Hooks, OnlineConfig, TrainConfig
+from trainer.types import FaultPlan, Hooks, OnlineConfig, TrainConfig
 
 __all__ = ["Diverged", "OnlineLoop"]
 
@@ -80,6 +80,11 @@ class OnlineLoop:
                  resumed: ckpt.Manifest | None = None,
                  extra: dict[str, Any] | None = None) -> None:
         hooks = hooks or Hooks()
+        fault: FaultPlan | None = hooks.fault
+        if hooks.fault_file:
+            from trainer.testing import FaultFile
+
+            fault = FaultFile(hooks.fault_file)
         self.comm, self.trainer, self.source, self.clock = comm, trainer, source, clock
         self.cfg, self.metrics = config, metrics
         self.rank, self.world = comm.rank, comm.world
@@ -91,12 +96,13 @@ class OnlineLoop:
         self.window = WindowFeed(comm, trainer.n_fields, config.window, config.window_sample,
                                  seed)
         self.migrations = MigrationDriver(comm, trainer, config.migration_chunk_bytes,
-                                          self.stats, clock, metrics=metrics, fault=hooks.fault,
+                                          self.stats, clock, metrics=metrics, fault=fault,
                                           check_owners=hooks.audit)
         self.checkpointer = Checkpointer(
             comm, config.checkpoint_dir, config.checkpoint, config.keep_checkpoints, self.stats,
             clock, extra=extra or {}, records=records,
-            resumed_step=resumed.step if resumed is not None else None, metrics=metrics)
+            resumed_step=resumed.step if resumed is not None else None, metrics=metrics,
+            fault=fault)
         self.repartitioner: Repartitioner | None = None
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,

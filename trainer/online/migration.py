@@ -24,6 +24,7 @@ from trainer.embedding import Migration, move_chunk, row_bytes
 from trainer.online.repartition import PlacementResult
 from trainer.online.stats import LoopStats
 from trainer.step import Trainer
+from trainer.types import FaultPlan
 
 __all__ = ["MigrationDriver"]
 
@@ -40,14 +41,14 @@ class MigrationDriver:
         stats: Where events are logged.
         clock: Time source.
         metrics: The rank's metrics (None: none).
-        fault: ``(rank, chunk)``: that rank SIGKILLs itself after moving that many chunks of a
-            migration (tests of crash recovery).
+        fault: A rank that SIGKILLs itself after moving some chunks of a migration (tests of
+            crash recovery).
         check_owners: After every chunk, check on every rank that each row lives on exactly the
             rank the placement in force names (tests; costs a gather of every id).
     """
 
     def __init__(self, comm: Comm, trainer: Trainer, chunk_bytes: int, stats: LoopStats,
-                 clock: Clock, *, metrics: Any = None, fault: tuple[int, int] | None = None,
+                 clock: Clock, *, metrics: Any = None, fault: FaultPlan | None = None,
                  check_owners: bool = False) -> None:
         self.comm, self.trainer, self.chunk_bytes = comm, trainer, chunk_bytes
         self.stats, self.clock, self.metrics = stats, clock, metrics
@@ -118,7 +119,8 @@ class MigrationDriver:
         self._rows_sent += report.rows_sent
         if self.metrics is not None:
             self.metrics.on_migration_chunk(report.rows_sent, report.bytes_sent)
-        if self.fault == (self.comm.rank, self._chunks) and not m.finished:
+        if self.fault is not None and self.fault.due(self.comm.rank, "migration", self._chunks) \
+                and not m.finished:
             log.warning("fault injection: rank %d kills itself in the middle of a migration "
                         "(chunk %d of %d)", self.comm.rank, self._chunks, m.chunks)
             os.kill(os.getpid(), signal.SIGKILL)

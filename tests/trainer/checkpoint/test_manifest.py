@@ -139,3 +139,20 @@ def test_a_run_whose_loss_turns_nan_stops_before_it_checkpoints(tmp_path: Path) 
     with pytest.raises(Diverged, match="NaN or infinite"):
         run_rank(LocalComm(), job)
     assert ckpt.latest(tmp_path) is None  # nothing saved, nothing committed
+
+
+def test_resuming_removes_what_a_crash_left_half_written_and_keeps_damage_to_look_at(
+        copy: Path) -> None:
+    """A job that crashes while checkpointing, again and again, used to keep every half-written
+    directory as damaged-*, until its disk was full (the chaos benchmark's tmpfs was)."""
+    root = copy.parent
+    kept = ckpt.read_manifest(copy)
+    half = ckpt.step_dir(root, kept.step + 5)  # rows written, no manifest: a crash
+    shutil.copytree(copy, half)
+    (half / ckpt.MANIFEST).unlink()
+    damaged = ckpt.step_dir(root, kept.step + 9)  # complete, then damaged
+    shutil.copytree(copy, damaged)
+    (damaged / "dense.npz").write_bytes(b"not what was written")
+    moved = ckpt.set_aside_newer(root, kept)
+    assert not half.exists() and moved == [root / f"damaged-{damaged.name}"]
+    assert moved[0].is_dir() and copy.is_dir()

@@ -26,7 +26,7 @@ from trainer.job import Job, RankResult
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import KafkaSpec, SyntheticSpec
-from trainer.types import Hooks, LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.types import Fault, Hooks, LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -220,7 +220,7 @@ def test_kill_9_during_migration_resumes_without_loss(kafka: KafkaSettings, uniq
     victims = _random_placement(2, 1, 11)
     crash = Job(spec, model, EXACT["store"], train, placement=Placement.hash(2),
                 online=replace(online, migration_chunk_bytes=8000),
-                hooks=Hooks(schedule=((6, victims),), fault=(1, 2)))
+                hooks=Hooks(schedule=((6, victims),), fault=Fault(1, "migration", 2)))
     with pytest.raises(WorkerFailed, match="SIGKILL"):
         launch(run_rank, crash, LaunchConfig(device="cpu", workers=2, timeout_s=60))
 
