@@ -36,19 +36,20 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/hetgmp demo $(DEMO_ARGS)
 
-# Debian tools the tests use: a real Prometheus server and promtool (package prometheus), and
-# docker-compose to validate the compose file offline. Installed with apt-get as root (CI) or
-# through passwordless sudo; otherwise the note says what to install.
-APT_PACKAGES := prometheus docker-compose
+# Debian tools the tests use: a real Prometheus server and promtool (package prometheus),
+# docker-compose to validate the compose file offline, and headless chromium to look at the demo
+# report as a browser shows it. Installed with apt-get as root (CI) or through passwordless
+# sudo; otherwise the note says what to install.
+APT_PACKAGES := prometheus docker-compose chromium
 tools:
-	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-compose >/dev/null; then :; \
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-compose >/dev/null && command -v chromium >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian packages: $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
 	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null && command -v apt-get >/dev/null; then \
 		echo "installing Debian packages with sudo: $(APT_PACKAGES)"; \
 		sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
-	else echo "note: install Debian's $(APT_PACKAGES) (apt-get install $(APT_PACKAGES)): the metrics tests need a real Prometheus"; fi
+	else echo "note: install Debian's $(APT_PACKAGES) (apt-get install $(APT_PACKAGES)): the metrics tests need a real Prometheus, the report tests chromium"; fi
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
-
-import numpy as np
 
 from streaming import (
     BrokerUnavailable,
@@ -38,11 +34,13 @@ from streaming import (
     produce,
 )
 from streaming.runtime import add_flags, build, free_ports, stop_on_signals
-from trainer.app.report import Chart, Series, write_report
+from trainer.app.report import Chart, Series, rates, ratios, write_report
+from trainer.app.scrape import Timeline, combine, scrape
+from trainer.app.view import LiveView
 from trainer.metrics import check_metrics_port
 from trainer.types import Interval
 
-__all__ = ["DemoConfig", "add_demo_flags", "run_demo", "run_from_flags", "scrape"]
+__all__ = ["DemoConfig", "add_demo_flags", "run_demo", "run_from_flags", "write_demo_report"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,10 @@ class DemoConfig:
     """Settings of the demo."""
 
     duration_s: float = field(default=120.0, metadata={"help": "seconds of training"})
-    rate: float = field(default=4000.0, metadata={"help": "records per second produced"})
+    rate: float = field(
+        default=8000.0,
+        metadata={"help": "records per second produced (paced evenly; the default keeps two CPU "
+                  "ranks busy here)"})
     workers: int = field(default=2, metadata={"help": "training ranks"})
     device: Literal["auto", "cpu", "cuda"] = field(
         default="auto",
@@ -67,6 +68,10 @@ class DemoConfig:
     )
     drift_every: int = field(default=100_000, metadata={"help": "records between stream drifts"})
     partitions: int = field(default=4, metadata={"help": "Kafka partitions of the demo topic"})
+    migration_chunk_bytes: int = field(
+        default=64 << 10,
+        metadata={"help": "most bytes of rows moved between two steps (small: a migration spans "
+                  "steps, and the view shows training going on meanwhile)"})
     checkpoint_interval: str = field(
         default="30s", metadata={"help": "checkpoint every N records or Ns seconds"}
     )
@@ -84,7 +89,8 @@ class DemoConfig:
             raise ValueError("duration_s, rate and workers must be positive")
         positive = {"global_batch": self.global_batch, "embed_dim": self.embed_dim,
                     "window": self.window, "drift_every": self.drift_every,
-                    "partitions": self.partitions}
+                    "partitions": self.partitions,
+                    "migration_chunk_bytes": self.migration_chunk_bytes}
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -96,104 +102,14 @@ class DemoConfig:
         Interval.parse(self.checkpoint_interval)
 
 
-# -- scraping the ranks -------------------------------------------------------------------------
-
-
-def scrape(url: str, timeout: float = 2.0) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Samples of a Prometheus endpoint: sample name -> [(labels, value)]."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
-
-
-def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str,
-           **match: str) -> float:
-    return sum(v for labels, v in samples.get(name, [])
-               if all(labels.get(k) == want for k, want in match.items()))
-
-
-def _quantile(buckets: list[tuple[float, float]], q: float) -> float:
-    """Quantile of a cumulative histogram [(upper bound, count)] (upper bound of its bucket)."""
-    if not buckets or buckets[-1][1] <= 0:
-        return math.nan
-    target = q * buckets[-1][1]
-    for le, count in buckets:
-        if count >= target:
-            return le
-    return buckets[-1][0]
-
-
-@dataclass
-class _Snapshot:
-    """The job's figures at one moment, summed (or combined) over ranks."""
-
-    t: float
-    trained: float = 0.0
-    not_held: float = 0.0
-    consumed: float = 0.0
-    version: float = 0.0
-    repartitions: float = 0.0
-    migrated: float = 0.0
-    migrating_steps: float = 0.0
-    loss_sum: float = 0.0
-    auc: float = math.nan
-    staleness: list[tuple[float, float]] = field(default_factory=list)
-    freshness: list[tuple[float, float]] = field(default_factory=list)
-    checkpoint_age: float = math.nan
-    refreshes: float = 0.0
-    pushes: float = 0.0
-
-
-def _combine(t: float, per_rank: list[dict[str, list[tuple[dict[str, str], float]]]]) -> _Snapshot:
-    snap = _Snapshot(t)
-    hists: dict[str, dict[float, float]] = {"staleness": {}, "freshness": {}}
-    aucs, ages = [], []
-    for s in per_rank:
-        snap.trained += _total(s, "hetgmp_samples_trained_total")
-        snap.loss_sum += _total(s, "hetgmp_train_logloss_total")
-        snap.not_held += _total(s, "hetgmp_remote_rows_total") + _total(
-            s, "hetgmp_replica_refreshes_total")
-        snap.consumed += _total(s, "hetgmp_records_consumed_total")
-        snap.repartitions = max(snap.repartitions, _total(s, "hetgmp_repartitions_total"))
-        snap.migrated += _total(s, "hetgmp_migrated_rows_total")
-        snap.migrating_steps = max(snap.migrating_steps, _total(s, "hetgmp_migration_steps_total"))
-        snap.refreshes += _total(s, "hetgmp_replica_refreshes_total")
-        snap.pushes += _total(s, "hetgmp_replica_pushes_total")
-        snap.version = max([snap.version] + [v for _, v in s.get("hetgmp_placement_version", [])])
-        aucs += [v for _, v in s.get("hetgmp_heldout_auc", []) if v == v]
-        ages += [v for _, v in s.get("hetgmp_checkpoint_age_seconds", [])]
-        for key, name in (("staleness", "hetgmp_replica_staleness_updates_bucket"),
-                          ("freshness", "hetgmp_freshness_seconds_bucket")):
-            for labels, v in s.get(name, []):
-                le = float(labels["le"])
-                hists[key][le] = hists[key].get(le, 0.0) + v
-    snap.auc = float(np.mean(aucs)) if aucs else math.nan
-    snap.checkpoint_age = max(ages) if ages else math.nan
-    snap.staleness = sorted(hists["staleness"].items())
-    snap.freshness = sorted(hists["freshness"].items())
-    return snap
-
-
-def _window_quantile(now: list[tuple[float, float]], then: list[tuple[float, float]],
-                     q: float) -> float:
-    """Quantile of what a cumulative histogram gained between two scrapes."""
-    before = dict(then)
-    return _quantile([(le, c - before.get(le, 0.0)) for le, c in now], q)
-
-
 # -- the demo -----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Timeline:
-    snaps: list[_Snapshot] = field(default_factory=list)
-    produced: list[tuple[float, int]] = field(default_factory=list)
+def _backend(config: DemoConfig) -> str:
+    """How the ranks train (``config.device`` resolved); one rank needs no process group."""
+    device = "CUDA" if config.device == "cuda" else "CPU"
+    group = "" if config.workers == 1 else f"/{'NCCL' if config.device == 'cuda' else 'gloo'}"
+    return f"{config.workers} rank(s), {device}{group}"
 
 
 def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
@@ -201,6 +117,7 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
 
     Raises:
         ValueError: ``device`` is ``cuda`` and the machine lacks a GPU per rank.
+        ProduceFailed: The broker did not acknowledge records of the stream.
     """
     from streaming import ConsumerConfig, ensure_topic
     from trainer.dist import launch, resolve_device, stop_event
@@ -212,14 +129,14 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
     config = replace(config, device=resolve_device(config.device, config.workers))
     stop = stop or threading.Event()
     out = sys.stdout
-    tty = config.live and out.isatty()
     topic = f"clicks-demo-{int(time.time())}"
-    started = time.strftime("demo-%Y%m%d-%H%M%S")
-    directory = Path(config.report_dir) / started
+    directory = Path(config.report_dir) / time.strftime("demo-%Y%m%d-%H%M%S")
     base = free_ports(config.metrics_port, config.workers)
     urls = [f"http://127.0.0.1:{base + r}/metrics" for r in range(config.workers)]
+    view = LiveView(out, config.live and out.isatty(), config.duration_s, _backend(config),
+                    config.staleness, urls)
     produced = ProduceReport()
-    timeline = _Timeline()
+    timeline = Timeline()
     results: list[RankResult] = []
     failure: list[BaseException] = []
 
@@ -234,9 +151,12 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         syn = SyntheticConfig(seed=config.seed, drift_every=config.drift_every)
 
         def run_producer() -> None:
-            produce(kafka, ProduceConfig(topic=topic, count=0, rate=config.rate,
-                                         partitions=config.partitions),
-                    syn, stop=producer_stop, report=produced, progress=lambda r: None)
+            try:
+                produce(kafka, ProduceConfig(topic=topic, count=0, rate=config.rate,
+                                             partitions=config.partitions),
+                        syn, stop=producer_stop, report=produced, progress=lambda r: None)
+            except BaseException as exc:  # reported by the main thread
+                failure.append(exc)
 
         producer = threading.Thread(target=run_producer, name="demo-producer", daemon=True)
         producer.start()
@@ -251,7 +171,9 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
             TrainConfig(staleness=config.staleness, global_batch=config.global_batch,
                         warmup=config.warmup, log_every=0),
             online=OnlineConfig(repartition_interval=str(config.repartition_interval),
-                                window=config.window, checkpoint_dir=str(directory / "checkpoints"),
+                                window=config.window,
+                                migration_chunk_bytes=config.migration_chunk_bytes,
+                                checkpoint_dir=str(directory / "checkpoints"),
                                 checkpoint_interval=config.checkpoint_interval,
                                 keep_checkpoints=2),
             seed=config.seed, metrics_port=base)
@@ -272,165 +194,141 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         last_view = 0.0
         while trainer.is_alive():
             now = time.monotonic() - t0
-            if (now >= config.duration_s or stop.is_set()) and not ranks_stop.is_set():
+            if (now >= config.duration_s or stop.is_set() or failure) \
+                    and not ranks_stop.is_set():
                 ranks_stop.set()  # the ranks finish their step, checkpoint and return
                 producer_stop.set()
             try:
-                snap = _combine(now, [scrape(u) for u in urls])
+                snap = combine(now, [scrape(u) for u in urls])
             except OSError:
                 snap = None  # ranks still starting, or already gone
             if snap is not None:
                 timeline.snaps.append(snap)
                 timeline.produced.append((now, produced.records))
-                if now - last_view >= (0.5 if tty else 5.0):
+                if now - last_view >= (0.5 if view.tty else 5.0):
                     last_view = now
-                    _view(out, tty, config, timeline, urls)
+                    view.draw(timeline)
             trainer.join(timeout=1.0)
         if failure:
             raise failure[0]
         if timeline.snaps:
-            _view(out, tty, config, timeline, urls, final=True)
-    return _write(config, directory, timeline, results, produced)
+            view.draw(timeline, final=True)
+    return write_demo_report(config, directory, timeline, results, produced)
 
 
-def _rate(tl: _Timeline, attr: str, span: float = 5.0) -> float:
-    snaps = tl.snaps
-    if len(snaps) < 2:
-        return 0.0
-    last = snaps[-1]
-    first = next((s for s in snaps if s.t >= last.t - span), snaps[0])
-    if last.t <= first.t:
-        return 0.0
-    return (getattr(last, attr) - getattr(first, attr)) / (last.t - first.t)
+def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results: list[Any],
+                      produced: ProduceReport) -> Path:
+    """The demo's report from its timeline and the ranks' results."""
+    from trainer import checkpoint as ckpt
 
-
-def _recent(tl: _Timeline, span: float = 5.0) -> tuple[_Snapshot, _Snapshot]:
-    last = tl.snaps[-1]
-    return next((s for s in tl.snaps if s.t >= last.t - span), tl.snaps[0]), last
-
-
-def _backend(config: DemoConfig) -> str:
-    """How the ranks train, for the live view and the report (``config.device`` resolved);
-    one rank needs no process group."""
-    device = "CUDA" if config.device == "cuda" else "CPU"
-    if config.workers == 1:
-        return device
-    return f"{device}/{'NCCL' if config.device == 'cuda' else 'gloo'}"
-
-
-def _view(out: Any, tty: bool, config: DemoConfig, tl: _Timeline, urls: list[str],
-          final: bool = False) -> None:
-    first, s = _recent(tl)
-    trained = s.trained - first.trained
-    rrps = (s.not_held - first.not_held) / trained if trained > 0 else math.nan
-    loss = (s.loss_sum - first.loss_sum) / trained if trained > 0 else math.nan
-    produced = tl.produced[-1][1]
-    stale50 = _window_quantile(s.staleness, first.staleness, 0.5)
-    stale99 = _window_quantile(s.staleness, first.staleness, 0.99)
-    fresh99 = _window_quantile(s.freshness, first.freshness, 0.99)
-    ckpt = f"{s.checkpoint_age:.0f} s ago" if s.checkpoint_age == s.checkpoint_age else "none yet"
-    lines = [
-        f"hetgmp demo  {s.t:6.1f}s / {config.duration_s:.0f}s   {config.workers} rank(s), {_backend(config)}"
-        f"   placement v{s.version:.0f}   repartitions {s.repartitions:.0f}",
-        f"  stream     produced {produced:>10,}   consumed {s.consumed:>10,.0f}   trained "
-        f"{s.trained:>10,.0f}   {_rate(tl, 'trained'):>7,.0f} samples/s",
-        f"  placement  remote rows/sample {rrps:5.2f}   rows migrated {s.migrated:>9,.0f}   "
-        f"steps while migrating {s.migrating_steps:.0f}",
-        f"  replicas   staleness p50 {stale50:.0f}  p99 {stale99:.0f} (bound {config.staleness})   "
-        f"refreshes {_rate(tl, 'refreshes'):,.0f}/s   pushes {_rate(tl, 'pushes'):,.0f}/s",
-        f"  model      loss {loss:.4f}   rolling AUC {s.auc:.4f}   freshness p99 <= "
-        f"{fresh99:.2g} s   checkpoint {ckpt}",
-        f"  metrics    {'  '.join(urls)}",
-    ]
-    if tty:
-        prefix = f"\x1b[{len(lines)}F" if getattr(_view, "drawn", False) else ""
-        out.write(prefix + "\n".join(line + "\x1b[K" for line in lines) + "\n")
-        _view.drawn = not final  # type: ignore[attr-defined]
-    else:
-        out.write(" | ".join(line.strip() for line in lines[:-1]) + "\n")
-    out.flush()
-
-
-def _write(config: DemoConfig, directory: Path, tl: _Timeline, results: list[Any],
-           produced: ProduceReport) -> Path:
-    snaps = tl.snaps
-    # Per-interval figures between consecutive scrapes.
-    mid, rr, thr, aucs, auc_t = [], [], [], [], []
-    for a, b in zip(snaps, snaps[1:]):
-        dt, dn = b.t - a.t, b.trained - a.trained
-        if dt <= 0:
-            continue
-        mid.append(b.t)
-        thr.append(dn / dt)
-        rr.append((b.not_held - a.not_held) / dn if dn > 0 else math.nan)
-        if b.auc == b.auc:
-            aucs.append(b.auc)
-            auc_t.append(b.t)
-    marks = [b.t for a, b in zip(snaps, snaps[1:]) if b.version > a.version]
+    t = [s.t for s in tl.snaps]
     rank0 = results[0] if results else None
     events = rank0.online.get("events", []) if rank0 else []
     done = [e for e in events if e["event"] == "migration_done"]
     totals = rank0.job_totals.summary() if rank0 else {}
-    summary: dict[str, Any] = {
-        "duration_s": config.duration_s,
-        "workers": config.workers,
-        "device": config.device,
-        "records_produced": produced.records,
-        "records_consumed_last_scrape": int(snaps[-1].consumed) if snaps else 0,
-        "samples_trained": int(totals.get("samples_trained", 0)),
-        "steps": rank0.steps if rank0 else 0,
-        "samples_per_s": round(rank0.samples_per_s, 1) if rank0 else None,
-        "placement_version": rank0.placement.get("version") if rank0 else None,
-        "repartitions": sum(1 for e in events if e["event"] == "placement"),
-        "drift_triggers": sum(1 for e in events if e["event"] == "drift"),
-        "rows_migrated": int(sum(e["rows_moved"] for e in done)),
-        "remote_rows_per_sample": round(float(totals.get("remote_rows_per_sample", math.nan)), 3),
-        "bytes_per_sample": round(float(totals.get("bytes_per_sample", math.nan)), 1),
-        "max_staleness": totals.get("max_staleness"),
-        "progressive_auc_last": round(aucs[-1], 4) if aucs else None,
-        "freshness_p50_s": _round(rank0.online.get("freshness_p50_s")) if rank0 else None,
-        "freshness_p99_s": _round(rank0.online.get("freshness_p99_s")) if rank0 else None,
-        "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
-        "last_checkpoint_records": _checkpoint_records(directory / "checkpoints"),
-        "checkpoint_dir": str(directory / "checkpoints"),
-    }
+    marks = [b.t for a, b in zip(tl.snaps, tl.snaps[1:]) if b.version > a.version]
+    rr_t, rr = ratios(t, [s.not_held for s in tl.snaps], [s.trained for s in tl.snaps])
+    auc_t = [s.t for s in tl.snaps if s.auc == s.auc]
+    trained_t, trained = rates(t, [s.trained for s in tl.snaps])
+    produced_t, produced_rate = rates([p[0] for p in tl.produced],
+                                      [p[1] for p in tl.produced])
+    last = ckpt.latest(directory / "checkpoints")
+    figures = _figures(config, produced, tl, rank0, totals, events, done,
+                       directory / "checkpoints", last)
     charts = [
-        Chart("Remote rows per sample (rows neither owned nor fresh in a replica)", "seconds",
-              "rows/sample", [Series("all ranks", mid, rr)], marks, "new placement"),
+        Chart("Remote rows per sample (rows neither owned nor fresh in a replica), 5 s window",
+              "seconds", "rows / sample", [Series("all ranks", rr_t, rr)], marks,
+              "new placement"),
         Chart("Rolling AUC (each sample scored before its update)", "seconds", "AUC",
-              [Series("mean over ranks", auc_t, aucs)], marks, "new placement"),
-        Chart("Throughput", "seconds", "records/s", [
-            Series("trained", mid, thr),
-            Series("produced", [p[0] for p in tl.produced][1:],
-                   list(np.diff([p[1] for p in tl.produced]) / np.maximum(
-                       np.diff([p[0] for p in tl.produced]), 1e-9)))]),
-        Chart("Rows moved per migration", "records trained when it finished", "rows",
-              [Series("rows moved", [e["records"] for e in done],
-                      [e["rows_moved"] for e in done])]),
+              [Series("mean over ranks", auc_t, [s.auc for s in tl.snaps if s.auc == s.auc])],
+              marks, "new placement"),
+        Chart("Throughput, 5 s window", "seconds", "records / s",
+              [Series("trained", trained_t, trained),
+               Series("produced", produced_t, produced_rate)]),
+        Chart("Rows moved by each migration", "seconds since the start", "rows",
+              [Series("rows moved", [_at(tl, e) for e in done],
+                      [e["rows_moved"] for e in done], bars=True)]),
     ]
     notes = [
         f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, "
-        f"produced at {config.rate:,.0f} records/s into the embedded broker; {config.workers} "
-        f"ranks ({_backend(config)}) train DeepFM (dim {config.embed_dim}) with staleness bound "
+        f"produced at {config.rate:,.0f} records/s into the embedded broker; "
+        f"{_backend(config)} train DeepFM (dim {config.embed_dim}) with staleness bound "
         f"{config.staleness}, global batch {config.global_batch:,}.",
         f"Placement: hash until {config.warmup:,} records, then a full METIS partition computed "
         f"beside training, then the incremental partitioner every "
         f"{config.repartition_interval:,} records or earlier when remote rows per sample rise "
-        "(drift). Rows migrate live in bounded chunks between steps.",
-        "Figures are scraped from the ranks' Prometheus endpoints once a second.",
+        "(drift). Rows migrate live, at most "
+        f"{config.migration_chunk_bytes // 1024:,} KB between two steps.",
+        "Figures are scraped from the ranks' Prometheus endpoints once a second; rates are "
+        "taken over a trailing 5 s window.",
     ]
-    return write_report(directory, "hetgmp-stream demo", summary, charts, notes)
+    return write_report(directory, "hetgmp-stream demo", _table(config, figures), charts, notes,
+                        {"figures": figures})
 
 
-def _checkpoint_records(root: Path) -> int | None:
-    from trainer.checkpoint import latest
+def _at(tl: Timeline, event: dict[str, Any]) -> float:
+    """Seconds since the start when the ranks had trained as many records as an event's."""
+    for s in tl.snaps:
+        if s.trained >= event["records"]:
+            return s.t
+    return tl.snaps[-1].t if tl.snaps else 0.0
 
-    found = latest(root)
-    return found.records if found is not None else None
+
+def _figures(config: DemoConfig, produced: ProduceReport, tl: Timeline, rank0: Any,
+             totals: dict[str, Any], events: list[dict[str, Any]], done: list[dict[str, Any]],
+             checkpoints: Path, checkpoint: Any) -> dict[str, Any]:
+    """The run's figures, by name (report.json's ``figures``; the table shows them)."""
+    aucs = [s.auc for s in tl.snaps if s.auc == s.auc]
+    online = rank0.online if rank0 else {}
+    return {
+        "duration_s": config.duration_s, "workers": config.workers, "device": config.device,
+        "records_produced": produced.records,
+        "records_consumed": int(tl.snaps[-1].consumed) if tl.snaps else 0,
+        "samples_trained": int(totals.get("samples_trained", 0)),
+        "samples_per_s": round(rank0.samples_per_s, 1) if rank0 else None,
+        "steps": rank0.steps if rank0 else 0,
+        "steps_during_migrations": int(tl.snaps[-1].migrating_steps) if tl.snaps else 0,
+        "placement_version": rank0.placement.get("version") if rank0 else None,
+        "repartitions": sum(1 for e in events if e["event"] == "placement"),
+        "drift_triggers": sum(1 for e in events if e["event"] == "drift"),
+        "rows_migrated": int(sum(e["rows_moved"] for e in done)),
+        "remote_rows_per_sample": totals.get("remote_rows_per_sample"),
+        "bytes_per_sample": totals.get("bytes_per_sample"),
+        "max_staleness": totals.get("max_staleness"),
+        "progressive_auc_last": round(aucs[-1], 4) if aucs else None,
+        "freshness_p50_s": online.get("freshness_p50_s"),
+        "freshness_p99_s": online.get("freshness_p99_s"),
+        "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
+        "last_checkpoint_records": checkpoint.records if checkpoint is not None else None,
+        "checkpoint_dir": str(checkpoints),
+    }
 
 
-def _round(x: Any) -> Any:
-    return round(x, 3) if isinstance(x, float) and x == x else None
+def _table(config: DemoConfig, f: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The figures as the report's table shows them: labels and units."""
+    def num(x: Any, digits: int = 0) -> str:
+        return "–" if x is None or x != x else f"{x:,.{digits}f}"
+
+    return [
+        ("Ran", f"{f['duration_s']:,.0f} s on {_backend(config)}"),
+        ("Records produced / consumed / trained",
+         f"{num(f['records_produced'])} / {num(f['records_consumed'])} / "
+         f"{num(f['samples_trained'])}"),
+        ("Throughput", f"{num(f['samples_per_s'])} samples/s"),
+        ("Steps", f"{num(f['steps'])}, {num(f['steps_during_migrations'])} of them trained "
+                  f"while a migration went on"),
+        ("Placement", f"v{f['placement_version']} after {f['repartitions']} repartitions "
+                      f"({f['drift_triggers']} for drift)"),
+        ("Rows migrated", num(f["rows_migrated"])),
+        ("Remote rows per sample", num(f["remote_rows_per_sample"], 3)),
+        ("Bytes sent per sample (embedding path)", num(f["bytes_per_sample"], 1)),
+        ("Largest staleness read", f"{f['max_staleness']} updates (bound {config.staleness})"),
+        ("Rolling AUC at the end", num(f["progressive_auc_last"], 4)),
+        ("Freshness (append to Kafka → gradient applied)",
+         f"p50 {num(f['freshness_p50_s'], 2)} s, p99 {num(f['freshness_p99_s'], 2)} s"),
+        ("Checkpoints", f"{f['checkpoints']}; the last holds "
+                        f"{num(f['last_checkpoint_records'])} records"),
+    ]
 
 
 def add_demo_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:

@@ -1,30 +1,46 @@
-"""A self-contained HTML report with inline SVG line charts (no plotting library needed)."""
+"""A self-contained HTML report: charts drawn by matplotlib, a summary table with units.
+
+matplotlib renders each chart to a PNG embedded in the page, so the report is one file that any
+browser shows the same way, with no script to run; the ``data-plot`` attribute of each figure
+gives its plot area in the image's pixels, which is how the browser test finds where each chart
+must show data. Rates come from cumulative counters over a trailing window (:func:`rates`), so
+a scrape that saw no new step is not a gap; what has no value is left out, never drawn as 0.
+"""
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["Series", "Chart", "write_report", "svg_chart"]
+import numpy as np
 
+from trainer.app.jsonout import strict_json
+
+__all__ = ["Chart", "Series", "rates", "ratios", "render", "write_report"]
+
+_WIDTH_IN, _HEIGHT_IN, _DPI = 9.0, 3.2, 100
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 
 
 @dataclass
 class Series:
-    """One line of a chart."""
+    """One line (or set of bars) of a chart."""
 
     name: str
-    x: Sequence[float]
-    y: Sequence[float]
+    x: Sequence[float] | np.ndarray
+    y: Sequence[float] | np.ndarray
+    bars: bool = False
 
 
 @dataclass
 class Chart:
-    """A line chart: series, axis labels, and vertical marks (e.g. repartition times)."""
+    """A chart: series, axis labels with units, and vertical marks (e.g. new placements)."""
 
     title: str
     x_label: str
@@ -34,98 +50,124 @@ class Chart:
     mark_label: str = ""
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    if hi <= lo:
-        return [lo]
-    step = (hi - lo) / n
-    return [lo + i * step for i in range(n + 1)]
+def _trailing(t: np.ndarray, window_s: float) -> np.ndarray:
+    """For each sample, the index of the first sample at most ``window_s`` before it."""
+    return np.searchsorted(t, t - window_s, side="left")
 
 
-def svg_chart(chart: Chart, width: int = 720, height: int = 260) -> str:
-    """The chart as an SVG element."""
-    left, right, top, bottom = 60, 150, 30, 40
-    pts = [(x, y) for s in chart.series for x, y in zip(s.x, s.y)]
-    if not pts:
-        return f"<p>{html.escape(chart.title)}: no data</p>"
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(0.0, min(p[1] for p in pts)), max(p[1] for p in pts)
-    x1 = x1 if x1 > x0 else x0 + 1
-    y1 = y1 * 1.05 if y1 > y0 else y0 + 1
-    sx = lambda x: left + (x - x0) / (x1 - x0) * (width - left - right)  # noqa: E731
-    sy = lambda y: height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11">']
-    out.append(f'<text x="{left}" y="16" font-size="13" font-weight="bold">{html.escape(chart.title)}</text>')
-    out.append(
-        f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="none" stroke="#999"/>'
-    )
-    for t in _ticks(y0, y1):
-        out.append(f'<text x="{left - 5}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
-        out.append(
-            f'<line x1="{left}" x2="{width - right}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
-        )
-    for t in _ticks(x0, x1):
-        out.append(f'<text x="{sx(t):.1f}" y="{height - bottom + 14}" text-anchor="middle">{t:.3g}</text>')
-    out.append(
-        f'<text x="{(left + width - right) / 2}" y="{height - 6}" text-anchor="middle">{html.escape(chart.x_label)}</text>'
-    )
-    out.append(
-        f'<text x="12" y="{(top + height - bottom) / 2}" transform="rotate(-90 12 {(top + height - bottom) / 2})" text-anchor="middle">{html.escape(chart.y_label)}</text>'
-    )
-    for m in chart.marks:
-        if x0 <= m <= x1:
-            out.append(
-                f'<line x1="{sx(m):.1f}" x2="{sx(m):.1f}" y1="{top}" y2="{height - bottom}" stroke="#aaa" stroke-dasharray="3,3"/>'
-            )
-    for i, s in enumerate(chart.series):
-        color = _COLORS[i % len(_COLORS)]
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(s.x, s.y))
-        if path:
-            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{path}"/>')
-        out.append(
-            f'<text x="{width - right + 8}" y="{top + 14 + 16 * i}" fill="{color}">{html.escape(s.name)}</text>'
-        )
-    if chart.marks and chart.mark_label:
-        out.append(
-            f'<text x="{width - right + 8}" y="{top + 14 + 16 * len(chart.series)}" fill="#888">┊ {html.escape(chart.mark_label)}</text>'
-        )
-    out.append("</svg>")
-    return "\n".join(out)
+def rates(t: Sequence[float], counter: Sequence[float], window_s: float = 5.0
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-second rate of a cumulative counter over a trailing window, at each sample (the
+    first ``window_s`` seconds, with too little history, are left out)."""
+    tt, c = np.asarray(t, np.float64), np.asarray(counter, np.float64)
+    if tt.size < 2:
+        return tt[:0], tt[:0]
+    lo = _trailing(tt, window_s)
+    dt = tt - tt[lo]
+    keep = dt >= 0.5 * window_s
+    return tt[keep], (c[keep] - c[lo][keep]) / dt[keep]
 
 
-def write_report(
-    directory: Path, title: str, summary: dict[str, Any], charts: list[Chart], notes: list[str]
-) -> Path:
-    """Write ``report.html`` (charts + summary table) and ``report.json``; returns the HTML path."""
+def ratios(t: Sequence[float], num: Sequence[float], den: Sequence[float],
+           window_s: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
+    """Ratio of what two cumulative counters gained over a trailing window (where the second
+    gained anything)."""
+    tt = np.asarray(t, np.float64)
+    n, d = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    if tt.size < 2:
+        return tt[:0], tt[:0]
+    lo = _trailing(tt, window_s)
+    gained = d - d[lo]
+    keep = (gained > 0) & (tt - tt[lo] >= 0.5 * window_s)
+    return tt[keep], (n[keep] - n[lo][keep]) / gained[keep]
+
+
+def render(chart: Chart) -> tuple[bytes, tuple[int, int, int, int]]:
+    """The chart as PNG bytes, and its plot area ``(left, top, right, bottom)`` in pixels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI)
+    try:
+        drawn = False
+        for i, s in enumerate(chart.series):
+            x, y = np.asarray(s.x, np.float64), np.asarray(s.y, np.float64)
+            ok = np.isfinite(x) & np.isfinite(y)
+            if not ok.any():
+                continue
+            drawn = True
+            color = _COLORS[i % len(_COLORS)]
+            if s.bars:
+                width = max(np.ptp(x[ok]) / max(ok.sum(), 1) * 0.6, 1e-9) if ok.sum() > 1 else 1
+                ax.bar(x[ok], y[ok], width=width, color=color, label=s.name)
+            else:
+                ax.plot(x[ok], y[ok], color=color, linewidth=1.8, label=s.name,
+                        marker="o" if ok.sum() < 3 else None)
+        for j, m in enumerate(chart.marks):
+            ax.axvline(m, color="#999999", linestyle=":", linewidth=1,
+                       label=chart.mark_label if j == 0 and chart.mark_label else None)
+        if not drawn:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
+                    color="#888888")
+        ax.set_title(chart.title, fontsize=11, loc="left")
+        ax.set_xlabel(chart.x_label)
+        ax.set_ylabel(chart.y_label)
+        ax.grid(False)
+        if drawn:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+        fig.tight_layout()
+        fig.canvas.draw()
+        box = ax.get_window_extent()
+        height = fig.get_figheight() * _DPI
+        area = (int(box.x0), int(height - box.y1), int(box.x1), int(height - box.y0))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=_DPI)
+        return buf.getvalue(), area
+    finally:
+        plt.close(fig)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "–"
+    return html.escape(str(value))
+
+
+def write_report(directory: Path, title: str, summary: list[tuple[str, Any]],
+                 charts: list[Chart], notes: list[str], data: dict[str, Any]) -> Path:
+    """Write ``report.html`` (summary, notes, charts) and ``report.json`` (``data`` and the
+    charts' series); returns the HTML path."""
     directory.mkdir(parents=True, exist_ok=True)
-    rows = "\n".join(
-        f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items()
-    )
-    body = [
-        f"<h1>{html.escape(title)}</h1>",
-        f"<table border='1' cellpadding='4' style='border-collapse:collapse'>{rows}</table>",
-        *(f"<p>{html.escape(n)}</p>" for n in notes),
-        *(f"<div>{svg_chart(c)}</div>" for c in charts),
-    ]
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title></head><body style='font-family:sans-serif'>"
-        + "\n".join(body)
-        + "</body></html>"
-    )
+    rows = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
+                     for k, v in summary)
+    figures = []
+    for c in charts:
+        png, (left, top, right, bottom) = render(c)
+        figures.append(
+            f"<figure class='chart' data-plot='{left},{top},{right},{bottom}'>"
+            f"<img width='{int(_WIDTH_IN * _DPI)}' height='{int(_HEIGHT_IN * _DPI)}' "
+            f"alt='{html.escape(c.title)}' src='data:image/png;base64,"
+            f"{base64.b64encode(png).decode()}'></figure>")
+    page = ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>"
+            "body{font-family:sans-serif;margin:24px;max-width:1000px}"
+            "table{border-collapse:collapse;margin-bottom:16px}"
+            "th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}"
+            "th{font-weight:normal;color:#444}figure{margin:0 0 12px 0}"
+            "</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><table>{rows}</table>"
+            + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+            + "".join(figures) + "</body></html>")
     path = directory / "report.html"
     path.write_text(page, encoding="utf-8")
-    data = {
-        "title": title,
-        "summary": summary,
-        "notes": notes,
-        "charts": [
-            {
-                "title": c.title,
-                "marks": c.marks,
-                "series": [{"name": s.name, "x": list(s.x), "y": list(s.y)} for s in c.series],
-            }
-            for c in charts
-        ],
-    }
-    (directory / "report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    charts_data = [{"title": c.title, "marks": list(c.marks),
+                    "series": [{"name": s.name, "x": [float(x) for x in s.x],
+                                "y": [float(y) for y in s.y]} for s in c.series]}
+                   for c in charts]
+    body = {"title": title, **data, "notes": notes, "charts": charts_data}
+    (directory / "report.json").write_text(json.dumps(strict_json(body), indent=1),
+                                           encoding="utf-8")
     return path
+

@@ -19,17 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 from dataclasses import replace
 from typing import Any
 
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
 from streaming.runtime import add_flags, build, stop_on_signals
+from trainer.app.jsonout import strict_json
 from trainer.counters import PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
-__all__ = ["add_train_flags", "run_train", "strict_json"]
+__all__ = ["add_train_flags", "run_train"]
 
 log = logging.getLogger("hetgmp.train")
 
@@ -221,16 +221,3 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,
                     n_fields=len(schema.sparse), n_dense=len(schema.dense),
                     device=launch_config.device)
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every NaN or infinite float as None (JSON has neither), recursively."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return strict_json(value.item())
-    return value
