@@ -2,6 +2,7 @@
 owned elsewhere under bounded staleness, the row exchange of a step, and rows moving to new
 owners."""
 
+from trainer.embedding.device_index import DeviceIndex
 from trainer.embedding.exchange import Audit, ReadPlan, RowExchange
 from trainer.embedding.migrate import ChunkReport, Migration, move_chunk, row_bytes
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
@@ -11,6 +12,7 @@ from trainer.embedding.store import EmbeddingStore, StoreStats
 __all__ = [
     "Audit",
     "ChunkReport",
+    "DeviceIndex",
     "EmbeddingStore",
     "Migration",
     "ReadPlan",

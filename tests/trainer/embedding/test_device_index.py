@@ -1,0 +1,224 @@
+"""The device id index, every design, against a Python dict (on CPU, and on CUDA where there is
+one: the ``device`` fixture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from numpy.typing import ArrayLike
+
+from trainer.embedding.device_hash import mix_ids
+from trainer.embedding.device_index import DESIGNS, Design, DeviceIndex
+
+TOP = 2**63 - 1
+M32 = 0xFFFFFFFF
+
+
+def _mix32_reference(x: int) -> int:
+    """The mixer's 32-bit step in plain Python integers: what mix_ids must compute."""
+    x ^= x >> 16
+    x = (x * 0x045D9F3B) & M32
+    x ^= x >> 16
+    x = (x * 0x045D9F3B) & M32
+    return x ^ (x >> 16)
+
+
+def _t(values: ArrayLike, device: str) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(values, dtype=np.int64), device=device)
+
+
+def _check(index: DeviceIndex, ref: dict[int, int], queries: np.ndarray, device: str) -> None:
+    got = index.find(_t(queries, device)).cpu().numpy()
+    want = np.array([ref.get(int(q), -1) for q in queries], dtype=np.int64)
+    assert np.array_equal(got, want)
+    assert index.size == len(ref)
+
+
+def _items(index: DeviceIndex) -> dict[int, int]:
+    keys, vals = index.items()
+    pairs = dict(zip(keys.cpu().tolist(), vals.cpu().tolist()))
+    assert len(pairs) == keys.numel()  # no id twice
+    return pairs
+
+
+def test_mix_ids_is_its_definition_on_edge_ids_and_spreads_structured_ids() -> None:
+    rng = np.random.default_rng(1)
+    ids = [0, 1, M32, M32 + 1, 2**62, TOP - 1, TOP, *rng.integers(0, TOP, 50).tolist()]
+    want = [_mix32_reference((i & M32) ^ _mix32_reference(i >> 32)) for i in ids]
+    assert mix_ids(torch.tensor(ids, dtype=torch.int64)).tolist() == want
+    # ``field << 40 | value``: the low bits of the ids are all alike across fields, the
+    # high ones alike within one; 4096 ids in 1024 groups fill ~1005 of them when uniform.
+    structured = torch.tensor([(f << 40) | v for f in range(4) for v in range(1024)])
+    assert (mix_ids(structured) & 1023).unique().numel() > 950
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_agrees_with_a_dict_under_long_random_sequences(design: Design, device: str) -> None:
+    rng = np.random.default_rng(7)
+    index = DeviceIndex(1, device=device, design=design)
+    ref: dict[int, int] = {}
+    next_value = peak = 0
+    for step in range(250):
+        n = int(rng.integers(0, 400))
+        # Random 63-bit ids, small ids (0 included), the largest ones, and ids equal in their
+        # low 32 bits (the half that decides small tables' groups before mixing).
+        pool = np.concatenate([rng.integers(0, TOP, n, dtype=np.int64), rng.integers(0, 64, 8),
+                               np.array([0, TOP, TOP - 1]),
+                               (rng.integers(0, 2**31, 8) << 32) | 12345])
+        new = np.array([i for i in dict.fromkeys(pool.tolist()) if i not in ref][:n],
+                       dtype=np.int64)
+        values = np.arange(next_value, next_value + new.size)
+        next_value += new.size
+        index.insert(_t(new, device), _t(values, device))
+        ref.update(zip(new.tolist(), values.tolist()))
+        present = np.array(list(ref), dtype=np.int64)
+        if present.size and rng.random() < 0.3:  # delete a random share, sometimes most
+            share = rng.choice([0.05, 0.3, 0.9], p=[0.6, 0.3, 0.1])
+            gone = rng.choice(present, size=int(share * present.size), replace=False)
+            index.remove(_t(gone, device))
+            for i in gone.tolist():
+                del ref[i]
+            present = np.array(list(ref), dtype=np.int64)
+        picks = rng.choice(present, 200) if present.size else np.zeros(0, np.int64)
+        queries = np.concatenate([picks, picks[:20], rng.integers(0, TOP, 100, dtype=np.int64),
+                                  np.array([0, TOP])])  # repeats, absent ids, the extremes
+        _check(index, ref, rng.permutation(queries), device)
+        peak = max(peak, len(ref))
+        if step % 50 == 49:
+            assert _items(index) == ref
+    assert peak > 2000  # the sequence did grow the table well past its start
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_deleted_space_is_reused_and_the_table_does_not_grow(design: Design, device: str) -> None:
+    rng = np.random.default_rng(3)
+    ids = np.unique(rng.integers(0, TOP, 40_000, dtype=np.int64))
+    rng.shuffle(ids)
+    live, spare = list(ids[:4000]), list(ids[4000:])
+    index = DeviceIndex(4000, device=device, design=design)
+    empty = index.nbytes
+    index.insert(_t(live, device), _t(live, device) % 1000)
+    before = index.nbytes
+    if design != "sorted":  # random ids spread: a table sized for them holds them
+        assert before <= 1.1 * empty
+    for _ in range(10):  # 30,000 inserts into a table sized for 4,000 entries
+        rng.shuffle(live)
+        gone, live = live[:3000], live[3000:]
+        index.remove(_t(gone, device))
+        new, spare = spare[:3000], spare[3000:]
+        index.insert(_t(new, device), _t(new, device) % 1000)
+        live += new
+    ref = {i: i % 1000 for i in live}
+    _check(index, ref, np.concatenate([live[:500], gone[:500]]), device)
+    if design == "sorted":  # tombstones until a compaction: bounded, not kept forever
+        assert index.nbytes <= 3 * 16 * index.size
+    else:  # a doubling would show; the stash may hold a few more entries than before
+        assert index.nbytes <= 1.1 * before
+
+
+def test_removals_alone_give_the_sorted_runs_memory_back(device: str) -> None:
+    ids = torch.arange(0, 40_000, 2, device=device) * 7919
+    index = DeviceIndex(device=device, design="sorted")
+    index.rebuild(ids, ids)
+    full = index.nbytes
+    for chunk in ids[:19_000].split(1000):  # no insert comes to trigger a compaction
+        index.remove(chunk)
+    assert index.nbytes <= 0.2 * full
+    assert index.find(ids[18_990:19_010]).tolist() == [-1] * 10 + ids[19_000:19_010].tolist()
+
+
+def _colliding(count: int) -> list[int]:
+    """Ids whose 32-bit hashes are all equal: one home group in a table of any size."""
+    return [(hi << 32) | (0xABCDEF ^ _mix32_reference(hi)) for hi in range(1, count + 1)]
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_ids_that_share_a_home_group(design: Design, device: str) -> None:
+    # Past the stash's 1024 entries that call a rehash; fewer for the probe design, for whom
+    # they are one chain that every find and insert walks (a few seconds at 3000).
+    same = _colliding(1200 if design == "probe" else 3000)
+    assert mix_ids(torch.tensor(same)).unique().numel() == 1
+    rng = np.random.default_rng(5)
+    # And ids that share only the low 10 bits of their hash: one group in a small table.
+    cand = torch.from_numpy(rng.integers(0, TOP, 200_000, dtype=np.int64))
+    low = cand[(mix_ids(cand) & 1023) == 77][:150].tolist()
+    assert len(low) == 150
+    index = DeviceIndex(16, device=device, design=design)
+    ref = {i: n for n, i in enumerate(low + same)}
+    for part in np.array_split(np.array(list(ref)), 10):  # one long chain, batch by batch
+        index.insert(_t(part, device), _t([ref[i] for i in part.tolist()], device))
+    # Equal hashes cost longer probes or a larger stash, not a doubling per insert.
+    assert index.nbytes < 1 << 20
+    others = rng.integers(0, TOP, 300, dtype=np.int64)
+    _check(index, ref, np.concatenate([np.array(list(ref)), others]), device)
+    gone = same[::2] + low[::3]
+    index.remove(_t(gone, device))
+    for i in gone:
+        del ref[i]
+    _check(index, ref, np.array(same + low), device)
+    back = same[::4]
+    index.insert(_t(back, device), _t(back, device) % 7)
+    ref.update({i: i % 7 for i in back})
+    _check(index, ref, np.array(same + low), device)
+    assert _items(index) == ref
+    rest = list(ref)
+    before = index.nbytes
+    index.remove(_t(rest, device))
+    index.insert(_t([5], device), _t([1], device))
+    assert index.find(_t(rest[:50] + [5], device)).tolist() == [-1] * 50 + [1]
+    if design == "stash":  # the stash's tombstones were dropped: it knew its live count
+        assert index.nbytes < before - 16 * len(same) // 2
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_extreme_ids_and_empty_batches(design: Design, device: str) -> None:
+    index = DeviceIndex(device=device, design=design)
+    empty = torch.zeros(0, dtype=torch.int64, device=device)
+    assert index.find(torch.zeros((3, 0), dtype=torch.int64, device=device)).shape == (3, 0)
+    assert index.find(_t([0, TOP], device)).tolist() == [-1, -1]  # nothing stored yet
+    index.insert(empty, empty)
+    index.remove(empty)
+    extremes = [0, 1, 2**62, TOP - 1, TOP]
+    index.insert(_t(extremes, device), _t([10, 11, 12, 13, 14], device))
+    grid = _t([[TOP, 0, 5], [TOP - 1, 2**62, 1]], device)
+    assert index.find(grid).tolist() == [[14, 10, -1], [13, 12, 11]]  # shape kept, 5 absent
+    assert index.find(empty).shape == (0,)
+    index.remove(_t([TOP, 0], device))
+    assert index.find(_t([TOP, 0, 1], device)).tolist() == [-1, -1, 11]
+    index.insert(_t([TOP], device), _t([99], device))
+    assert index.find(_t([TOP, TOP], device)).tolist() == [99, 99]
+    assert index.size == 4
+    assert _items(index) == {1: 11, 2**62: 12, TOP - 1: 13, TOP: 99}
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_items_round_trip_and_rebuild(design: Design, device: str) -> None:
+    rng = np.random.default_rng(11)
+    ids = np.unique(rng.integers(0, TOP, 20_000, dtype=np.int64))
+    index = DeviceIndex(device=device, design=design)
+    index.insert(_t(ids, device), _t(np.arange(ids.size), device))
+    index.remove(_t(ids[::3], device))
+    ref = {int(i): n for n, i in enumerate(ids) if n % 3}
+    assert _items(index) == ref
+    copy = DeviceIndex(device=device, design=design)
+    copy.rebuild(*index.items())
+    _check(copy, ref, ids, device)
+    big = index.nbytes
+    keep = ids[:100]
+    index.rebuild(_t(keep, device), _t(np.arange(100) * 2, device))
+    _check(index, {int(i): 2 * n for n, i in enumerate(keep)}, ids[:1000], device)
+    assert index.nbytes < big / 10  # sized to what it holds now
+    index.insert(_t(ids[100:200], device), _t(np.arange(100), device))  # and usable after
+    assert index.size == 200
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="design"):
+        DeviceIndex(design="btree")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_load"):
+        DeviceIndex(max_load=1.0)
+    index = DeviceIndex()
+    with pytest.raises(ValueError, match="same number"):
+        index.insert(torch.arange(3), torch.arange(2))
+    assert index.size == 0
