@@ -107,12 +107,13 @@ class Supervised:
 
     def start(self) -> None:
         self.config["resume"] = self.runs > 0
+        self.config["run"] = self.runs
         path = self.workdir / f"job-{self.runs}.json"
         path.write_text(json.dumps(self.config))
-        log = (self.workdir / f"job-{self.runs}.log").open("wb")
         self.started_ms = time.time() * 1000
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.chaos_job", str(path)],
-                                     stdout=log, stderr=subprocess.STDOUT, cwd=_ROOT)
+        with (self.workdir / f"job-{self.runs}.log").open("wb") as log:  # the child has it
+            self.proc = subprocess.Popen([sys.executable, "-m", "bench.chaos_job", str(path)],
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=_ROOT)
         self.runs += 1
 
     @property
@@ -134,13 +135,12 @@ class Supervised:
 
     def rank_pids(self) -> dict[int, int]:
         """Pids of the current run's ranks (their ledgers are named after them)."""
-        out: dict[int, tuple[int, int]] = {}
-        for f in Path(self.config["ledger"]).glob("run-*.i64"):
-            _, ns, _, rank, _, pid = f.stem.split("-")
-            if int(ns) / 1e6 >= self.started_ms - 1000 and (
-                    int(rank) not in out or int(ns) > out[int(rank)][0]):
-                out[int(rank)] = (int(ns), int(pid))
-        return {r: pid for r, (_, pid) in out.items()}
+        run = Path(self.config["ledger"]) / f"run-{self.runs - 1:03d}"
+        out = {}
+        for f in run.glob("rank-*.i64"):
+            _, rank, _, pid = f.stem.split("-")
+            out[int(rank)] = int(pid)
+        return out
 
 
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -379,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     _print(summary)
     summary.pop("table")
     print(json.dumps(summary), flush=True)
+    bound = summary["checkpoint_interval_records"] + summary["global_batch"]
     ok = (summary["recovered"] == summary["faults"] and summary["skipped_offsets"] == 0
+          and summary["max_replay_records"] <= bound
           and summary["final_records"] == summary["ledger_records"] == summary["topic_records"])
     return 0 if ok else 1
 

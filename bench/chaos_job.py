@@ -35,7 +35,10 @@ def job_of(c: dict) -> Job:
                train=TrainConfig(global_batch=c["global_batch"], warmup=c["warmup"],
                                  log_every=0),
                online=online, seed=c["seed"],
-               hooks=Hooks(ledger=c["ledger"], fault_file=c["fault_file"]))
+               # One ledger directory a run: the replay of a resume is what its ranks trained
+               # that an earlier run's had.
+               hooks=Hooks(ledger=str(Path(c["ledger"]) / f"run-{c['run']:03d}"),
+                           fault_file=c["fault_file"]))
 
 
 def main(argv: list[str]) -> int:

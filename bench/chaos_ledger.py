@@ -40,7 +40,7 @@ class LedgerWatch:
 
     def latest_ms(self) -> float:
         """Wall time (ms) of the newest step written so far (0 before any)."""
-        for path in self.directory.glob("run-*.i64"):
+        for path in self.directory.glob("run-*/rank-*.i64"):
             done = self._read.get(path, 0)
             size = path.stat().st_size // 32 * 32
             if size > done:
@@ -87,13 +87,13 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
 def account(directory: Path, ends: dict[int, int], per_message: int) -> Account:
     """Read every ledger of ``directory`` against a topic whose partitions end at ``ends``
     (messages of ``per_message`` records each)."""
-    runs: dict[int, list[np.ndarray]] = defaultdict(list)
-    for path in directory.glob("run-*.i64"):
-        runs[int(path.stem.split("-")[1])].append(read_ledger(path))
+    runs: dict[str, list[np.ndarray]] = defaultdict(list)
+    for path in directory.glob("run-*/rank-*.i64"):
+        runs[path.parent.name].append(read_ledger(path))
     keys, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
     replays = []
     for i, run in enumerate(sorted(runs)):
-        rows = np.concatenate(runs[run])
+        rows = np.concatenate(runs[run]) if runs[run] else np.zeros((0, 4), np.int64)
         k, c = _sum_by_key(_keys(rows[:, 1], rows[:, 2]), rows[:, 3])
         if i:
             replays.append(int(np.minimum(c, _lookup(keys, counts, k)).sum()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, TypeVar
@@ -73,8 +74,9 @@ class KafkaSettings:
                 kwargs[name] = value
         # Whichever client gets a secret may log it (kafka-python's admin client logs its whole
         # configuration at DEBUG): mask it in every log line from now on.
-        for name in ("sasl_plain_password", "ssl_password"):
-            register_secret(getattr(self, name))
+        for f in dataclasses.fields(self):
+            if f.metadata.get("secret"):
+                register_secret(getattr(self, f.name))
         return kwargs
 
     def describe(self) -> str:

@@ -94,8 +94,8 @@ class RankResult:
         audit: The replica read and owner update logs, when asked for.
         online: What the online loop saw: per-step records, events (repartitions,
             migrations, checkpoints), freshness percentiles, the final placement version.
-        trained_offsets: int64 ``[n, 2]`` (partition, offset) of every record this rank
-            trained, when asked for.
+        trained_offsets: int64 ``[n, 2]`` (partition, offset) of every record this rank read
+            and had trained (routing may have trained it on another rank), when asked for.
         resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
     """
 

@@ -72,6 +72,8 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
         if metrics is not None:
             loop.publish_placement()
         logs = _Logs(job, comm.world, metrics, trainer)
+        if logs.ledger is not None:
+            stack.enter_context(logs.ledger)
         seconds = _train(comm, trainer, source, loop, start, logs, clock, job)
         loop.settle()
         loop.checkpoint()

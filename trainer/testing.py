@@ -79,7 +79,8 @@ class StreamSource(Source):
 
 
 class Ledger:
-    """One rank's append-only record of every record it trained, step by step.
+    """One rank's append-only record of every record it read and had trained, step by step
+    (routing may train a record on another rank: the rank that read it records it).
 
     Each step appends int64 rows ``(unix ms, partition, offset, records)``: the records of the
     step from each (partition, message offset). The file is opened with ``O_APPEND`` and written
@@ -88,7 +89,8 @@ class Ledger:
     the resume (its effect was in no checkpoint either).
 
     Args:
-        directory: Where ledgers go (one file per rank and run).
+        directory: Where this run's ledgers go (one file per rank, ``rank-R-pid-P.i64``; a
+            driver gives each run a directory of its own).
         rank: This rank.
     """
 
@@ -97,7 +99,7 @@ class Ledger:
     def __init__(self, directory: str | os.PathLike[str], rank: int) -> None:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        self.path = path / f"run-{time.time_ns()}-rank-{rank:03d}-pid-{os.getpid()}.i64"
+        self.path = path / f"rank-{rank:03d}-pid-{os.getpid()}.i64"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def add(self, batch: ClickBatch) -> None:
@@ -115,6 +117,12 @@ class Ledger:
     def close(self) -> None:
         """Close the file."""
         os.close(self._fd)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def read_ledger(path: str | os.PathLike[str]) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench.chaos import main
@@ -31,20 +32,27 @@ def test_three_faults_are_recovered_and_nothing_is_lost(capsys: pytest.CaptureFi
 
 
 def test_the_ledger_account_sees_a_skip_a_replay_and_the_distinct_records(tmp_path) -> None:
-    import numpy as np
-
     from bench.chaos_ledger import account
+    from streaming import ClickBatch
+    from trainer.testing import Ledger
 
-    def ledger(run: int, rank: int, rows: list[tuple[int, int, int]]) -> None:
-        data = np.array([(0, p, o, n) for p, o, n in rows], np.int64)
-        data.tofile(tmp_path / f"run-{run}-rank-{rank:03d}-pid-1.i64")
+    def step(run: int, rank: int, rows: list[tuple[int, int, int]]) -> None:
+        """What a rank's Ledger writes for one step of (partition, offset, records)."""
+        parts = [p for p, _, n in rows for _ in range(n)]
+        offs = [o for _, o, n in rows for _ in range(n)]
+        n = len(parts)
+        batch = ClickBatch(np.zeros(n, np.float32), np.zeros((n, 13), np.float32),
+                           np.zeros((n, 26), np.int64), np.array(parts, np.int32),
+                           np.array(offs, np.int64), np.zeros(n, np.int64))
+        with Ledger(tmp_path / f"run-{run:03d}", rank) as ledger:
+            ledger.add(batch)
 
     # Partition 0 ends at offset 4, partition 1 at 2; messages of 16 records.
-    ledger(1, 0, [(0, 0, 16), (0, 1, 16), (0, 2, 9)])  # offset 2 half done when run 1 died
-    ledger(1, 1, [(1, 0, 16)])
-    ledger(2, 0, [(0, 2, 16), (0, 3, 16)])  # run 2 replays offset 2 whole (9 seen before)
-    ledger(2, 1, [(1, 0, 16)])  # and offset 0 of partition 1 (16 before); offset 1 never
+    step(0, 0, [(0, 0, 16), (0, 1, 16), (0, 2, 9)])  # offset 2 half done when run 0 died
+    step(0, 1, [(1, 0, 16)])
+    step(1, 0, [(0, 2, 16), (0, 3, 16)])  # run 1 replays offset 2 whole (9 seen before)
+    step(1, 1, [(1, 0, 16)])  # and offset 0 of partition 1 (16 before); offset 1 never
     a = account(tmp_path, {0: 4, 1: 2}, 16)
     assert a.expected == 6 * 16 and a.skipped == 1  # (1, 1)
-    assert a.replays == [9 + 16] and a.max_replay == 25
+    assert a.replays == [9 + 16] and a.max_replay == 25  # both ranks of run 1 counted together
     assert a.distinct == 5 * 16

@@ -17,10 +17,13 @@ from streaming import (
     BrokerUnavailable,
     ClickConsumer,
     ConsumerConfig,
+    ConsumerFailed,
     EmbeddedBroker,
     KafkaSettings,
+    KafkaUnavailable,
     ProduceConfig,
     SyntheticConfig,
+    TopicNotFound,
     produce,
 )
 from streaming.runtime import add_flags, build, stop_on_signals
@@ -141,7 +144,8 @@ def run_produce(args: argparse.Namespace) -> int:
             produce(kafka, config, synthetic, stop=stop, progress=progress, report=report)
         except ProduceFailed as exc:
             failed = exc
-        except (KafkaError, KafkaUnavailable, ValueError, FileNotFoundError) as exc:
+        except (KafkaError, KafkaUnavailable, TopicNotFound, ValueError,
+                FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     line = (f"done: {report.records:,} records, {report.messages:,} messages, "
@@ -188,6 +192,17 @@ def run_consume(args: argparse.Namespace) -> int:
         print("hetgmp consume: error: --commit needs a consumer group (--consumer-group-id)",
               file=sys.stderr)
         return 2
+    try:
+        return _consume(args, kafka, config)
+    except (TopicNotFound, KafkaUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ConsumerFailed as exc:  # a lost log, refused credentials, unwritten dead letters
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _consume(args: argparse.Namespace, kafka: KafkaSettings, config: ConsumerConfig) -> int:
     t0 = last = idle_since = time.monotonic()
     with stop_on_signals(threading.Event()) as stop, ClickConsumer(kafka, config) as consumer:
         if args.metrics_port:
@@ -208,11 +223,10 @@ def run_consume(args: argparse.Namespace) -> int:
                 s = consumer.stats
                 print(f"{s.records:,} records ({s.records / (now - t0):,.0f}/s), rejected "
                       f"{sum(s.rejected.values()):,}", flush=True)
-        if args.commit:
-            consumer.commit()
+        committed = consumer.commit() if args.commit else False
         s = consumer.stats
         summary = {"records": s.records, "messages": s.messages, "rejected": dict(s.rejected),
                    "dead_lettered": s.dead_lettered, "snapshot": consumer.snapshot(),
-                   "committed": bool(args.commit)}
+                   "committed": committed}
     print(json.dumps(summary), flush=True)
     return 0

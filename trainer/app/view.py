@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainer.app.report import rates
 from trainer.app.scrape import Snapshot, Timeline, window_quantile
 
 __all__ = ["LiveView", "rate", "recent"]
@@ -18,13 +19,10 @@ def recent(tl: Timeline, span: float = 5.0) -> tuple[Snapshot, Snapshot]:
 
 
 def rate(tl: Timeline, attr: str, span: float = 5.0) -> float:
-    """Per second over the last ``span`` seconds, of a counter of the snapshots."""
-    if len(tl.snaps) < 2:
-        return 0.0
-    first, last = recent(tl, span)
-    if last.t <= first.t:
-        return 0.0
-    return (getattr(last, attr) - getattr(first, attr)) / (last.t - first.t)
+    """Per second over the last ``span`` seconds, of a counter of the snapshots (0 with too
+    little history)."""
+    _, values = rates([s.t for s in tl.snaps], [getattr(s, attr) for s in tl.snaps], span)
+    return float(values[-1]) if values.size else 0.0
 
 
 class LiveView:

@@ -65,6 +65,7 @@ __all__ = [
     "rank_file",
     "read_manifest",
     "set_aside_newer",
+    "new_step_dir",
     "step_dir",
     "write_manifest",
 ]
@@ -120,9 +121,23 @@ class Manifest:
         return read_verified(self.path / name, meta["bytes"], meta["sha256"])
 
 
-def step_dir(root: str | os.PathLike[str], step: int) -> Path:
-    """Directory of the checkpoint taken at ``step``."""
-    return Path(root) / f"{_PREFIX}{step:012d}"
+def step_dir(root: str | os.PathLike[str], step: int, seq: int = 0) -> Path:
+    """Directory of the checkpoint taken at ``step`` (the ``seq``-th at that step, when offsets
+    moved without a step; names still sort by age)."""
+    return Path(root) / (f"{_PREFIX}{step:012d}" + (f"-{seq}" if seq else ""))
+
+
+def new_step_dir(root: str | os.PathLike[str], step: int) -> Path:
+    """Where the next checkpoint at ``step`` goes: never a complete checkpoint's directory
+    (overwriting one in place would leave, after a crash half way, neither it nor the new one);
+    what a crash left incomplete there is removed first."""
+    seq = 0
+    while (step_dir(root, step, seq) / MANIFEST).exists():
+        seq += 1
+    directory = step_dir(root, step, seq)
+    if directory.exists():
+        shutil.rmtree(directory)
+    return directory
 
 
 def rank_file(directory: Path, rank: int) -> Path:

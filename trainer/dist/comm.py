@@ -148,7 +148,7 @@ def all_reduce_bytes(tensor: torch.Tensor, world: int, device: torch.device) -> 
     return int(2 * (world - 1) * size // world)
 
 
-class _CommState:
+class _CommState:  # shared with trainer.dist.threads.ThreadComm
     """What every communicator holds: its place in the job, device, traffic and stop flag."""
 
     def __init__(self, rank: int, world: int, device: torch.device | str, stop: _Flag | None) -> None:

@@ -32,6 +32,17 @@ class PeerLost(RuntimeError):
         self.lost, self.unknown = lost, unknown
 
 
+# What gloo, NCCL and the rendezvous store say when a peer went away or stopped answering.
+_PEER_WORDS = ("connection", "closed by peer", "reset by peer", "timed out", "timeout",
+               "broken pipe", "socket", "unreachable", "remote process exited",
+               "nccl communicator was aborted")
+
+
+def _looks_like_a_peer(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(w in text for w in _PEER_WORDS)
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` of this host runs (a zombie, dead but not reaped, does not)."""
     try:
@@ -84,6 +95,10 @@ class Peers:
             if isinstance(exc, PeerLost):
                 raise
             gone, elsewhere = self.lost()
+            # Out of memory, a wrong split size, a local bug: not a peer's doing, unless one
+            # is known to be gone.
+            if not gone and not _looks_like_a_peer(exc):
+                raise
             if gone:
                 who = ", ".join(f"rank {r} (pid {self.pids[r]})" for r in gone)
                 head = f"{who} of this machine {'is' if len(gone) == 1 else 'are'} gone"

@@ -7,9 +7,10 @@ migrations and the online loop run on N ranks as a unit test that takes seconds,
 process to spawn and no socket to open (dask distributed's ``gen_cluster`` idea). The spawned
 gloo tests stay for the real transport.
 
-Collectives return when they are done (``start_*`` hand back a finished one), which a caller of
-the interface cannot tell apart from a fast network. Sums are taken in rank order, so every rank
-gets the same bits, as with gloo.
+Collectives return when they are done (``start_*`` hand back a finished one, counted, like
+DistComm's, when waited for), which a caller of the interface cannot tell apart from a fast
+network. Sums are one ``torch.sum`` over every rank's copy, as DistComm sums a small tensor:
+every rank gets the same bits (a large tensor goes by gloo's ring there, whose bits differ).
 
 :func:`run_threads` runs ``fn(comm, arg)`` on every rank and re-raises the first failure; a
 failing rank breaks the rendezvous, so its peers fail at once instead of waiting for ever.
@@ -23,8 +24,15 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
-from trainer.dist.comm import Counts, Pending, all_reduce_bytes, all_to_all_bytes, done
-from trainer.counters import Traffic
+from trainer.dist.comm import (
+    Counts,
+    Pending,
+    _CommState,
+    all_reduce_bytes,
+    all_to_all_bytes,
+    done,
+    small_all_reduce,
+)
 
 __all__ = ["ThreadComm", "ThreadGroup", "run_threads"]
 
@@ -59,7 +67,7 @@ class ThreadGroup:
         self._barrier.abort()
 
 
-class ThreadComm:
+class ThreadComm(_CommState):
     """One rank of a :class:`ThreadGroup` (see the module docstring).
 
     Args:
@@ -70,27 +78,24 @@ class ThreadComm:
 
     def __init__(self, group: ThreadGroup, rank: int, stop: threading.Event | None = None
                  ) -> None:
-        self.group, self.rank, self.world = group, rank, group.world
-        self.device = torch.device("cpu")
-        self.traffic = Traffic()
-        self._stop = stop
-
-    def stop_requested(self) -> bool:
-        return self._stop is not None and self._stop.is_set()
+        super().__init__(rank, group.world, "cpu", stop)
+        self.group = group
 
     def all_to_all(self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts,
                    kind: str) -> torch.Tensor:
         sizes = [int(c) for c in send_counts]
         recv = [int(c) for c in recv_counts]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        chunks = [send[bounds[d]:bounds[d + 1]] for d in range(self.world)]
+        # Copies: the caller may reuse its buffer once this returns, before a slower peer
+        # has read from it.
+        chunks = [send[bounds[d]:bounds[d + 1]].clone() for d in range(self.world)]
         got = [chunks_of[self.rank] for chunks_of in self.group.gather(self.rank, chunks)]
         if [int(g.shape[0]) for g in got] != recv:
             raise RuntimeError(f"rank {self.rank} expected {recv} rows by source in an "
                                f"all-to-all ({kind}), got {[int(g.shape[0]) for g in got]}")
         out = torch.cat(got) if got else send[:0]
         self.traffic.add(kind, *all_to_all_bytes(send, out, sizes, recv, self.rank), 0.0)
-        return out.clone()
+        return out
 
     def start_all_to_all(self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts,
                          kind: str) -> Pending:
@@ -103,18 +108,23 @@ class ThreadComm:
         ones = [1] * self.world
         return self.all_to_all(torch.from_numpy(counts), ones, ones, kind).numpy()
 
-    def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+    def _sum(self, tensor: torch.Tensor) -> None:
+        # Summed as DistComm sums a small tensor (torch.sum over the stacked copies): the same
+        # bits as gloo's gather path, and the same on every rank.
         copies = self.group.gather(self.rank, tensor.detach().clone())
-        total = copies[0].clone()
-        for c in copies[1:]:  # rank order: every rank adds the same copies the same way
-            total += c
-        tensor.copy_(total)
-        moved = all_reduce_bytes(tensor, self.world, self.device)
-        self.traffic.add(kind, moved, moved, 0.0)
+        torch.sum(torch.stack(copies), dim=0, out=tensor)
+
+    def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
+        self.start_all_reduce_sum(tensor, kind).wait()
 
     def start_all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> Pending:
-        self.all_reduce_sum(tensor, kind)
-        return done(tensor)
+        self._sum(tensor)
+        moved = all_reduce_bytes(tensor, self.world, self.device)
+        if small_all_reduce(tensor, self.device):
+            self.traffic.add(kind, moved, moved, 0.0)
+            return done(tensor)
+        # gloo's ring is counted when it is waited for (DistComm's _InFlight): so is this.
+        return _Counted(tensor, lambda: self.traffic.add(kind, moved, moved, 0.0))
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         tensor.copy_(self.group.gather(self.rank, tensor.detach().clone())[src])
@@ -127,6 +137,19 @@ class ThreadComm:
 
     def barrier(self) -> None:
         self.group.gather(self.rank, None)
+
+
+class _Counted:
+    """A finished collective whose bytes are counted when it is waited for."""
+
+    def __init__(self, result: torch.Tensor, count: Callable[[], None]) -> None:
+        self._result, self._count = result, count
+
+    def wait(self) -> torch.Tensor:
+        if self._count is not None:
+            self._count()
+            self._count = None  # type: ignore[assignment]
+        return self._result
 
 
 def run_threads(fn: Callable[[ThreadComm, A], R], arg: A | Sequence[A], world: int, *,
@@ -149,6 +172,9 @@ def run_threads(fn: Callable[[ThreadComm, A], R], arg: A | Sequence[A], world: i
     results: list[Any] = [None] * world
     errors: list[tuple[int, BaseException]] = []
 
+    first: list[tuple[int, BaseException]] = []
+    lock = threading.Lock()
+
     def body(rank: int) -> None:
         try:
             a = arg[rank] if per_rank else arg  # type: ignore[index]
@@ -156,7 +182,8 @@ def run_threads(fn: Callable[[ThreadComm, A], R], arg: A | Sequence[A], world: i
         except threading.BrokenBarrierError as exc:
             errors.append((rank, exc))  # a peer failed first: its error is the one raised
         except BaseException as exc:
-            errors.insert(0, (rank, exc))
+            with lock:
+                first.append((rank, exc))
             group.abort()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"rank{r}", daemon=True)
@@ -165,7 +192,7 @@ def run_threads(fn: Callable[[ThreadComm, A], R], arg: A | Sequence[A], world: i
         t.start()
     for t in threads:
         t.join()
-    if errors:
-        rank, exc = errors[0]
+    if first or errors:
+        rank, exc = (first or errors)[0]
         raise RuntimeError(f"rank {rank} failed: {type(exc).__name__}: {exc}") from exc
     return results

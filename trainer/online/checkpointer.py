@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,20 +46,22 @@ class Checkpointer:
         clock: Time source.
         extra: Settings recorded in the manifest and checked at resume (the model shape).
         records: Records trained when the loop starts.
-        resumed_step: Step of the checkpoint this run resumed from (it is not rewritten).
+        resumed: (step, records, offsets) of the checkpoint this run resumed from (it is not
+            written again unless something moved).
         metrics: The rank's metrics (None: none).
         fault: A rank that SIGKILLs itself in one of this run's checkpoints (tests, chaos).
     """
 
     def __init__(self, comm: Comm, root: str, interval: Interval, keep: int, stats: LoopStats,
                  clock: Clock, *, extra: dict[str, Any], records: int = 0,
-                 resumed_step: int | None = None, metrics: Any = None,
+                 resumed: tuple[int, int, dict[int, int]] | None = None, metrics: Any = None,
                  fault: FaultPlan | None = None) -> None:
         self.comm, self.root, self.interval, self.keep = comm, root, interval, keep
         self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
         self.fault = fault
         self.written = 0
-        self._last_step = -1 if resumed_step is None else resumed_step
+        # A resumed run does not rewrite the checkpoint it started from.
+        self._last: tuple[int, int, dict[int, int]] | None = resumed
         self._since = (records, clock.monotonic())
 
     @property
@@ -78,11 +81,24 @@ class Checkpointer:
             Rank 0's manifest (None elsewhere, without checkpoints, or when this step's
             checkpoint exists already).
         """
-        if not self.enabled or self._last_step == trainer.step_index:
+        if not self.enabled:
+            return None
+        mine = source.snapshot()
+        offsets: dict[int, int] = {}
+        for part in self.comm.all_gather_object(mine):
+            offsets.update(part)
+        # The same step can need a new checkpoint: offsets move without a step past messages
+        # whose records were all rejected. Every rank compares the same gathered figures.
+        position = (trainer.step_index, records, offsets)
+        if position == self._last:
             return None
         t0 = self.clock.monotonic()
         trainer.flush()
-        directory = ckpt.step_dir(self.root, trainer.step_index)
+        # Rank 0 picks the directory (and clears what a crash left there: rank files of
+        # another world, say); the broadcast is also the barrier before anyone writes.
+        chosen = str(ckpt.new_step_dir(self.root, trainer.step_index)) \
+            if self.comm.rank == 0 else None
+        directory = Path(self.comm.broadcast_object(chosen))
         directory.mkdir(parents=True, exist_ok=True)
         ids, values, state, versions = trainer.store.export()
         ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions)
@@ -96,10 +112,6 @@ class Checkpointer:
                                         **trainer.optimizer.state_arrays()})
             ckpt.save_placement(directory, trainer.placement)
         source.prepare_commit()  # dead letters land before the offsets pass them
-        mine = source.snapshot()
-        offsets: dict[int, int] = {}
-        for part in self.comm.all_gather_object(mine):
-            offsets.update(part)
         self.comm.barrier()
         manifest = None
         if self.comm.rank == 0:
@@ -110,7 +122,7 @@ class Checkpointer:
             ckpt.prune(self.root, self.keep)
         self.comm.barrier()
         committed = source.commit(mine) if mine else None
-        self._last_step = trainer.step_index
+        self._last = position
         self._since = (records, self.clock.monotonic())
         seconds = self.clock.monotonic() - t0
         self.stats.event("checkpoint", step=trainer.step_index, records=records, seconds=seconds,

@@ -101,8 +101,9 @@ class OnlineLoop:
         self.checkpointer = Checkpointer(
             comm, config.checkpoint_dir, config.checkpoint, config.keep_checkpoints, self.stats,
             clock, extra=extra or {}, records=records,
-            resumed_step=resumed.step if resumed is not None else None, metrics=metrics,
-            fault=fault)
+            resumed=None if resumed is None else (resumed.step, resumed.records,
+                                                  dict(resumed.offsets)),
+            metrics=metrics, fault=fault)
         self.repartitioner: Repartitioner | None = None
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,

@@ -102,7 +102,7 @@ class LoopStats:
         live = stamps >= self._started_ms
         self.backlog += int(stamps.size - live.sum())
         self.freshness.add(fresh[live])
-        return fresh
+        return fresh[live]
 
     def report(self) -> dict[str, Any]:
         """Plain data (it travels back from spawned ranks)."""

@@ -91,8 +91,12 @@ class KafkaShard(Source):
         self._handed: collections.deque[dict[int, int]] = collections.deque()
         if mine:
             self.consumer.start()
-            if resume is not None:
-                self._resume(resume)
+            try:
+                if resume is not None:
+                    self._resume(resume)
+            except BaseException:
+                self.consumer.stop()  # the constructor never returns: nobody else would
+                raise
 
     # -- the Source contract ----------------------------------------------------------------
 
@@ -183,9 +187,10 @@ class KafkaShard(Source):
     def _resume(self, resume: Resume) -> None:
         """Continue this rank's partitions where a checkpoint says (``--reset-offsets``).
 
-        ``checkpoint``: each partition from the checkpoint's offset, or from its first record
-        when the checkpoint has none for it (nothing of it was trained); refused when the topic
-        is not the one the checkpoint read (a broker that lost its log creates it anew).
+        ``checkpoint``: each partition from the checkpoint's offset; one the checkpoint has no
+        offset for (nothing of it was trained) starts where a fresh run would (the group's
+        committed offset, else ``--consumer-auto-offset-reset``); refused when the topic is not
+        the one the checkpoint read (a broker that lost its log creates it anew).
         ``earliest`` / ``latest``: every partition from the first record, or the next one, of
         the log as it is now (the model and the record count still come from the checkpoint).
         """
@@ -211,9 +216,6 @@ class KafkaShard(Source):
             self.positions.update(offsets)
             self.trained.update(offsets)
             log.info("partitions %s continue from offsets %s", sorted(offsets), offsets)
-        untrained = [p for p in mine if p not in offsets]
-        if untrained:
-            self.consumer.seek_to(untrained, "earliest")
 
     def _poll(self, want: int) -> None:
         got = self.consumer.next_batch(max_records=max(want // 8, 64), timeout=self.spec.poll_s)

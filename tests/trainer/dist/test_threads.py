@@ -16,7 +16,6 @@ from exact_jobs import BATCH, DCN_SGD, EXACT, SYN, WINDOW
 from partitioner import Placement
 from streaming import SyntheticStream
 from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.dist.comm import all_reduce_bytes
 from trainer.job import Job
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
@@ -42,12 +41,14 @@ def _collectives(comm: ThreadComm, _: None) -> dict[str, object]:
     summed = torch.tensor([0.1 * (me + 1), 1e-9 * me], dtype=torch.float64)
     comm.all_reduce_sum(summed)
     big = torch.full((20_000,), float(me))  # past the gather threshold: the ring's bytes
-    comm.start_all_reduce_sum(big).wait()
+    pending = comm.start_all_reduce_sum(big)
+    dense_before_wait = int(comm.traffic.sent[7])  # as gloo's: counted when waited for
+    pending.wait()
     seed = torch.full((3,), float(me))
     comm.broadcast_(seed, src=1)
     return {"got": got, "heard": heard, "summed": summed, "big": big, "seed": seed,
             "objects": comm.all_gather_object(me * me), "from_2": comm.broadcast_object(me, 2),
-            "traffic": comm.traffic}
+            "traffic": comm.traffic, "dense_before_wait": dense_before_wait}
 
 
 def test_thread_collectives_move_what_gloo_would() -> None:
@@ -67,9 +68,10 @@ def test_thread_collectives_move_what_gloo_would() -> None:
     rows = 16  # two int64 a row
     assert traffic.sent[route] == (sum(1 + d + 1 for d in range(world)) - 3) * rows
     assert traffic.received[route] == (sum(s + 1 + 1 for s in range(world)) - 3) * rows
-    big = torch.zeros(20_000)
-    assert traffic.sent[dense] == all_reduce_bytes(big, world, big.device) + all_reduce_bytes(
-        torch.zeros(2, dtype=torch.float64), world, big.device)
+    # Written out, not computed with the function that counts: the small sum goes as a
+    # gather (every other rank's 16 bytes), the large one as a ring (2 (N - 1) / N of 80 kB).
+    assert out[1]["dense_before_wait"] == 2 * 16
+    assert traffic.sent[dense] == 2 * 16 + 2 * 2 * 80_000 // 3
 
 
 def test_a_failing_rank_fails_the_job_at_once_not_after_the_timeout() -> None:
@@ -152,3 +154,23 @@ def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
     lags = recount_lags(ranks)  # from what the owners applied, not from the lags they kept
     assert lags.size == ranks[0].job_totals.counts["replica_reads"] and lags.max() <= s
     assert np.array_equal(np.bincount(lags, minlength=hist.size), hist)
+
+
+def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
+    import os
+
+    from trainer.dist import PeerLost
+    from trainer.dist.peers import Peers
+
+    alone = Peers(0, ("here", "here"), (os.getpid(), os.getpid()))  # both ranks alive
+    with pytest.raises(RuntimeError, match="split sizes") as info:
+        with alone.watch("route"):
+            raise RuntimeError("split sizes do not add up")
+    assert not isinstance(info.value, PeerLost)
+    with pytest.raises(PeerLost, match="the route collective failed on rank 0: a peer"):
+        with alone.watch("route"):
+            raise RuntimeError("Connection closed by peer [127.0.0.1]:41623")
+    gone = Peers(0, ("here", "here"), (os.getpid(), 2**22 + 12345))  # no such process
+    with pytest.raises(PeerLost, match=r"rank 1 \(pid \d+\) of this machine is gone"):
+        with gone.watch("dense"):
+            raise RuntimeError("CUDA out of memory")
