@@ -69,10 +69,17 @@ class Checkpointer:
         """Whether checkpoints are written at all."""
         return bool(self.root)
 
-    def due(self, records: int) -> bool:
-        """The interval has passed since the last checkpoint."""
-        return self.enabled and self.interval.due(records - self._since[0],
-                                                  self.clock.monotonic() - self._since[1])
+    def due_by_time(self) -> bool:
+        """A seconds interval has passed since the last checkpoint (rank 0 decides: the ranks'
+        clocks differ)."""
+        return self.enabled and self.interval.seconds > 0 and \
+            self.clock.monotonic() - self._since[1] >= self.interval.seconds
+
+    def due_by_records(self, records: int) -> bool:
+        """A records interval has passed, counting the step just agreed on (every rank decides
+        alike: they share the count)."""
+        return self.enabled and self.interval.count > 0 and \
+            records - self._since[0] >= self.interval.count
 
     def write(self, trainer: Trainer, source: Source, records: int) -> ckpt.Manifest | None:
         """Write a checkpoint of the steps trained so far, then commit its offsets (collective).

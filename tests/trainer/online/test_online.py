@@ -359,6 +359,15 @@ def test_run_ended_by_steps_counts_its_last_step(tmp_path: Path) -> None:
     assert manifest.records == result.job_totals.samples == 5 * BATCH
 
 
+def test_a_records_interval_checkpoints_on_the_step_that_reaches_it(tmp_path: Path) -> None:
+    """Every 2 steps' records: steps 2, 4 and 6, not one step late (rank 0 used to decide
+    before the step's records were counted, so 2 steps' worth came at step 3)."""
+    online = _online(checkpoint_dir=str(tmp_path), checkpoint_interval=str(2 * BATCH),
+                     max_records=6 * BATCH, keep_checkpoints=5)
+    run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=online))
+    assert sorted(int(d.name.removeprefix("step-")) for d in tmp_path.glob("step-*")) == [2, 4, 6]
+
+
 def test_checkpoint_directories_are_not_reused_by_accident(tmp_path: Path) -> None:
     online = _online(checkpoint_dir=str(tmp_path), max_records=2 * BATCH)
     run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1), online=online))
