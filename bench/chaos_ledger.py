@@ -4,8 +4,8 @@ The ledgers (``trainer.testing.Ledger``) hold, per step, the records each rank t
 (partition, message offset). Read back in the order the job's runs started:
 
 * a message is *skipped* when fewer of its records were trained than it holds;
-* a run *replays* the records it trains that an earlier run had trained already: what a crash
-  threw away since the last checkpoint, read again after the resume;
+* a crash *threw away* the records its run trained that a later run trained again: what came
+  after the last checkpoint, read again after the resume;
 * the *distinct* records trained are what the final checkpoint must count.
 """
 
@@ -60,7 +60,8 @@ class Account:
         expected: Records the topic holds.
         distinct: Records trained at least once.
         skipped: Messages of the topic with fewer records trained than they hold.
-        replays: Records each run (after the first) trained that an earlier run had trained.
+        replays: For each run that a crash ended, the records it trained that a later run
+            trained again (what the crash threw away).
         max_replay: The largest of those.
     """
 
@@ -90,14 +91,24 @@ def account(directory: Path, ends: dict[int, int], per_message: int) -> Account:
     runs: dict[str, list[np.ndarray]] = defaultdict(list)
     for path in directory.glob("run-*/rank-*.i64"):
         runs[path.parent.name].append(read_ledger(path))
-    keys, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    replays = []
-    for i, run in enumerate(sorted(runs)):
+    per_run = []
+    for run in sorted(runs):
         rows = np.concatenate(runs[run]) if runs[run] else np.zeros((0, 4), np.int64)
-        k, c = _sum_by_key(_keys(rows[:, 1], rows[:, 2]), rows[:, 3])
-        if i:
-            replays.append(int(np.minimum(c, _lookup(keys, counts, k)).sum()))
-        keys, counts = _sum_by_key(np.concatenate([keys, k]), np.concatenate([counts, c]))
+        per_run.append(_sum_by_key(_keys(rows[:, 1], rows[:, 2]), rows[:, 3]))
+    # What a crash threw away: the records its run trained that a later run trained again
+    # (a record a checkpoint covered is never trained again). Two crashes in a row each count
+    # what they lost, so a record lost twice counts for both.
+    replays = []
+    later_k, later_c = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for i in range(len(per_run) - 2, -1, -1):
+        k_next, c_next = per_run[i + 1]
+        later_k, later_c = _sum_by_key(np.concatenate([later_k, k_next]),
+                                       np.concatenate([later_c, c_next]))
+        k, c = per_run[i]
+        replays.insert(0, int(np.minimum(c, _lookup(later_k, later_c, k)).sum()))
+    keys, counts = _sum_by_key(
+        np.concatenate([k for k, _ in per_run] or [np.zeros(0, np.int64)]),
+        np.concatenate([c for _, c in per_run] or [np.zeros(0, np.int64)]))
     expected = np.concatenate([_keys(np.full(end, p), np.arange(end))
                                for p, end in sorted(ends.items())] or [np.zeros(0, np.int64)])
     trained = _lookup(keys, counts, expected)

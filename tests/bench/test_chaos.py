@@ -54,5 +54,29 @@ def test_the_ledger_account_sees_a_skip_a_replay_and_the_distinct_records(tmp_pa
     step(1, 1, [(1, 0, 16)])  # and offset 0 of partition 1 (16 before); offset 1 never
     a = account(tmp_path, {0: 4, 1: 2}, 16)
     assert a.expected == 6 * 16 and a.skipped == 1  # (1, 1)
-    assert a.replays == [9 + 16] and a.max_replay == 25  # both ranks of run 1 counted together
+    assert a.replays == [9 + 16] and a.max_replay == 25  # both ranks of run 0 lost, together
     assert a.distinct == 5 * 16
+
+
+def test_the_ledger_charges_a_replay_to_the_crash_that_threw_the_records_away(tmp_path) -> None:
+    """Run 0 trains A and dies; run 1 trains B and dies before any checkpoint; run 2 trains A
+    and B. Each crash threw away 16 records: charged to the run that trained them, not to the
+    run that trained them again (that would be 32 at run 2, twice what either crash lost)."""
+    from bench.chaos_ledger import account
+    from streaming import ClickBatch
+    from trainer.testing import Ledger
+
+    def step(run: int, offsets: list[int]) -> None:
+        n = 16 * len(offsets)
+        batch = ClickBatch(np.zeros(n, np.float32), np.zeros((n, 13), np.float32),
+                           np.zeros((n, 26), np.int64), np.zeros(n, np.int32),
+                           np.repeat(np.array(offsets, np.int64), 16), np.zeros(n, np.int64))
+        with Ledger(tmp_path / f"run-{run:03d}", 0) as ledger:
+            ledger.add(batch)
+
+    step(0, [0])
+    step(1, [1])
+    step(2, [0, 1])
+    a = account(tmp_path, {0: 2}, 16)
+    assert a.replays == [16, 16] and a.max_replay == 16
+    assert a.skipped == 0 and a.distinct == 32
