@@ -98,7 +98,7 @@ def account(directory: Path, ends: dict[int, int], per_message: int) -> Account:
     # What a crash threw away: the records its run trained that a later run trained again
     # (a record a checkpoint covered is never trained again). Two crashes in a row each count
     # what they lost, so a record lost twice counts for both.
-    replays = []
+    replays: list[int] = []
     later_k, later_c = np.zeros(0, np.int64), np.zeros(0, np.int64)
     for i in range(len(per_run) - 2, -1, -1):
         k_next, c_next = per_run[i + 1]
