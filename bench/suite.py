@@ -15,7 +15,7 @@ from typing import Protocol
 
 __all__ = ["BENCHMARKS", "main", "split_flags"]
 
-BENCHMARKS = ("ingest", "partition", "train", "online")
+BENCHMARKS = ("ingest", "partition", "train", "online", "serve")
 
 
 class _Bench(Protocol):

@@ -31,7 +31,7 @@ from trainer.evaluation import Progressive, score_heldout
 from trainer.job import Job, RankResult
 from trainer.online import OnlineLoop, check_compatible, restore
 from trainer.placement import Start, initial_placement
-from trainer.sources import Resume, Source, open_source
+from trainer.sources import KafkaSpec, Resume, Source, open_source
 from trainer.step import Trainer
 
 __all__ = ["gather_totals", "run_jobs", "run_rank"]
@@ -68,15 +68,14 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             comm, trainer, source, job.online, job.train, clock, seed=job.seed,
             metrics=metrics, hooks=job.hooks,
             partition=job.partitions_online and comm.world > 1, resumed=manifest,
-            extra=shape))
+            extra=shape, sink=open_delta_sink(job, comm)))
         if metrics is not None:
             loop.publish_placement()
         logs = _Logs(job, comm.world, metrics, trainer)
         if logs.ledger is not None:
             stack.enter_context(logs.ledger)
         seconds = _train(comm, trainer, source, loop, start, logs, clock, job)
-        loop.settle()
-        loop.checkpoint()
+        loop.finish()
     result = _result(comm, job, trainer, loop, logs, start, seconds, manifest)
     if metrics is not None and job.metrics_linger_s > 0:
         _linger(comm, clock, job.metrics_linger_s)
@@ -220,12 +219,36 @@ def find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
 
 
 def model_shape(job: Job, n_fields: int, n_dense: int) -> dict[str, Any]:
-    """The settings a checkpoint must share with the run that loads it."""
+    """The settings a checkpoint must share with the run that loads it (and what a serving
+    process needs to rebuild the model: the rows' initial values come from their seed and
+    scale)."""
     m = job.model
     return {"model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
             "cross_layers": m.cross_layers, "dtype": m.dtype, "fields": n_fields,
             "dense": n_dense, "row_optimizer": job.store.optimizer,
-            "dense_optimizer": job.train.dense_optimizer}
+            "dense_optimizer": job.train.dense_optimizer, "row_seed": job.store.seed,
+            "row_init_scale": job.store.init_scale}
+
+
+def open_delta_sink(job: Job, comm: Comm) -> Any:
+    """The rank's producer on the delta-log topic, or None: the log needs a Kafka source (the
+    watermark is its append time), checkpoints (its snapshots) and a publish interval."""
+    online = job.online
+    if not isinstance(job.source, KafkaSpec) or online.publish_interval <= 0:
+        return None
+    if not online.checkpoint_dir:
+        if comm.rank == 0:
+            log.info("no model delta log without --checkpoint-dir (serving starts from a "
+                     "checkpoint)")
+        return None
+    from streaming import ensure_topic
+    from trainer.serving import KafkaDeltaSink
+
+    topic = online.model_topic or f"{job.source.consumer.topic}.model"
+    if comm.rank == 0:  # before any other rank's metadata request could auto-create it
+        ensure_topic(job.source.kafka, topic, comm.world)
+    comm.barrier()
+    return KafkaDeltaSink(job.source.kafka, topic, comm.rank)
 
 
 def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:

@@ -17,6 +17,7 @@ __all__ = [
     "TrainConfig",
     "LaunchConfig",
     "OnlineConfig",
+    "ServeConfig",
     "Interval",
     "Fault",
     "FaultPlan",
@@ -286,6 +287,15 @@ class OnlineConfig:
         default=0, metadata={"help": "end the run after this many records over all ranks (0 = "
                              "until the source ends)"}
     )
+    publish_interval: float = field(
+        default=1.0,
+        metadata={"help": "seconds between publishes of the model's changes to the delta log "
+                  "that `hetgmp serve` follows (0 = off); on with a Kafka source and "
+                  "--checkpoint-dir"},
+    )
+    model_topic: str = field(
+        default="", metadata={"help": "the delta-log topic ('' = <topic>.model)"}
+    )
 
     def __post_init__(self) -> None:
         Interval.parse(self.repartition_interval)
@@ -294,6 +304,8 @@ class OnlineConfig:
             raise ValueError("drift_threshold >= 0, window >= 1, migration_chunk_bytes >= 1")
         if not 0 < self.window_sample <= 1 or self.keep_checkpoints < 1 or self.max_records < 0:
             raise ValueError("window_sample in (0, 1], keep_checkpoints >= 1, max_records >= 0")
+        if self.publish_interval < 0:
+            raise ValueError("publish_interval >= 0 (0 = no delta log)")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir")
         if Interval.parse(self.checkpoint_interval).enabled and not self.checkpoint_dir:
@@ -377,3 +389,44 @@ class Hooks:
     def __post_init__(self) -> None:
         if self.history < 1:
             raise ValueError(f"history must keep at least one step, not {self.history}")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where the model comes from and how requests are answered."""
+
+    checkpoint_dir: str = field(
+        default="", metadata={"help": "the training job's checkpoint directory (required): "
+                              "the newest complete checkpoint is loaded, or waited for"})
+    model_topic: str = field(
+        default="", metadata={"help": "the delta-log topic ('' = the one the checkpoint "
+                              "names)"})
+    host: str = field(default="127.0.0.1", metadata={
+        "help": "address to listen on (0.0.0.0 for every interface)"})
+    port: int = field(default=8500, metadata={"help": "port to listen on"})
+    format: Literal["tsv", "json"] = field(default="tsv", metadata={
+        "help": "record format of a request that names no Content-Type"})
+    schema: str = field(default="criteo", metadata={
+        "help": "field names, as the consumer's --consumer-schema ('criteo', '13,26' or "
+                "'label=y;dense=a,b;sparse=c,d')"})
+    max_body_bytes: int = field(default=8 << 20, metadata={
+        "help": "largest request body (bigger ones get 413)"})
+    max_records: int = field(default=65536, metadata={"help": "most records in one request"})
+    max_record_bytes: int = field(default=65536, metadata={
+        "help": "longer records are malformed"})
+    threads: int = field(default=2, metadata={"help": "threads that decode and score "
+                                              "(torch intra-op threads: 1 each)"})
+    wait_s: float = field(default=0.0, metadata={
+        "help": "how long to wait for a first checkpoint (0 = as long as it takes)"})
+    follow: bool = field(default=True, metadata={
+        "help": "follow the delta log (off: serve the checkpoint as it is)"})
+
+    def __post_init__(self) -> None:
+        if self.format not in ("tsv", "json"):
+            raise ValueError(f"format must be tsv or json, not {self.format!r}")
+        if not 0 < self.port < 65536 and self.port != 0:
+            raise ValueError(f"port {self.port} is not a TCP port")
+        if self.max_body_bytes < 1 or self.max_records < 1 or self.threads < 1:
+            raise ValueError("max_body_bytes, max_records and threads must be positive")
+        if self.wait_s < 0:
+            raise ValueError("wait_s >= 0")

@@ -23,7 +23,7 @@ _EPILOG = (
     "Settings: command line > environment (HETGMP_<SECTION>_<NAME>, shown per flag) > "
     "--config TOML file ([section] tables) > built-in default."
 )
-BENCHMARKS = ("ingest", "partition", "train", "online", "chaos", "index", "all")
+BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "all")
 
 
 def _shared() -> argparse.ArgumentParser:
@@ -48,6 +48,12 @@ def _run_demo(args: argparse.Namespace) -> int:
     return run_from_flags(args)
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    from trainer.app.serve import run_serve
+
+    return run_serve(args)
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     root = Path(__file__).resolve().parents[2]
     if not (root / "bench" / "__init__.py").is_file():
@@ -60,6 +66,12 @@ def _run_bench(args: argparse.Namespace) -> int:
     name = {"all": "suite", "index": "index_bench"}.get(args.which, args.which)
     status: int = importlib.import_module(f"bench.{name}").main(args.extra)
     return status
+
+
+def _add_serve_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
+    from trainer.app.serve import add_serve_flags
+
+    add_serve_flags(parser, toml)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -100,6 +112,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
          "Train a CTR model on N ranks (gloo on CPU, NCCL on CUDA, or torchrun's) with the "
          "embedding rows placed by hash or by the stream's access graph, repartitioned online. "
          "The last line printed is a JSON summary.", add_train_flags, _run_train),
+        ("serve", "answer predictions from the newest checkpoint and the delta log after it",
+         "Load the newest complete checkpoint of --checkpoint-dir (waiting for one), follow the "
+         "model delta log the trainer publishes, and answer POST /predict (records in the "
+         "consumer's formats, one score each), GET /healthz, /readyz and /metrics. Binds "
+         "127.0.0.1 unless --host says otherwise.", _add_serve_flags, _run_serve),
         ("demo", "the local demo behind `make demo`: broker, stream, 2 ranks, live view, report",
          "The whole system on one machine: the embedded broker, a drifting click stream, "
          "training ranks repartitioning online, a live view from their metrics, and an HTML "

@@ -13,10 +13,11 @@ from trainer.checkpoint.content import (
     save_placement,
     save_rows,
 )
-from trainer.checkpoint.files import CheckpointError
+from trainer.checkpoint.files import CheckpointError, atomic_write
 from trainer.checkpoint.manifest import (
     MANIFEST,
     Manifest,
+    ModelLog,
     has_manifest,
     latest,
     new_step_dir,
@@ -33,6 +34,8 @@ __all__ = [
     "MANIFEST",
     "CheckpointError",
     "Manifest",
+    "ModelLog",
+    "atomic_write",
     "has_manifest",
     "latest",
     "load_dense",

@@ -28,6 +28,14 @@ Schema of ``MANIFEST.json`` (every key required unless marked; anything else is 
     files              {name: {"bytes": int >= 0, "sha256": 64 hex digits}}
                        exactly rank-00000.npz .. rank-<world-1>.npz, dense.npz, placement.npz
     extra              object                 settings checked at resume (the model shape)
+    model              object                 (optional) the model delta log it covers:
+        topic          string                 the delta-log topic
+        lineage        string                 the checkpoint directory's name in the log
+        generation     int >= 0               the run that wrote it (trainer.online.publisher)
+        publishes      int >= 0               publishes made up to it (its rows' log version)
+        offsets        {"<partition>": int}   the log's offsets it covers: every delta below
+                                              them is older than the checkpoint, or equal
+        final          bool                   the log held every change of it when it was taken
 
 So a name can only be one of this checkpoint's own files (no path leads outside its directory),
 every rank of its world has its file, and a checkpoint whose world was edited down is caught by
@@ -58,6 +66,7 @@ from trainer.checkpoint.files import (
 __all__ = [
     "MANIFEST",
     "Manifest",
+    "ModelLog",
     "has_manifest",
     "latest",
     "parse_manifest",
@@ -77,10 +86,39 @@ MANIFEST = "MANIFEST.json"
 _PREFIX = "step-"
 _KEYS = {"format", "step", "world", "placement_version", "records", "topic", "offsets", "created",
          "files", "extra"}
-_OPTIONAL = {"topic_id"}
+_OPTIONAL = {"topic_id", "model"}
+_MODEL_KEYS = {"topic", "lineage", "generation", "publishes", "offsets", "final"}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _RANK_FILE = re.compile(r"rank-\d{5}\.npz")
 _MAX_WORLD = 1 << 16
+
+
+@dataclass(frozen=True)
+class ModelLog:
+    """Where a checkpoint stands in the model delta log (:mod:`trainer.serving.deltas`).
+
+    Attributes:
+        topic: The delta-log topic.
+        lineage: The checkpoint directory's name in the log (its deltas carry it).
+        generation: The run that wrote the checkpoint.
+        publishes: Publishes made up to it; its rows' version is that of the last of them.
+        offsets: Per partition, the offset below which every delta is no newer than it.
+        final: The log held every change of the checkpoint when it was taken (a run that
+            resumes from it need not republish its rows).
+    """
+
+    topic: str
+    lineage: str
+    generation: int
+    publishes: int
+    offsets: dict[int, int]
+    final: bool
+
+    def body(self) -> dict[str, Any]:
+        """As the manifest holds it."""
+        return {"topic": self.topic, "lineage": self.lineage, "generation": self.generation,
+                "publishes": self.publishes, "final": self.final,
+                "offsets": {str(p): int(o) for p, o in sorted(self.offsets.items())}}
 
 
 @dataclass(frozen=True)
@@ -99,6 +137,7 @@ class Manifest:
         created: Unix time it was completed.
         files: File name -> {"bytes", "sha256"}.
         extra: Settings recorded for checks at resume (model shape).
+        model: The delta log it covers (see the schema above), or None.
     """
 
     path: Path
@@ -112,6 +151,7 @@ class Manifest:
     created: float
     files: dict[str, dict[str, Any]]
     extra: dict[str, Any]
+    model: ModelLog | None = None
 
     def read(self, name: str) -> bytes:
         """The bytes of one of its files, verified against the manifest."""
@@ -156,7 +196,8 @@ def _step_dirs(base: Path, newest_first: bool = False) -> list[Path]:
 
 def write_manifest(directory: Path, *, step: int, world: int, placement_version: int,
                    records: int, offsets: dict[int, int], topic: str | None,
-                   topic_id: str | None = None, extra: dict[str, Any]) -> Manifest:
+                   topic_id: str | None = None, extra: dict[str, Any],
+                   model: ModelLog | None = None) -> Manifest:
     """Complete a checkpoint (rank 0, once every rank's files are written)."""
     files = {}
     for name in _file_names(world):
@@ -170,6 +211,8 @@ def write_manifest(directory: Path, *, step: int, world: int, placement_version:
             "topic_id": topic_id,
             "offsets": {str(p): int(o) for p, o in sorted(offsets.items())},
             "created": time.time(), "files": files, "extra": extra}
+    if model is not None:
+        body["model"] = model.body()
     data = json.dumps(body, indent=1, sort_keys=True, allow_nan=False).encode()
     atomic_write(directory / MANIFEST, lambda f: f.write(data))
     # The checkpoint directory's own entry too: offsets are committed to Kafka once this
@@ -193,6 +236,32 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
     return value
 
 
+def _offsets(value: Any, key: str) -> dict[int, int]:
+    if not isinstance(value, dict) or not all(
+            isinstance(p, str) and p.isdigit() and type(o) is int and o >= 0
+            for p, o in value.items()):
+        raise CheckpointError(f"{key} must map partition numbers to offsets >= 0")
+    return {int(p): o for p, o in value.items()}
+
+
+def _model_log(value: Any) -> ModelLog | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != _MODEL_KEYS:
+        keys = sorted(value) if isinstance(value, dict) else value
+        raise CheckpointError(f"model must be an object of exactly {sorted(_MODEL_KEYS)}, "
+                              f"not {keys!r}")
+    if not isinstance(value["topic"], str) or not value["topic"]:
+        raise CheckpointError(f"model.topic must be a topic name, not {value['topic']!r}")
+    if type(value["final"]) is not bool:
+        raise CheckpointError(f"model.final must be true or false, not {value['final']!r}")
+    if not isinstance(value["lineage"], str):
+        raise CheckpointError(f"model.lineage must be a string, not {value['lineage']!r}")
+    return ModelLog(value["topic"], value["lineage"], _int(value, "generation", 0),
+                    _int(value, "publishes", 0),
+                    _offsets(value["offsets"], "model.offsets"), value["final"])
+
+
 def parse_manifest(directory: Path, body: Any) -> Manifest:
     """The manifest of ``directory`` from its JSON body, checked against the schema above.
 
@@ -209,11 +278,7 @@ def parse_manifest(directory: Path, body: Any) -> Manifest:
         if body["format"] != FORMAT:
             raise CheckpointError(f"unknown format {body['format']!r}")
         world = _int(body, "world", 1, _MAX_WORLD)
-        offsets = body["offsets"]
-        if not isinstance(offsets, dict) or not all(
-                isinstance(p, str) and p.isdigit() and type(o) is int and o >= 0
-                for p, o in offsets.items()):
-            raise CheckpointError("offsets must map partition numbers to offsets >= 0")
+        offsets = _offsets(body["offsets"], "offsets")
         files = body["files"]
         if not isinstance(files, dict) or set(files) != set(_file_names(world)):
             names = sorted(files) if isinstance(files, dict) else files
@@ -233,9 +298,9 @@ def parse_manifest(directory: Path, body: Any) -> Manifest:
             raise CheckpointError(f"created must be a number, not {created!r}")
         return Manifest(directory, _int(body, "step", 0), world,
                         _int(body, "placement_version", 0), _int(body, "records", 0),
-                        {int(p): o for p, o in offsets.items()}, _optional_str(body, "topic"),
+                        offsets, _optional_str(body, "topic"),
                         _optional_str(body, "topic_id"), float(created), dict(files),
-                        dict(body["extra"]))
+                        dict(body["extra"]), _model_log(body.get("model")))
     except CheckpointError as exc:
         raise CheckpointError(f"{directory / MANIFEST}: {exc}") from None
 

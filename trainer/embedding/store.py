@@ -12,6 +12,12 @@ stream through admission (an id gets a trainable row only after it was used in
 recently used above ``max_rows``). Rows that some rank replicates are pinned: they are hot by
 construction, and evicting one would reset it behind the back of its copies, whose lag the
 owner counts (see :mod:`trainer.embedding.exchange`).
+
+For the model delta log (:mod:`trainer.serving`) the store marks every row whose value changed
+since it was last published; :meth:`changes` gives them, once each however many updates they
+took. With :meth:`track_evictions` on, every evicted row that was ever updated leaves a
+tombstone. Rows moved in by a migration count as changed (their new owner publishes them); rows
+restored from a checkpoint do not (the checkpoint holds them).
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ class EmbeddingStore:
         self._ids = np.full(cap, -1, dtype=np.int64)
         self._version = np.zeros(cap, dtype=np.int64)
         self._last_used = np.zeros(cap, dtype=np.int64)
+        self._changed = np.zeros(cap, dtype=bool)  # since it was last published
+        self._tombstones: list[np.ndarray] | None = None
         self._free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pop from the end
         self._pinned = np.zeros(0, dtype=np.int64)
         self._last_step = 0  # the latest step a lookup was made for
@@ -91,7 +99,8 @@ class EmbeddingStore:
         """Bytes held by rows, optimizer state, metadata and both indexes."""
         rows = self._values.numel() * self._values.element_size()
         state = self._state.numel() * self._state.element_size()
-        meta = self._ids.nbytes + self._version.nbytes + self._last_used.nbytes + self._free.nbytes
+        meta = self._ids.nbytes + self._version.nbytes + self._last_used.nbytes + \
+            self._changed.nbytes + self._free.nbytes
         cand = self._cand.nbytes + self._cand_count.nbytes + self._cand_last.nbytes
         return int(rows + state + meta + self._index.nbytes + cand)
 
@@ -219,6 +228,7 @@ class EmbeddingStore:
         # Slots are distinct (ids are unique), as RowOptimizer.step requires.
         self.optimizer.step(self._values, self._state, self._t(s), g, inc)
         self._version[s] += np.asarray(counts, dtype=np.int64)[have]
+        self._changed[s] = True
         return applied
 
     def ids(self) -> np.ndarray:
@@ -254,7 +264,7 @@ class EmbeddingStore:
         return ids, values, state, versions
 
     def put(self, ids: np.ndarray, values: torch.Tensor, state: torch.Tensor,
-            versions: np.ndarray, step: int) -> None:
+            versions: np.ndarray, step: int, *, published: bool = False) -> None:
         """Install rows handed over by their previous owner (replacing any row of those ids).
 
         Args:
@@ -263,6 +273,8 @@ class EmbeddingStore:
             state: ``[n, state_width]`` their optimizer state.
             versions: int64 ``[n]`` their versions (updates applied so far).
             step: The current step (counts as their last use).
+            published: The delta log holds them already (restored from a checkpoint), rather
+                than this rank having to publish them (moved in by a migration).
         """
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size == 0:
@@ -277,6 +289,41 @@ class EmbeddingStore:
         self._state[t] = state.to(device=self.device, dtype=self.dtype)
         self._version[slots] = np.asarray(versions, dtype=np.int64)
         self._last_used[slots] = step
+        self._changed[slots] = not published
+
+    # -- the delta log -----------------------------------------------------------------------
+
+    def changes(self) -> tuple[np.ndarray, torch.Tensor]:
+        """Rows whose value changed since the last call (or :meth:`unpublish`), ids sorted,
+        with their values; they count as published from now on."""
+        ids, slots = self._index.items()
+        changed = self._changed[slots]
+        ids, slots = ids[changed], slots[changed]
+        order = np.argsort(ids)
+        ids, slots = ids[order], slots[order]
+        self._changed[slots] = False
+        return ids, self._values.index_select(0, self._t(slots))
+
+    def unpublish(self, ids: np.ndarray | None = None) -> None:
+        """Count rows ``ids`` (every row: None) as changed, to publish them again (a send
+        failed, or the log holds values these rows do not)."""
+        if ids is None:
+            self._changed[:] = True
+            return
+        slots = self._index.find(np.asarray(ids, dtype=np.int64))
+        self._changed[slots[slots >= 0]] = True
+
+    def track_evictions(self, on: bool = True) -> None:
+        """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
+        self._tombstones = [] if on else None
+
+    def take_tombstones(self) -> np.ndarray:
+        """Ids evicted since the last call that were ever updated (sorted)."""
+        if not self._tombstones:
+            return np.zeros(0, np.int64)
+        ids = np.unique(np.concatenate(self._tombstones))
+        self._tombstones = []
+        return ids
 
     # -- memory bound ------------------------------------------------------------------------
 
@@ -305,6 +352,9 @@ class EmbeddingStore:
         if not evict.any():
             return 0
         gone = slots[evict]
+        if self._tombstones is not None:
+            # A row never updated holds its initial value: serving has nothing to drop.
+            self._tombstones.append(ids[evict][self._version[gone] > 0])
         self._ids[gone] = -1
         self._free = np.concatenate([self._free, gone[::-1]])
         self._index.rebuild(ids[~evict], slots[~evict])
@@ -331,6 +381,7 @@ class EmbeddingStore:
         self._state.index_copy_(0, t, self.optimizer.initial_state(n, self.dtype, self.device))
         self._ids[slots] = ids
         self._version[slots] = 0
+        self._changed[slots] = False
         self._index.insert(ids, slots)
         self.stats.created += n
         return slots
@@ -350,6 +401,7 @@ class EmbeddingStore:
         self._ids = np.concatenate([self._ids, np.full(extra, -1, np.int64)])
         self._version = np.concatenate([self._version, np.zeros(extra, np.int64)])
         self._last_used = np.concatenate([self._last_used, np.zeros(extra, np.int64)])
+        self._changed = np.concatenate([self._changed, np.zeros(extra, bool)])
         self._free = np.concatenate([np.arange(cap - 1, old - 1, -1, dtype=np.int64), self._free])
 
     def _admit(self, ids: np.ndarray, step: int) -> np.ndarray:

@@ -24,6 +24,7 @@ import torch
 from streaming.runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
+from trainer.online.publisher import Publisher
 from trainer.online.stats import LoopStats
 from trainer.sources import Source
 from trainer.step import Trainer
@@ -46,22 +47,23 @@ class Checkpointer:
         clock: Time source.
         extra: Settings recorded in the manifest and checked at resume (the model shape).
         records: Records trained when the loop starts.
-        resumed: (step, records, offsets) of the checkpoint this run resumed from (it is not
-            written again unless something moved).
+        resumed: (step, records, offsets, publishes) of the checkpoint this run resumed from
+            (it is not written again unless something moved).
         metrics: The rank's metrics (None: none).
         fault: A rank that SIGKILLs itself in one of this run's checkpoints (tests, chaos).
     """
 
     def __init__(self, comm: Comm, root: str, interval: Interval, keep: int, stats: LoopStats,
                  clock: Clock, *, extra: dict[str, Any], records: int = 0,
-                 resumed: tuple[int, int, dict[int, int]] | None = None, metrics: Any = None,
+                 resumed: tuple[int, int, dict[int, int], int] | None = None,
+                 metrics: Any = None,
                  fault: FaultPlan | None = None) -> None:
         self.comm, self.root, self.interval, self.keep = comm, root, interval, keep
         self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
         self.fault = fault
         self.written = 0
         # A resumed run does not rewrite the checkpoint it started from.
-        self._last: tuple[int, int, dict[int, int]] | None = resumed
+        self._last: tuple[int, int, dict[int, int], int] | None = resumed
         self._since = (records, clock.monotonic())
 
     @property
@@ -81,8 +83,16 @@ class Checkpointer:
         return self.enabled and self.interval.count > 0 and \
             records - self._since[0] >= self.interval.count
 
-    def write(self, trainer: Trainer, source: Source, records: int) -> ckpt.Manifest | None:
+    def write(self, trainer: Trainer, source: Source, records: int, *,
+              publisher: Publisher | None = None, final: bool = False) -> ckpt.Manifest | None:
         """Write a checkpoint of the steps trained so far, then commit its offsets (collective).
+
+        Args:
+            trainer: This rank's trainer.
+            source: This rank's source (its offsets, its commit).
+            records: Records trained over all ranks.
+            publisher: The delta log (its position goes in the manifest).
+            final: Every rank's publisher has just published and flushed everything.
 
         Returns:
             Rank 0's manifest (None elsewhere, without checkpoints, or when this step's
@@ -92,15 +102,21 @@ class Checkpointer:
             return None
         mine = source.snapshot()
         offsets: dict[int, int] = {}
-        for part in self.comm.all_gather_object(mine):
+        logged = publisher.acked_offsets() if publisher is not None else {}
+        gathered = self.comm.all_gather_object((mine, logged, final))
+        for part, _, _ in gathered:
             offsets.update(part)
         # The same step can need a new checkpoint: offsets move without a step past messages
-        # whose records were all rejected. Every rank compares the same gathered figures.
-        position = (trainer.step_index, records, offsets)
+        # whose records were all rejected, and the delta log moves with a publish. Every rank
+        # compares the same gathered figures.
+        publishes = publisher.publishes if publisher is not None else 0
+        position = (trainer.step_index, records, offsets, publishes)
         if position == self._last:
             return None
         t0 = self.clock.monotonic()
         trainer.flush()
+        model = None if publisher is None else publisher.position(
+            [log_offsets for _, log_offsets, _ in gathered], all(f for _, _, f in gathered))
         # Rank 0 picks the directory (and clears what a crash left there: rank files of
         # another world, say); the broadcast is also the barrier before anyone writes.
         chosen = str(ckpt.new_step_dir(self.root, trainer.step_index)) \
@@ -125,7 +141,7 @@ class Checkpointer:
             manifest = ckpt.write_manifest(
                 directory, step=trainer.step_index, world=self.comm.world,
                 placement_version=trainer.placement.version, records=records, offsets=offsets,
-                topic=source.topic, topic_id=source.topic_id, extra=self.extra)
+                topic=source.topic, topic_id=source.topic_id, extra=self.extra, model=model)
             ckpt.prune(self.root, self.keep)
         self.comm.barrier()
         committed = source.commit(mine) if mine else None
@@ -153,7 +169,7 @@ def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:
     ids, values, state, versions = ckpt.load_rows(
         manifest, keep=lambda a: placement.owner_of(a) == me)
     trainer.store.put(ids, torch.from_numpy(values), torch.from_numpy(state), versions,
-                      manifest.step)
+                      manifest.step, published=True)
     dense = ckpt.load_dense(manifest)
     flat = torch.from_numpy(dense["flat"])
     if flat.shape != trainer.dense.flat.shape:

@@ -6,13 +6,14 @@ all-reduce of one small int64 vector sums the proposals, and every rank decodes 
 :class:`Control`. So every decision (stop, repartition, switch placement, checkpoint) is taken by
 every rank at the same step, without a message of its own.
 
-Wire format, ``8 + 3 * world`` int64 values summed over ranks::
+Wire format, ``9 + 4 * world`` int64 values summed over ranks::
 
-    0 stop | 1 repartition | 2 ready | 3 checkpoint | 4 diverged   (flags: non-zero = yes)
-    5 records | 6 rows not held | 7 samples trained                (the previous step, summed)
-    8 + r            window samples rank r sends to rank 0 now
-    8 + world + r    samples rank r trained in the previous step
-    8 + 2 world + r  rows rank r owns
+    0 stop | 1 repartition | 2 ready | 3 checkpoint | 4 diverged | 5 publish   (flags)
+    6 records | 7 rows not held | 8 samples trained         (the previous step, summed)
+    9 + r            window samples rank r sends to rank 0 now
+    9 + world + r    samples rank r trained in the previous step
+    9 + 2 world + r  rows rank r owns
+    9 + 3 world + r  newest Kafka append time (ms) rank r read in the previous step, -1 none
 
 :func:`encode` and :func:`decode` are pure; :func:`agree` is the collective.
 """
@@ -28,8 +29,9 @@ from trainer.dist import Comm
 
 __all__ = ["Control", "Proposal", "agree", "decode", "encode", "width"]
 
-_FLAGS = 5
+_FLAGS = 6
 _SUMS = 3
+_PER_RANK = 4
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,15 @@ class Proposal:
         repartition: Rank 0: a new placement is due.
         ready: Rank 0: the partitioner has a placement and no migration is in progress.
         checkpoint: Rank 0: a checkpoint is due.
+        publish: Rank 0: a publish of the model's changes is due.
         diverged: This rank's loss of the previous step was not finite (NaN or infinite).
         records: Records this rank read in the previous step.
         rows_not_held: Rows it neither owned nor held fresh in the previous step.
         samples: Samples it trained in the previous step.
         window: Window samples it sends to rank 0 now.
         rows_owned: Rows it owns.
+        newest_ms: Newest Kafka append time among the records it read in the previous step
+            (-1: none, or no time known).
     """
 
     stop: bool = False
@@ -54,11 +59,13 @@ class Proposal:
     ready: bool = False
     checkpoint: bool = False
     diverged: bool = False
+    publish: bool = False
     records: int = 0
     rows_not_held: int = 0
     samples: int = 0
     window: int = 0
     rows_owned: int = 0
+    newest_ms: int = -1
 
 
 @dataclass
@@ -70,12 +77,15 @@ class Control:
     ready: bool = False
     checkpoint: bool = False
     diverged: bool = False
+    publish: bool = False
     records: int = 0
     rows_not_held: int = 0
     samples: int = 0
     window_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     trained: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     rows_owned: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    newest_ms: int = -1
+
 
     @property
     def sample_imbalance(self) -> float | None:
@@ -94,18 +104,19 @@ def _ratio(values: np.ndarray) -> float | None:
 
 def width(world: int) -> int:
     """Values in the control vector of a job of ``world`` ranks."""
-    return _FLAGS + _SUMS + 3 * world
+    return _FLAGS + _SUMS + _PER_RANK * world
 
 
 def encode(p: Proposal, rank: int, world: int) -> np.ndarray:
     """Rank ``rank``'s proposal as its addend of the control vector."""
     v = np.zeros(width(world), np.int64)
-    v[:_FLAGS] = [p.stop, p.repartition, p.ready, p.checkpoint, p.diverged]
+    v[:_FLAGS] = [p.stop, p.repartition, p.ready, p.checkpoint, p.diverged, p.publish]
     v[_FLAGS:_FLAGS + _SUMS] = [p.records, p.rows_not_held, p.samples]
     base = _FLAGS + _SUMS
     v[base + rank] = p.window
     v[base + world + rank] = p.samples
     v[base + 2 * world + rank] = p.rows_owned
+    v[base + 3 * world + rank] = p.newest_ms
     return v
 
 
@@ -116,10 +127,12 @@ def decode(v: np.ndarray, world: int) -> Control:
                          f"not {v.shape}")
     base = _FLAGS + _SUMS
     return Control(stop=bool(v[0]), repartition=bool(v[1]), ready=bool(v[2]),
-                   checkpoint=bool(v[3]), diverged=bool(v[4]), records=int(v[5]),
-                   rows_not_held=int(v[6]), samples=int(v[7]), window_rows=v[base:base + world].copy(),
+                   checkpoint=bool(v[3]), diverged=bool(v[4]), publish=bool(v[5]),
+                   records=int(v[6]), rows_not_held=int(v[7]), samples=int(v[8]),
+                   window_rows=v[base:base + world].copy(),
                    trained=v[base + world:base + 2 * world].copy(),
-                   rows_owned=v[base + 2 * world:].copy())
+                   rows_owned=v[base + 2 * world:base + 3 * world].copy(),
+                   newest_ms=int(v[base + 3 * world:].max()))
 
 
 def agree(comm: Comm, proposal: Proposal) -> Control:

@@ -12,10 +12,12 @@ and composes one small object per concern:
 * the migration driver (:class:`MigrationDriver`): the new placement is broadcast, and rows move
   to their new owners one chunk between two steps;
 * the checkpointer (:class:`Checkpointer`): checkpoint, then commit the offsets it covers;
+* the publisher (:class:`Publisher`): the model's changes to the delta log serving follows;
 * the stats (:class:`LoopStats`): bounded history, events and freshness for the report.
 
 Between two steps, in this order: the window samples travel, a partition starts (rank 0), a
-computed placement is switched to, one migration chunk moves, a checkpoint is written.
+computed placement is switched to, one migration chunk moves, the changes are published, a
+checkpoint is written.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from trainer.online.budget import RecordBudget
 from trainer.online.checkpointer import Checkpointer
 from trainer.online.control import Control, Proposal, agree
 from trainer.online.migration import MigrationDriver
+from trainer.online.publisher import Publisher
 from trainer.online.repartition import Repartitioner
 from trainer.online.stats import LoopStats, StepRecord
 from trainer.online.window import WindowFeed
+from trainer.serving import DeltaSink
 from trainer.sources import Source
 from trainer.step import Trainer
 from trainer.types import FaultPlan, Hooks, OnlineConfig, TrainConfig
@@ -72,13 +76,14 @@ class OnlineLoop:
         partition: Compute placements from the stream (off: only the schedule moves rows).
         resumed: The checkpoint this run resumed from (None: a fresh start).
         extra: Settings recorded in checkpoints and checked at resume.
+        sink: Where the delta log goes (None: no delta log).
     """
 
     def __init__(self, comm: Comm, trainer: Trainer, source: Source, config: OnlineConfig,
                  train: TrainConfig, clock: Clock, *, seed: int = 0, metrics: Any = None,
                  hooks: Hooks | None = None, partition: bool = True,
                  resumed: ckpt.Manifest | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, sink: DeltaSink | None = None) -> None:
         hooks = hooks or Hooks()
         fault: FaultPlan | None = hooks.fault
         if hooks.fault_file:
@@ -101,9 +106,14 @@ class OnlineLoop:
         self.checkpointer = Checkpointer(
             comm, config.checkpoint_dir, config.checkpoint, config.keep_checkpoints, self.stats,
             clock, extra=extra or {}, records=records,
-            resumed=None if resumed is None else (resumed.step, resumed.records,
-                                                  dict(resumed.offsets)),
+            resumed=None if resumed is None else (
+                resumed.step, resumed.records, dict(resumed.offsets),
+                resumed.model.publishes if resumed.model is not None else 0),
             metrics=metrics, fault=fault)
+        self.publisher = Publisher(comm, trainer, sink, config.publish_interval, clock,
+                                   root=config.checkpoint_dir,
+                                   resumed=None if resumed is None else resumed.model,
+                                   staleness=train.staleness)
         self.repartitioner: Repartitioner | None = None
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,
@@ -131,9 +141,11 @@ class OnlineLoop:
             stop=self.comm.stop_requested(), repartition=bool(due),
             ready=rep is not None and rep.ready and not migrating,
             checkpoint=self.rank == 0 and self.checkpointer.due_by_time(),
+            publish=self.rank == 0 and self.publisher.due(),
             diverged=self._last.diverged, records=self._last.records, rows_not_held=self._last.rows_not_held,
             samples=self._last.samples, window=self.window.outgoing,
-            rows_owned=len(self.trainer.store)))
+            rows_owned=len(self.trainer.store), newest_ms=self._last.newest_ms))
+        self.publisher.observe(ctl.newest_ms)
         self.stats.sample_imbalance = ctl.sample_imbalance or self.stats.sample_imbalance
         self.stats.row_imbalance = ctl.row_imbalance or self.stats.row_imbalance
         self._check_diverged(ctl.diverged)
@@ -174,6 +186,8 @@ class OnlineLoop:
             self.migrations.move_chunk(self.records)
         if self.migrations.completed != finished:
             self.publish_placement()
+        if ctl.publish:
+            self.publisher.publish()
         if ctl.checkpoint:
             t0 = self.clock.monotonic()
             self.checkpoint()
@@ -191,9 +205,10 @@ class OnlineLoop:
         tr = self.trainer
         if self.partition:
             self.window.offer(batch.ids, tr.last_routed_in, tr.last_dest)
+        newest = int(batch.timestamps_ms.max()) if len(batch) else -1
         self._last = Proposal(records=len(batch), rows_not_held=c.rows_not_held,
                               samples=c.samples_trained,
-                              diverged=not math.isfinite(c.loss_sum))
+                              diverged=not math.isfinite(c.loss_sum), newest_ms=newest)
         fresh = self.stats.freshness_of(batch.timestamps_ms, self.clock.time() * 1000.0)
         self.stats.history.append(StepRecord(
             tr.step_index, self.records, c.rows_not_held, c.samples_trained,
@@ -242,9 +257,20 @@ class OnlineLoop:
         """Samples rank 0 holds for the next partition."""
         return self.window.held
 
-    def checkpoint(self) -> ckpt.Manifest | None:
+    def checkpoint(self, final: bool = False) -> ckpt.Manifest | None:
         """Write a checkpoint and then commit the Kafka offsets it covers (collective)."""
-        return self.checkpointer.write(self.trainer, self.source, self.records)
+        return self.checkpointer.write(self.trainer, self.source, self.records,
+                                       publisher=self.publisher, final=final)
+
+    def finish(self) -> ckpt.Manifest | None:
+        """The end of a run (collective): count the last step, push every pending update to
+        its owner, publish it, and checkpoint (final when the broker stored every delta)."""
+        self.settle()
+        if self.publisher.enabled:
+            self.trainer.flush()
+            self.publisher.publish()
+        stored = self.publisher.flush()
+        return self.checkpoint(final=stored)
 
     def publish_placement(self) -> None:
         """Export the placement in force (version, rows owned and replicated, row balance)."""
@@ -258,10 +284,13 @@ class OnlineLoop:
         """What the loop saw on this rank (plain data: it travels back from spawned ranks)."""
         return {**self.stats.report(),
                 "traffic_sent": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.sent)},
-                "records": self.records, "offsets": self.source.snapshot()}
+                "records": self.records, "offsets": self.source.snapshot(),
+                "publish": self.publisher.report()}
 
     def close(self) -> None:
-        """Stop the partitioner (a placement still being computed is dropped)."""
+        """Stop the partitioner (a placement still being computed is dropped) and the delta
+        log's producer."""
+        self.publisher.close()
         if self.repartitioner is not None:
             self.repartitioner.close()
             self.repartitioner = None

@@ -53,10 +53,22 @@ def _edit(directory: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path.write_text(json.dumps(body))
 
 
+MODEL = {"topic": "clicks.model", "lineage": "ab12", "generation": 2, "publishes": 40, "offsets": {"0": 7},
+         "final": False}
+
+
 def test_an_untouched_checkpoint_passes(copy: Path) -> None:
     m = ckpt.read_manifest(copy, verify=True)
     assert m.world == 2 and set(m.files) == {"rank-00000.npz", "rank-00001.npz", "dense.npz",
                                              "placement.npz"}
+    assert m.model is None  # a synthetic source publishes no delta log
+
+
+def test_the_delta_log_position_reads_back(copy: Path) -> None:
+    _edit(copy, lambda b: b.update(model=MODEL))
+    m = ckpt.read_manifest(copy)
+    assert m.model == ckpt.ModelLog("clicks.model", "ab12", 2, 40, {0: 7}, False)
+    assert m.model.body() == MODEL
 
 
 @pytest.mark.parametrize("change,message", [
@@ -71,8 +83,14 @@ def test_an_untouched_checkpoint_passes(copy: Path) -> None:
     (lambda b: b.update(surprise=1), "unknown keys"),
     (lambda b: b.pop("records"), "missing keys"),
     (lambda b: b.update(format="other/9"), "unknown format"),
+    (lambda b: b.update(model={**MODEL, "offsets": {"0": -1}}), "model.offsets must map"),
+    (lambda b: b.update(model={**MODEL, "final": 1}), "model.final must be true or false"),
+    (lambda b: b.update(model={**MODEL, "publishes": "9"}), "publishes must be an integer"),
+    (lambda b: b.update(model={**MODEL, "topic": ""}), "model.topic must be a topic name"),
+    (lambda b: b.update(model={"topic": "t"}), "model must be an object of exactly"),
 ], ids=["path-outside", "rank-dropped", "files-not-a-map", "bad-digest-text", "negative-step",
-        "world-a-string", "bad-partition", "unknown-key", "missing-key", "format"])
+        "world-a-string", "bad-partition", "unknown-key", "missing-key", "format",
+        "model-offset", "model-final", "model-publishes", "model-topic", "model-keys"])
 def test_a_manifest_against_its_schema_is_refused_with_the_reason(copy: Path, change,
                                                                   message: str) -> None:
     _edit(copy, change)

@@ -15,15 +15,17 @@ from trainer.online.window import WindowFeed
 
 def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     world = 3
-    a = Proposal(stop=True, records=5, rows_not_held=7, samples=4, window=2, rows_owned=10)
+    a = Proposal(stop=True, records=5, rows_not_held=7, samples=4, window=2, rows_owned=10,
+                 newest_ms=1_000)
     b = Proposal(repartition=True, ready=True, checkpoint=True, records=1, samples=6,
-                 rows_owned=30)
-    c = Proposal(diverged=True, window=9)
+                 rows_owned=30, newest_ms=3_000)
+    c = Proposal(diverged=True, publish=True, window=9)
     v = encode(a, 0, world) + encode(b, 1, world) + encode(c, 2, world)
-    assert v.shape == (width(world),) == (8 + 3 * world,)
+    assert v.shape == (width(world),) == (9 + 4 * world,)
     ctl = decode(v, world)
-    assert (ctl.stop, ctl.repartition, ctl.ready, ctl.checkpoint, ctl.diverged) == (
-        True, True, True, True, True)
+    assert (ctl.stop, ctl.repartition, ctl.ready, ctl.checkpoint, ctl.diverged,
+            ctl.publish) == (True, True, True, True, True, True)
+    assert ctl.newest_ms == 3_000  # the newest over ranks, not a sum
     assert (ctl.records, ctl.rows_not_held, ctl.samples) == (6, 7, 10)
     assert ctl.window_rows.tolist() == [2, 0, 9]
     assert ctl.trained.tolist() == [4, 6, 0]
@@ -31,7 +33,9 @@ def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     assert ctl.sample_imbalance == pytest.approx(6 / (10 / 3))
     assert ctl.row_imbalance == pytest.approx(30 / (40 / 3))
     assert decode(np.zeros(width(world), np.int64), world).sample_imbalance is None
-    with pytest.raises(ValueError, match="has 14 values"):
+    nothing = sum(encode(Proposal(), r, world) for r in range(world))
+    assert decode(nothing, world).newest_ms == -1  # no rank read a timed record
+    with pytest.raises(ValueError, match="has 17 values"):
         decode(np.zeros(5, np.int64), 2)
 
 

@@ -1,0 +1,83 @@
+"""The settings of the serving tests' training jobs, and helpers to read what they published.
+A plain module (as ``exact_jobs``), imported by name by the serving tests and their conftest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from streaming import ClickBatch
+from streaming.consumer import ConsumerConfig
+from streaming.kafka import KafkaSettings
+from streaming.synthetic import SyntheticConfig
+from trainer import checkpoint as ckpt
+from trainer.job import RankResult
+from trainer.serving.follower import Follower
+from trainer.serving.model import ServingModel
+from trainer.sources import KafkaSpec
+from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+
+SYN = SyntheticConfig(vocab_max=20_000, seed=9)
+RECORDS = 9_600
+PER_MESSAGE = 4
+MODEL = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), dtype="float32")
+# Rows unused for 4 steps are evicted: tombstones in the log.
+STORE = StoreConfig(optimizer="adagrad", lr=0.05, evict_after=4, seed=3, init_scale=0.02)
+TRAIN = TrainConfig(staleness=0, global_batch=480, replica_fraction=0.05, log_every=0)
+LAUNCH = LaunchConfig(device="cpu", workers=2, timeout_s=120)
+
+
+def online_config(root: Path, **kw: object) -> OnlineConfig:
+    return OnlineConfig(repartition_interval="0", drift_threshold=0.0, checkpoint_dir=str(root),
+                        checkpoint_interval=str(4 * TRAIN.global_batch), keep_checkpoints=50,
+                        publish_interval=0.05, **kw)  # type: ignore[arg-type]
+
+
+def kafka_spec(kafka: KafkaSettings, topic: str, group: str) -> KafkaSpec:
+    return KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=group), idle_s=3.0, poll_s=0.05)
+
+
+def checkpoints(root: Path) -> list[ckpt.Manifest]:
+    return [ckpt.read_manifest(d) for d in sorted(root.glob("step-*"))
+            if (d / ckpt.MANIFEST).exists()]
+
+
+def follow(kafka: KafkaSettings, manifest: ckpt.Manifest) -> tuple[ServingModel, Follower]:
+    model = ServingModel.from_checkpoint(manifest)
+    assert manifest.model is not None
+    follower = Follower(kafka, manifest.model.topic, model, manifest.model.offsets)
+    follower.catch_up(timeout_s=60)
+    return model, follower
+
+
+def trainer_model(results: list[RankResult]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Every rank's rows (ids sorted) and the dense parameters, as the trainer ended."""
+    states = [r.state for r in results if r.state is not None]
+    ids = np.concatenate([s.ids for s in states])
+    rows = np.concatenate([s.rows.numpy() for s in states])
+    order = np.argsort(ids)
+    return ids[order], rows[order], states[0].dense
+
+
+def trainer_forward(results: list[RankResult], batch: ClickBatch) -> np.ndarray:
+    """Click probabilities of ``batch`` from the trainer's model as the job ended: its dense
+    parameters, its rows, the initial value of ids it holds no row of."""
+    import torch
+
+    from trainer.embedding.optimizer import initial_rows
+    from trainer.model import build_model
+
+    ids, rows, dense = trainer_model(results)
+    module = build_model(MODEL, batch.ids.shape[1], batch.dense.shape[1])
+    module.load_state_dict(dense)
+    uniq, inverse = np.unique(batch.ids, return_inverse=True)
+    pos = np.minimum(np.searchsorted(ids, uniq), ids.size - 1)
+    held = ids[pos] == uniq
+    table = initial_rows(uniq, MODEL.row_dim, STORE.seed, STORE.init_scale).astype(np.float32)
+    table[held] = rows[pos[held]]
+    emb = torch.from_numpy(table)[torch.from_numpy(inverse.reshape(-1))]
+    with torch.no_grad():
+        logits = module(emb.view(len(batch), batch.ids.shape[1], -1),
+                        torch.from_numpy(batch.dense))
+    return torch.sigmoid(logits).numpy()

@@ -1,0 +1,260 @@
+"""Publish the model's changes to the delta log: the loop's side of :mod:`trainer.serving`.
+
+Every ``--publish-interval`` (rank 0's clock decides, the control vector tells every rank) each
+rank sends, between two steps: tombstones for the rows it evicted, the rows it owns that changed
+since its last publish (:meth:`EmbeddingStore.changes`: once each), rank 0 the dense parameters
+when a step changed them, and a mark that closes the publish (format:
+:mod:`trainer.serving.deltas`). Sends are asynchronous; what the broker refused is sent again
+at the next publish.
+
+Versions. The publish count runs on over the whole job (a resumed run continues from its
+checkpoint's) and the *generation* numbers the runs of a checkpoint directory (``GENERATION``
+there, incremented by every run that publishes). A run that resumes from a checkpoint the log
+may have moved past (the crashed run published after it) republishes every row it restores:
+a newer generation, so serving drops what the crashed run had published beyond the checkpoint.
+A checkpoint taken right after the final publish of a clean end is marked ``final``; resuming
+from it republishes nothing.
+
+Watermark. With staleness ``s``, an owner holds every update of the records trained up to ``s``
+steps ago (replicas push within ``s`` steps), so a publish's watermark is the newest append time
+among the records read up to ``s`` steps before it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from streaming.runtime import Clock
+from trainer import checkpoint as ckpt
+from trainer.dist import Comm
+from trainer.serving import (
+    DeltaSink,
+    Publish,
+    dense_messages,
+    log_version,
+    mark_message,
+    row_messages,
+    rows_per_message,
+    tombstone_messages,
+)
+from trainer.step import Trainer
+
+__all__ = ["GENERATION_FILE", "PublishStats", "Publisher", "next_generation"]
+
+log = logging.getLogger(__name__)
+
+GENERATION_FILE = "GENERATION"
+
+
+def next_generation(root: str) -> tuple[str, int]:
+    """Count one more run in checkpoint directory ``root`` (rank 0), durably.
+
+    Returns:
+        The directory's *lineage* (a random name given by its first run: serving ignores
+        deltas of another lineage, another job's on the same topic) and the new run's number.
+    """
+    path = Path(root) / GENERATION_FILE
+    lineage, last = uuid.uuid4().hex, 0
+    if path.exists():
+        try:
+            body = json.loads(path.read_text())
+            lineage, last = str(body["lineage"]), int(body["generation"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ckpt.CheckpointError(
+                f"{path} is not a run count ({exc!r}): restore or delete it (serving orders "
+                "the runs of a checkpoint directory by it)") from None
+    Path(root).mkdir(parents=True, exist_ok=True)
+    data = json.dumps({"lineage": lineage, "generation": last + 1}).encode()
+    ckpt.atomic_write(path, lambda f: f.write(data))
+    return lineage, last + 1
+
+
+@dataclass
+class PublishStats:
+    """What this rank published in this run."""
+
+    publishes: int = 0
+    rows: int = 0
+    tombstones: int = 0
+    messages: int = 0
+    bytes: int = 0
+    resent_rows: int = 0
+    failed_messages: int = 0
+    seconds: float = 0.0
+
+
+class Publisher:
+    """A rank's publishes (``sink`` None: publishing is off and every call does nothing).
+
+    Args:
+        comm: Collectives of the job.
+        trainer: This rank's trainer.
+        sink: Where messages go.
+        interval_s: Seconds between publishes.
+        clock: Time source.
+        root: The checkpoint directory (its run count gives the generation).
+        resumed: The log position of the checkpoint this run resumed from (None: none).
+        staleness: The replicas' staleness bound (the watermark lags by as many steps).
+    """
+
+    def __init__(self, comm: Comm, trainer: Trainer, sink: DeltaSink | None, interval_s: float,
+                 clock: Clock, *, root: str, resumed: ckpt.ModelLog | None,
+                 staleness: int) -> None:
+        self.comm, self.trainer, self.sink, self.clock = comm, trainer, sink, clock
+        self.interval_s = interval_s
+        self.stats = PublishStats()
+        self.enabled = sink is not None
+        self.publishes = resumed.publishes if resumed is not None else 0
+        self.offsets: dict[int, int] = dict(resumed.offsets) if resumed is not None else {}
+        self.generation = 0
+        self.lineage = ""
+        self.base = 0 if resumed is None else log_version(resumed.generation, resumed.publishes)
+        self._since = clock.monotonic()
+        self._newest = -1  # newest append time read so far
+        self._lagged: deque[int] = deque(maxlen=staleness + 1)
+        self._dense_step = -1
+        self._tombstones: list[np.ndarray] = []
+        if not self.enabled:
+            return
+        chosen = next_generation(root) if comm.rank == 0 else None
+        self.lineage, self.generation = comm.broadcast_object(chosen)
+        trainer.store.track_evictions(True)
+        if resumed is None or not resumed.final or resumed.generation != self.generation - 1:
+            if resumed is not None or len(trainer.store):
+                # The log may hold what a crashed run published past the checkpoint.
+                trainer.store.unpublish()
+                log.info("rank %d: generation %d republishes the %d rows it resumed with",
+                         comm.rank, self.generation, len(trainer.store))
+
+    @property
+    def topic(self) -> str | None:
+        """The delta-log topic (None: off)."""
+        return self.sink.topic if self.sink is not None else None
+
+    def due(self) -> bool:
+        """Rank 0: a publish is due."""
+        return self.enabled and self.clock.monotonic() - self._since >= self.interval_s
+
+    def observe(self, newest_ms: int) -> None:
+        """The newest append time among the records every rank read for the last step."""
+        self._newest = max(self._newest, newest_ms)
+        self._lagged.append(self._newest)
+
+    @property
+    def watermark_ms(self) -> int:
+        """Newest append time of the records whose every update the owners hold (-1: none)."""
+        return self._lagged[0] if self._lagged else -1
+
+    def publish(self) -> None:
+        """Publish what changed since the last publish (every rank, at the same step)."""
+        if self.sink is None:
+            return
+        t0 = self.clock.monotonic()
+        store, st = self.trainer.store, self.stats
+        failed = self.sink.take_failed()
+        if failed.messages:
+            st.failed_messages += failed.messages
+            log.warning("rank %d: the broker did not store %d delta message(s) (%s); their "
+                        "rows are sent again", self.comm.rank, failed.messages, failed.error)
+            for ids in failed.rows:
+                store.unpublish(ids)
+                st.resent_rows += int(ids.size)
+            self._tombstones.extend(failed.tombstones)
+        self.publishes += 1
+        head = Publish(self.comm.rank, self.comm.world, self.generation, self.publishes,
+                       self.trainer.step_index, self.watermark_ms, self.lineage, self.base)
+        sent = 0
+        evicted = np.unique(np.concatenate([store.take_tombstones(), *self._tombstones]))
+        self._tombstones = []
+        if evicted.size:
+            for message in tombstone_messages(evicted, head):
+                self._send(message, tombstones=evicted)
+                sent += 1
+        ids, values = store.changes()
+        if ids.size:
+            host = values.detach().cpu().numpy()
+            per = rows_per_message(host.shape[1])
+            for lo in range(0, ids.size, per):
+                (message,) = row_messages(ids[lo:lo + per], host[lo:lo + per], head)
+                self._send(message, rows=ids[lo:lo + per])
+                sent += 1
+        if self.comm.rank == 0 and self.trainer.step_index != self._dense_step:
+            # The last step's dense update is still in flight (Trainer.step): finish it. Every
+            # rank has started that all-reduce, so waiting here alone is safe.
+            self.trainer.finish_step()
+            for message in dense_messages(self.trainer.dense.flat.detach().cpu().numpy(), head):
+                self._send(message)
+                sent += 1
+            self._dense_step = self.trainer.step_index
+        self._send(mark_message(sent, head))
+        st.publishes += 1
+        st.rows += int(ids.size)
+        st.tombstones += int(evicted.size)
+        st.seconds += self.clock.monotonic() - t0
+        self._since = self.clock.monotonic()
+
+    def _send(self, message: bytes, *, rows: np.ndarray | None = None,
+              tombstones: np.ndarray | None = None) -> None:
+        assert self.sink is not None
+        self.sink.send(message, rows=rows, tombstones=tombstones)
+        self.stats.messages += 1
+        self.stats.bytes += len(message)
+
+    def acked_offsets(self) -> dict[int, int]:
+        """This rank's stored offsets, by partition (no wait: a delta stored later lands
+        above them, where it belongs; see :meth:`position`)."""
+        return {} if self.sink is None else self.sink.acked()
+
+    def flush(self) -> bool:
+        """Wait for every send; whether the broker stored all of them."""
+        if self.sink is None:
+            return True
+        self.sink.flush()
+        failed = self.sink.take_failed()
+        if failed.messages:
+            self.stats.failed_messages += failed.messages
+            for ids in failed.rows:
+                self.trainer.store.unpublish(ids)
+            self._tombstones.extend(failed.tombstones)
+            return False
+        return True
+
+    def position(self, gathered: list[dict[int, int]], final: bool) -> ckpt.ModelLog | None:
+        """The log position a checkpoint records, from every rank's :meth:`acked_offsets`.
+
+        Every delta below these offsets was stored before the checkpoint was taken, so it is
+        no newer than the checkpoint; a delta sent before but stored after lands above them,
+        and its version (no newer than the checkpoint's) keeps serving from applying it.
+        """
+        if self.sink is None:
+            return None
+        offsets = dict(self.offsets)
+        for part in gathered:
+            for p, o in part.items():
+                offsets[p] = max(offsets.get(p, 0), o)
+        self.offsets = offsets
+        return ckpt.ModelLog(self.sink.topic, self.lineage, self.generation, self.publishes,
+                             offsets, final)
+
+    def report(self) -> dict[str, float]:
+        """What this rank published (plain data)."""
+        s = self.stats
+        return {"publishes": s.publishes, "rows": s.rows, "tombstones": s.tombstones,
+                "messages": s.messages, "bytes": s.bytes, "resent_rows": s.resent_rows,
+                "failed_messages": s.failed_messages, "seconds": s.seconds}
+
+    def close(self) -> None:
+        """Flush and close the sink."""
+        if self.sink is not None:
+            try:
+                self.sink.close()
+            finally:
+                self.sink = None
+

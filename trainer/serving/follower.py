@@ -1,0 +1,147 @@
+"""Follow the delta log into a :class:`ServingModel`, from the offsets its checkpoint covers.
+
+One consumer, no group (every serve process reads every partition, so several can follow one
+log), assigned the topic's partitions and positioned at the checkpoint's offsets (a partition
+the checkpoint does not name: from its beginning; deltas of other runs there carry another
+lineage and are ignored). :meth:`Follower.poll_once` reads what is there and applies it in
+partition order; :class:`FollowerThread` does that until stopped.
+
+*Caught up* means every partition's position has reached the high watermark the broker reported
+in a fetch (not ``end_offsets``, which this broker answers with the last batch's base offset).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from streaming import KafkaSettings, connect_with_retry, topic_partitions
+from trainer.serving.deltas import decode
+from trainer.serving.model import ServingModel
+
+__all__ = ["Follower", "FollowerStats", "FollowerThread"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FollowerStats:
+    """What the follower has read."""
+
+    messages: int = 0
+    bytes: int = 0
+    bad: int = 0
+    polls: int = 0
+    caught_up: bool = False
+    error: str = ""
+
+
+class Follower:
+    """The delta log's consumer for one :class:`ServingModel`.
+
+    Args:
+        settings: How to reach the cluster.
+        topic: The delta-log topic.
+        model: What the deltas are applied to.
+        offsets: Where to start, by partition (the checkpoint's ``model.offsets``).
+        topic_wait_s: How long to wait for the topic to exist.
+    """
+
+    def __init__(self, settings: KafkaSettings, topic: str, model: ServingModel,
+                 offsets: dict[int, int], topic_wait_s: float = 60.0) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.topic, self.model = topic, model
+        self.stats = FollowerStats()
+        parts = sorted(topic_partitions(settings, topic, wait_s=topic_wait_s))
+        self._consumer = connect_with_retry(
+            lambda: KafkaConsumer(**settings.client_kwargs(), group_id=None,
+                                  enable_auto_commit=False, auto_offset_reset="none",
+                                  max_partition_fetch_bytes=16 << 20, fetch_max_bytes=64 << 20),
+            "delta-log consumer", settings)
+        self._parts = [TopicPartition(topic, p) for p in parts]
+        self._consumer.assign(self._parts)
+        begin = self._consumer.beginning_offsets(self._parts)
+        for tp in self._parts:
+            start = offsets.get(tp.partition)
+            self._consumer.seek(tp, start if start is not None else begin[tp])
+
+    def poll_once(self, timeout_s: float = 0.2) -> int:
+        """Read and apply what the log holds now (up to one fetch); the messages applied."""
+        got = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=4096)
+        self.stats.polls += 1
+        n = 0
+        for tp in sorted(got, key=lambda t: t.partition):
+            for record in got[tp]:
+                self.stats.messages += 1
+                self.stats.bytes += len(record.value or b"")
+                try:
+                    delta = decode(record.value)
+                except ValueError as exc:
+                    self.stats.bad += 1
+                    log.warning("%s[%d] offset %d is not a delta: %s", tp.topic, tp.partition,
+                                record.offset, exc)
+                    continue
+                self.model.apply(delta)
+                n += 1
+        if not self.stats.caught_up and self._at_end():
+            self.stats.caught_up = True
+            log.info("caught up with %s: %d deltas applied", self.topic, self.model.applied.deltas)
+        return n
+
+    def _at_end(self) -> bool:
+        for tp in self._parts:
+            high = self._consumer.highwater(tp)
+            if high is None or self._consumer.position(tp) < high:
+                return False
+        return True
+
+    def lag_messages(self) -> int:
+        """Messages the broker has reported that are not applied yet (-1: not known)."""
+        lag = 0
+        for tp in self._parts:
+            high = self._consumer.highwater(tp)
+            if high is None:
+                return -1
+            lag += max(0, high - self._consumer.position(tp))
+        return lag
+
+    def catch_up(self, timeout_s: float = 60.0) -> None:
+        """Poll until caught up with what the log held when called (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout_s
+        self.stats.caught_up = False
+        while not self.stats.caught_up:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not caught up with {self.topic} in {timeout_s:g} s "
+                                   f"({self.lag_messages()} messages behind)")
+            self.poll_once()
+
+    def close(self) -> None:
+        """Let go of the consumer."""
+        self._consumer.close()
+
+
+class FollowerThread(threading.Thread):
+    """:meth:`Follower.poll_once` until :meth:`stop`; an error stops it, kept in the stats."""
+
+    def __init__(self, follower: Follower) -> None:
+        super().__init__(name="delta-log-follower", daemon=True)
+        self.follower = follower
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                self.follower.poll_once()
+        except Exception as exc:
+            self.follower.stats.error = f"{type(exc).__name__}: {exc}"
+            log.exception("the delta-log follower stopped")
+        finally:
+            self.follower.close()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask it to stop and wait."""
+        self._halt.set()
+        self.join(timeout_s)

@@ -1,0 +1,354 @@
+"""The model a serving process holds: a checkpoint, then every delta after it.
+
+:class:`ServingModel` is built from a checkpoint (:meth:`ServingModel.from_checkpoint`: its
+rows, dense parameters and model shape) and kept current by :meth:`ServingModel.apply`, one
+decoded delta at a time, by the version rule of :mod:`trainer.serving.deltas`: a row replaces
+the held one when newer, a tombstone removes a held row that is older, dense parameters replace
+the held ones when newer and complete. The checkpoint's rows all count as of the checkpoint's
+last publish. Ids without a row score with their initial value, from (seed, id) as the trainer
+creates it, and are counted.
+
+:meth:`ServingModel.score` reads rows under a lock held only for the gather (a copy), and runs
+the forward pass on a model object that a dense update replaces rather than writes into, so
+requests and the log's follower never wait on each other's arithmetic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from partitioner import IdIndex
+from streaming import ClickBatch
+from trainer import checkpoint as ckpt
+from trainer.embedding import initial_rows
+from trainer.model import FlatParameters, build_model
+from trainer.serving.deltas import Delta, log_version
+from trainer.types import ModelConfig
+
+__all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
+
+log = logging.getLogger(__name__)
+
+
+def model_config(shape: dict[str, Any]) -> ModelConfig:
+    """The model a checkpoint's shape (its manifest's ``extra``) describes, in float32."""
+    try:
+        kind = shape["model"]
+        first = 1 if kind in ("widedeep", "deepfm") else 0
+        return ModelConfig(model=kind, embed_dim=int(shape["row_dim"]) - first,
+                           hidden=tuple(int(h) for h in shape["hidden"]),
+                           cross_layers=int(shape["cross_layers"]), dtype="float32")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ckpt.CheckpointError(f"the checkpoint does not describe its model: {exc!r}") from None
+
+
+class ServingTable:
+    """Rows by id, each with the version it was published at."""
+
+    def __init__(self, dim: int, seed: int, init_scale: float, capacity: int = 1024) -> None:
+        self.dim, self.seed, self.init_scale = dim, seed, init_scale
+        cap = max(16, capacity)
+        self._index = IdIndex(2 * cap)
+        self._values = np.zeros((cap, dim), np.float32)
+        self._versions = np.zeros(cap, np.int64)
+        self._free = np.arange(cap - 1, -1, -1, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self._index.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of values, versions and the index."""
+        return int(self._values.nbytes + self._versions.nbytes + self._free.nbytes
+                   + self._index.nbytes)
+
+    def upsert(self, ids: np.ndarray, values: np.ndarray, version: int) -> int:
+        """Rows ``ids`` as of ``version``, where it is newer than the held one (or none is
+        held); the number replaced or added. ``ids`` unique."""
+        ids = np.asarray(ids, np.int64)
+        slots = self._index.find(ids)
+        newer = (slots < 0) | (self._versions[np.maximum(slots, 0)] < version)
+        new = np.flatnonzero(newer & (slots < 0))
+        if new.size:
+            slots[new] = self._create(ids[new])
+        take = np.flatnonzero(newer)
+        self._values[slots[take]] = values[take]
+        self._versions[slots[take]] = version
+        return int(take.size)
+
+    def remove(self, ids: np.ndarray, version: int) -> int:
+        """Drop rows ``ids`` held at a version older than ``version``; the number dropped."""
+        ids = np.asarray(ids, np.int64)
+        slots = self._index.find(ids)
+        have = slots >= 0
+        older = np.zeros(ids.size, bool)
+        older[have] = self._versions[slots[have]] < version
+        gone = slots[older]
+        if gone.size:
+            self._index.remove(ids[older])
+            self._free = np.concatenate([self._free, gone[::-1]])
+        return int(gone.size)
+
+    def drop_newer(self, version: int) -> int:
+        """Drop every row held at a version above ``version``; the number dropped."""
+        ids, slots = self._index.items()
+        newer = self._versions[slots] > version
+        if newer.any():
+            self._index.remove(ids[newer])
+            self._free = np.concatenate([self._free, slots[newer][::-1]])
+        return int(newer.sum())
+
+    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """Values of ``ids`` (initial values where no row is held) and how many had none."""
+        ids = np.asarray(ids, np.int64)
+        slots = self._index.find(ids)
+        have = slots >= 0
+        out = np.empty((ids.size, self.dim), np.float32)
+        out[have] = self._values[slots[have]]
+        unknown = int(ids.size - int(have.sum()))
+        if unknown:
+            out[~have] = initial_rows(ids[~have], self.dim, self.seed, self.init_scale)
+        return out, unknown
+
+    def versions(self, ids: np.ndarray) -> np.ndarray:
+        """The held version of each id (-1: none)."""
+        slots = self._index.find(np.asarray(ids, np.int64))
+        return np.where(slots >= 0, self._versions[np.maximum(slots, 0)], -1)
+
+    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row: (ids sorted, values, versions)."""
+        ids, slots = self._index.items()
+        order = np.argsort(ids)
+        return ids[order], self._values[slots[order]].copy(), self._versions[slots[order]].copy()
+
+    def _create(self, ids: np.ndarray) -> np.ndarray:
+        n = ids.size
+        if n > self._free.size:
+            old = self._versions.size
+            cap = old
+            while cap - old + self._free.size < n:
+                cap *= 2
+            self._values = np.concatenate([self._values, np.zeros((cap - old, self.dim),
+                                                                  np.float32)])
+            self._versions = np.concatenate([self._versions, np.zeros(cap - old, np.int64)])
+            self._free = np.concatenate([np.arange(cap - 1, old - 1, -1, dtype=np.int64),
+                                         self._free])
+        slots = self._free[-n:][::-1].copy()
+        self._free = self._free[:-n]
+        self._index.insert(ids, slots)
+        return slots
+
+
+@dataclass
+class RankMark:
+    """The last complete publish seen from one rank."""
+
+    publish: int
+    watermark_ms: int
+    step: int
+
+
+@dataclass
+class Applied:
+    """What :meth:`ServingModel.apply` has done since the model was built."""
+
+    deltas: int = 0
+    rows: int = 0
+    rows_stale: int = 0
+    tombstones: int = 0
+    dense: int = 0
+    foreign: int = 0
+    abandoned: int = 0
+    dropped: int = 0
+    gaps: int = 0
+    incomplete: int = 0
+    generations: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class ServingModel:
+    """A checkpoint's model kept current by the delta log.
+
+    Args:
+        shape: The model shape (a manifest's ``extra``).
+        flat: The dense parameters.
+        lineage: The checkpoint directory's name in the log (deltas of another are ignored).
+        version: The version of the checkpoint's rows and dense parameters.
+        world: Ranks of the run that wrote the checkpoint.
+        step: Its step.
+    """
+
+    def __init__(self, shape: dict[str, Any], flat: np.ndarray, *, lineage: str, version: int,
+                 world: int, step: int) -> None:
+        self.shape = shape
+        self.config = model_config(shape)
+        self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
+        self.table = ServingTable(self.config.row_dim, int(shape.get("row_seed", 0)),
+                                  float(shape.get("row_init_scale", 0.01)))
+        self.lineage = lineage
+        self.applied = Applied()
+        self.step = step
+        self._lock = threading.Lock()
+        self._dense_version = version
+        self._model = self._build(flat)
+        self._assembling: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._generation = version >> 40
+        self._base = 0
+        self._world = world
+        self._marks: dict[int, RankMark] = {}
+        self._counts: dict[tuple[int, int], int] = {}  # (rank, publish) -> messages seen
+        self.unknown_ids = 0
+
+    @classmethod
+    def from_checkpoint(cls, manifest: ckpt.Manifest) -> ServingModel:
+        """The model of a complete checkpoint (its rows and dense parameters verified)."""
+        if manifest.model is None:
+            raise ckpt.CheckpointError(
+                f"{manifest.path} records no delta-log position (written without a delta log:"
+                " a Kafka source, --checkpoint-dir and --publish-interval > 0 make one)")
+        m = manifest.model
+        version = log_version(m.generation, m.publishes)
+        ids, values, _, _ = ckpt.load_rows(manifest)
+        dense = ckpt.load_dense(manifest)["flat"]
+        model = cls(manifest.extra, dense, lineage=m.lineage, version=version,
+                    world=manifest.world, step=manifest.step)
+        if values.shape[1:] != (model.config.row_dim,):
+            raise ckpt.CheckpointError(f"{manifest.path}: rows of width {values.shape[1:]}, "
+                                       f"the model's are {model.config.row_dim}")
+        model.table.upsert(ids, values.astype(np.float32), version)
+        return model
+
+    def _build(self, flat: np.ndarray) -> tuple[torch.nn.Module, torch.Tensor]:
+        """A new model object holding ``flat`` (and that flat buffer)."""
+        module = build_model(self.config, self.fields, self.n_dense)
+        params = FlatParameters(module)
+        if params.numel != flat.size:
+            raise ckpt.CheckpointError(f"dense parameters of {flat.size} values, the model has "
+                                       f"{params.numel}")
+        with torch.no_grad():
+            params.flat.copy_(torch.from_numpy(np.ascontiguousarray(flat, np.float32)))
+        module.eval()
+        return module, params.flat
+
+    # -- the log -----------------------------------------------------------------------------
+
+    def apply(self, delta: Delta) -> None:
+        """Apply one delta of the log, in the order its partition holds them."""
+        a, h = self.applied, delta.head
+        if h.lineage != self.lineage:
+            a.foreign += 1
+            return
+        version = h.version
+        if h.generation > self._generation:
+            # A new run: what older ones published past the checkpoint it started from was
+            # abandoned (it republishes the rows it restored).
+            self._generation, self._base = h.generation, h.base
+            self._world = h.world
+            self._marks = {}
+            a.generations += 1
+            with self._lock:
+                a.dropped += self.table.drop_newer(h.base)
+                if self._dense_version > h.base:
+                    self._dense_version = h.base  # the new run's dense parameters replace it
+        elif h.generation < self._generation and version > self._base:
+            a.abandoned += 1  # read late, from a run abandoned past the newest one's base
+            return
+        a.deltas += 1
+        a.by_kind[delta.kind] = a.by_kind.get(delta.kind, 0) + 1
+        key = (h.rank, h.publish)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        if delta.kind == "rows":
+            with self._lock:
+                n = self.table.upsert(delta.ids, delta.values, version)
+            a.rows += n
+            a.rows_stale += int(delta.ids.size) - n
+        elif delta.kind == "tombstones":
+            with self._lock:
+                a.tombstones += self.table.remove(delta.ids, version)
+        elif delta.kind == "dense":
+            self._dense_part(delta, version)
+        elif delta.kind == "mark":
+            self._mark(delta)
+
+    def _dense_part(self, delta: Delta, version: int) -> None:
+        if version <= self._dense_version:
+            return
+        buf, seen = self._assembling.setdefault(
+            version, (np.zeros(delta.dense_size, np.float32), np.zeros(delta.dense_size, bool)))
+        end = delta.start + delta.values.size
+        buf[delta.start:end] = delta.values
+        seen[delta.start:end] = True
+        if seen.all():
+            model = self._build(buf)
+            with self._lock:
+                self._model, self._dense_version = model, version
+            self.applied.dense += 1
+            self._assembling = {v: p for v, p in self._assembling.items() if v > version}
+
+    def _mark(self, delta: Delta) -> None:
+        h, a = delta.head, self.applied
+        seen = self._counts.pop((h.rank, h.publish), 0) - 1  # less the mark itself
+        if seen != delta.messages:
+            a.incomplete += 1
+            log.warning("publish %d of rank %d: %d of its %d messages seen", h.publish, h.rank,
+                        seen, delta.messages)
+        if h.generation < self._generation:
+            return
+        last = self._marks.get(h.rank)
+        if last is not None and h.publish != last.publish + 1:
+            a.gaps += 1
+            log.warning("rank %d: publish %d follows publish %d (missing or out of order)",
+                        h.rank, h.publish, last.publish)
+        if last is None or h.publish > last.publish:
+            self._marks[h.rank] = RankMark(h.publish, h.watermark_ms, h.step)
+            self.step = max(self.step, h.step)
+        # Counts of publishes whose mark never came are not kept forever.
+        if len(self._counts) > 4 * max(self._world, 1):
+            newest = max(p for _, p in self._counts)
+            self._counts = {k: v for k, v in self._counts.items() if k[1] >= newest - 2}
+
+    @property
+    def watermark_ms(self) -> int:
+        """Newest append time whose every update the model holds: the oldest of the ranks'
+        last complete publishes (-1: not every rank has published yet)."""
+        marks = [self._marks.get(r) for r in range(self._world)]
+        if any(m is None for m in marks):
+            return -1
+        return min(m.watermark_ms for m in marks if m is not None)
+
+    @property
+    def dense_version(self) -> int:
+        """The version of the dense parameters held."""
+        return self._dense_version
+
+    # -- requests ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def score(self, batch: ClickBatch) -> np.ndarray:
+        """Click probabilities of ``batch``'s records (float64 ``[n]``)."""
+        if batch.ids.shape[1:] != (self.fields,) or batch.dense.shape[1:] != (self.n_dense,):
+            raise ValueError(f"records of {batch.ids.shape[1:]} sparse and "
+                             f"{batch.dense.shape[1:]} dense fields; the model takes "
+                             f"{self.fields} and {self.n_dense}")
+        uniq, inverse = np.unique(batch.ids, return_inverse=True)
+        with self._lock:
+            rows, unknown = self.table.gather(uniq)
+            model = self._model[0]
+        self.unknown_ids += unknown
+        emb = torch.from_numpy(rows)[torch.from_numpy(inverse.reshape(-1))]
+        logits = model(emb.view(len(batch), self.fields, -1),
+                       torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)))
+        return torch.sigmoid(logits).numpy().astype(np.float64)
+
+    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, values, versions) of the rows held and the flat dense parameters."""
+        with self._lock:
+            ids, values, versions = self.table.export()
+            flat = self._model[1].detach().numpy().copy()
+        return ids, values, versions, flat
