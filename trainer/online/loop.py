@@ -112,8 +112,7 @@ class OnlineLoop:
             metrics=metrics, fault=fault)
         self.publisher = Publisher(comm, trainer, sink, config.publish_interval, clock,
                                    root=config.checkpoint_dir,
-                                   resumed=None if resumed is None else resumed.model,
-                                   staleness=train.staleness)
+                                   resumed=None if resumed is None else resumed.model)
         self.repartitioner: Repartitioner | None = None
         if self.rank == 0 and self.partition:
             pc = PartitionConfig(num_workers=self.world, global_batch=train.global_batch,

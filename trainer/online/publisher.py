@@ -15,9 +15,11 @@ a newer generation, so serving drops what the crashed run had published beyond t
 A checkpoint taken right after the final publish of a clean end is marked ``final``; resuming
 from it republishes nothing.
 
-Watermark. With staleness ``s``, an owner holds every update of the records trained up to ``s``
-steps ago (replicas push within ``s`` steps), so a publish's watermark is the newest append time
-among the records read up to ``s`` steps before it.
+Watermark. A publish first pushes the replicas' pending updates to their owners (the flush a
+checkpoint does; once a publish interval it costs one collective), so the owners hold every
+update of every step trained and the publish's watermark is the newest append time among the
+records read. Without that push it would lag ``s`` steps behind (2.6 s at s = 10 and 3.9 steps
+a second: the serve benchmark measured a freshness p50 of 2.30 s, p99 3.18 s that way).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,12 +102,10 @@ class Publisher:
         clock: Time source.
         root: The checkpoint directory (its run count gives the generation).
         resumed: The log position of the checkpoint this run resumed from (None: none).
-        staleness: The replicas' staleness bound (the watermark lags by as many steps).
     """
 
     def __init__(self, comm: Comm, trainer: Trainer, sink: DeltaSink | None, interval_s: float,
-                 clock: Clock, *, root: str, resumed: ckpt.ModelLog | None,
-                 staleness: int) -> None:
+                 clock: Clock, *, root: str, resumed: ckpt.ModelLog | None) -> None:
         self.comm, self.trainer, self.sink, self.clock = comm, trainer, sink, clock
         self.interval_s = interval_s
         self.stats = PublishStats()
@@ -118,7 +117,6 @@ class Publisher:
         self.base = 0 if resumed is None else log_version(resumed.generation, resumed.publishes)
         self._since = clock.monotonic()
         self._newest = -1  # newest append time read so far
-        self._lagged: deque[int] = deque(maxlen=staleness + 1)
         self._dense_step = -1
         self._tombstones: list[np.ndarray] = []
         if not self.enabled:
@@ -145,18 +143,21 @@ class Publisher:
     def observe(self, newest_ms: int) -> None:
         """The newest append time among the records every rank read for the last step."""
         self._newest = max(self._newest, newest_ms)
-        self._lagged.append(self._newest)
 
     @property
     def watermark_ms(self) -> int:
         """Newest append time of the records whose every update the owners hold (-1: none)."""
-        return self._lagged[0] if self._lagged else -1
+        return self._newest
 
     def publish(self) -> None:
         """Publish what changed since the last publish (every rank, at the same step)."""
         if self.sink is None:
             return
         t0 = self.clock.monotonic()
+        # The replicas' pending updates go to their owners first (collective: every rank
+        # publishes at this step), so a publish holds every update of every step trained, and
+        # its watermark is the newest record read, not the one s steps before.
+        self.trainer.flush()
         store, st = self.trainer.store, self.stats
         failed = self.sink.take_failed()
         if failed.messages:
