@@ -58,6 +58,32 @@ def streaming_sample_names() -> set[str]:
     return sample_names(registry)
 
 
+def serve_sample_names() -> set[str]:
+    """Sample names a serve process exports, with a small real model that has scored once."""
+    from streaming import Schema
+    from trainer.model import FlatParameters, build_model
+    from trainer.serving import Service, ServingModel
+    from trainer.serving.deltas import Delta, Publish
+    from trainer.sources.synthetic import synthetic_batch
+    from trainer.types import ModelConfig
+
+    shape = {"model": "deepfm", "row_dim": 5, "hidden": [8], "cross_layers": 0, "fields": 26,
+             "dense": 13}
+    flat = FlatParameters(build_model(ModelConfig(embed_dim=4, hidden=(8,)), 26, 13)).flat
+    model = ServingModel(shape, flat.detach().numpy(), lineage="x", version=1, world=1, step=0)
+    model.apply(Delta("mark", Publish(0, 1, 0, 1, 1, 1_000, "x"), np.zeros(0, np.int64),
+                      np.zeros((0, 0), np.float32), messages=0))  # a watermark: lag exported
+    service = Service(model, None, Schema())
+    from streaming.synthetic import SyntheticStream
+
+    model.score(synthetic_batch(SyntheticStream(), 0, 4))
+    service.metrics.requests.labels("200").inc()
+    service.metrics.latency.observe(0.01)
+    service.metrics.records.inc(4)
+    service.pool.shutdown()
+    return sample_names(service.registry)
+
+
 def test_every_dashboard_metric_is_exported():
     trainer = CollectorRegistry()
     m = TrainerMetrics(trainer, rank=0, staleness_bound=1)
@@ -66,7 +92,7 @@ def test_every_dashboard_metric_is_exported():
     m.on_placement(1, 1, 1, 1.0, 1.0)
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
-    known = sample_names(trainer) | streaming_sample_names()
+    known = sample_names(trainer) | streaming_sample_names() | serve_sample_names()
     assert "hetgmp_records_consumed_total" in known  # CounterMetricFamily adds _total
     exprs = dashboard_expressions()
     assert len(exprs) >= 30
@@ -203,12 +229,23 @@ def _run_state(ranks: list[str], report: ProduceReport, errors: list) -> str:
     return "; ".join(parts)
 
 
+def _predictions(serve, stop: threading.Event) -> None:
+    """Send 64 records every 100 ms once ``serve`` listens, until ``stop``."""
+    from streaming.synthetic import SyntheticConfig, SyntheticStream
+
+    serve.listening(120)
+    body = b"\n".join(SyntheticStream(SyntheticConfig(seed=1)).lines(0, 64))
+    while not stop.wait(0.1):
+        serve.request("/predict", body)
+
+
 @pytest.mark.broker
 @pytest.mark.slow
 def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path):
     from kafka import KafkaProducer
+    from serve_process import Serve
 
-    from streaming import serve_metrics as serve
+    from streaming import serve_metrics
     from streaming.consumer import ConsumerConfig
     from streaming.kafka import ensure_topic
     from streaming.producer import ProduceConfig, produce
@@ -233,11 +270,13 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     producer_registry = CollectorRegistry()
     producer_registry.register(ProducerCollector(lambda: report, {"topic": topic}))
     producer_port = free_port()
-    producer_server = serve(producer_registry, producer_port)
+    producer_server = serve_metrics(producer_registry, producer_port)
     # The ranks bind base and base + 1 seconds from now, after gloo and Kafka have opened
     # connections: below the ephemeral range none of those can take either port meanwhile.
-    base = free_ports(19500, 2)
-    targets = [f"127.0.0.1:{producer_port}", f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"]
+    base = free_ports(19500, 3)
+    serve_port = base + 2  # hetgmp serve, once the run's first checkpoint is there
+    targets = [f"127.0.0.1:{producer_port}", f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}",
+               f"127.0.0.1:{serve_port}"]
     job = Job(
         KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("prom-group")), idle_s=60,
                   poll_s=0.05),
@@ -263,10 +302,13 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
         kafka, ProduceConfig(topic=topic, count=RUN_RECORDS, rate=4000, partitions=2),
         SyntheticConfig(seed=1), report=report), daemon=True)
     ranks = [f"http://127.0.0.1:{base + r}/metrics" for r in range(2)]
+    serve = Serve(tmp_path, kafka, port=serve_port, wait=False)
+    load = threading.Thread(target=_predictions, args=(serve, stop), daemon=True)
     try:
         with prom.PrometheusServer(targets) as server:
             trainer.start()
             producer.start()
+            load.start()
             try:
                 server.wait_for("max(hetgmp_placement_version) > 0", timeout=60)
             except TimeoutError as exc:  # once in a clean CI clone: say where the run stood
@@ -307,9 +349,12 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
             assert total(samples, "hetgmp_partitioner_moves_total") > 0  # incremental passes ran
             assert 0.5 < max(v for s in samples for _, v in s["hetgmp_heldout_auc"]) < 1.0
             assert all(v >= 1.0 for s in samples for _, v in s["hetgmp_imbalance_ratio"])
+            assert serve.metric("hetgmp_serve_records_scored_total") > 0
+            assert serve.metric("hetgmp_serve_publish_gaps_total") == 0
     finally:
-        stop.set()  # ends the ranks' linger
+        stop.set()  # ends the ranks' linger and the predictions
         trainer.join(60)
         producer_server.shutdown()
+        serve.stop()
     assert not errors, errors
     assert results and results[0].job_totals.samples == RUN_RECORDS

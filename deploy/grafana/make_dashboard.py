@@ -115,6 +115,27 @@ PANELS: list[Panel] = [
         (f"sum by (reason) (rate(hetgmp_decode_errors_total{RATE}))", "decode errors/s {{reason}}"),
         (f"sum(rate(hetgmp_dead_lettered_records_total{RATE}))", "dead letters/s"),
     ]),
+    Panel("Serving latency (hetgmp serve)", "s", [
+        (quantile(0.5, "hetgmp_serve_request_seconds"), "p50"),
+        (quantile(0.99, "hetgmp_serve_request_seconds"), "p99"),
+    ], "Time to answer a /predict request that was scored: read, decode, score, reply."),
+    Panel("Serving requests", "ops", [
+        (f"sum by (code) (rate(hetgmp_serve_requests_total{RATE}))", "requests/s, HTTP {{code}}"),
+        (f"sum(rate(hetgmp_serve_records_scored_total{RATE}))", "records/s scored"),
+        (f"sum(rate(hetgmp_serve_unknown_ids_total{RATE}))", "ids/s scored without a row"),
+    ]),
+    Panel("Model lag: Kafka append -> served", "s", [
+        ("max(hetgmp_serve_model_lag_seconds)", "stalest serve process"),
+        ("min(hetgmp_serve_model_lag_seconds)", "freshest serve process"),
+    ], "Now minus the newest append time whose every update a serve process holds (the oldest of "
+       "the ranks' last publishes it applied). No line before every rank has published."),
+    Panel("Delta log applied", "short", [
+        (f"sum by (kind) (rate(hetgmp_serve_deltas_applied_total{RATE}))", "{{kind}} messages/s"),
+        ("max(hetgmp_serve_rows)", "rows held (largest serve process)"),
+        (f"sum(increase(hetgmp_serve_publish_gaps_total{RATE}))"
+         f" + sum(increase(hetgmp_serve_publishes_incomplete_total{RATE}))",
+         "missing or incomplete publishes / min"),
+    ]),
     Panel("Checkpoint age", "s", [
         ("max(hetgmp_checkpoint_age_seconds)", "oldest rank's checkpoint age"),
         (f"max(increase(hetgmp_checkpoints_total{RATE}))", "checkpoints / min"),

@@ -7,10 +7,13 @@ the topic's partitions, training DeepFM with bounded-staleness replicas, while t
 repartitions the access graph (a full METIS partition at cold start, the incremental
 partitioner after, early on drift), migrates rows live and checkpoints. Every rank serves its
 Prometheus metrics; the live view is drawn from those very endpoints (scraped once a second), so
-what you see is what Prometheus would see. At the end the ranks stop after their current step
-(as on SIGTERM), write a last checkpoint and commit their offsets, and a report (HTML with
-charts, plus JSON) is written: remote rows per sample over time with the repartitions marked,
-the rolling AUC, throughput and the rows each migration moved.
+what you see is what Prometheus would see. A ``hetgmp serve`` process loads the
+first checkpoint and follows the ranks' model delta log, and a load generator sends it
+prediction requests: the view shows its model lag and latency. At the end the ranks stop after
+their current step (as on SIGTERM), write a last checkpoint and commit their offsets, and a
+report (HTML with charts, plus JSON) is written: remote rows per sample over time with the
+repartitions marked, the rolling AUC, throughput, the rows each migration moved, and the
+serving side's model lag and latency.
 """
 
 from __future__ import annotations
@@ -73,8 +76,14 @@ class DemoConfig:
         metadata={"help": "most bytes of rows moved between two steps (small: a migration spans "
                   "steps, and the view shows training going on meanwhile)"})
     checkpoint_interval: str = field(
-        default="30s", metadata={"help": "checkpoint every N records or Ns seconds"}
+        default="15s", metadata={"help": "checkpoint every N records or Ns seconds (serving "
+                                 "starts from the first)"}
     )
+    serve_port: int = field(
+        default=8500, metadata={"help": "port of the demo's hetgmp serve (moved up if taken)"})
+    serve_rps: float = field(
+        default=10.0, metadata={"help": "prediction requests a second sent to it (256 records "
+                                "each; 0 = no serve process)"})
     metrics_port: int = field(
         default=9300, metadata={"help": "rank r serves /metrics on this port + r (moved up if taken)"}
     )
@@ -133,12 +142,18 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
     directory = Path(config.report_dir) / time.strftime("demo-%Y%m%d-%H%M%S")
     base = free_ports(config.metrics_port, config.workers)
     urls = [f"http://127.0.0.1:{base + r}/metrics" for r in range(config.workers)]
+    wanted = config.serve_port
+    if base <= wanted < base + config.workers:  # not on a rank's metrics port
+        wanted = base + config.workers
+    serve_port = free_ports(wanted, 1)
+    serve_url = f"http://127.0.0.1:{serve_port}"
     view = LiveView(out, config.live and out.isatty(), config.duration_s, _backend(config),
                     config.staleness, urls)
     produced = ProduceReport()
     timeline = Timeline()
     results: list[RankResult] = []
     failure: list[BaseException] = []
+    loader: _Load | None = None
 
     with contextlib.ExitStack() as stack:
         broker = stack.enter_context(EmbeddedBroker())
@@ -190,6 +205,15 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         trainer.start()
         print(f"{config.workers} training rank(s) starting; metrics at " + "  ".join(urls),
               flush=True)
+        if config.serve_rps > 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(_ServeProcess(
+                directory / "checkpoints", kafka, serve_port, directory / "serve.log"))
+            loader = _Load(serve_url, syn, config.serve_rps)
+            loader.start()
+            stack.callback(loader.stop)
+            print(f"hetgmp serve on {serve_url} (log: {directory / 'serve.log'}); "
+                  f"{config.serve_rps:g} requests/s of 256 records", flush=True)
         t0 = time.monotonic()
         last_view = 0.0
         while trainer.is_alive():
@@ -199,7 +223,8 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
                 ranks_stop.set()  # the ranks finish their step, checkpoint and return
                 producer_stop.set()
             try:
-                snap = combine(now, [scrape(u) for u in urls])
+                snap = combine(now, [scrape(u) for u in urls], _serve_samples(
+                    serve_url if config.serve_rps > 0 else None))
             except OSError:
                 snap = None  # ranks still starting, or already gone
             if snap is not None:
@@ -213,12 +238,91 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
             raise failure[0]
         if timeline.snaps:
             view.draw(timeline, final=True)
-    return write_demo_report(config, directory, timeline, results, produced)
+    return write_demo_report(config, directory, timeline, results, produced, loader)
+
+
+class _ServeProcess:
+    """``hetgmp serve`` on the demo's checkpoints and broker, as a user would start it."""
+
+    def __init__(self, checkpoints: Path, kafka: KafkaSettings, port: int, log: Path) -> None:
+        self.argv = [sys.executable, "-m", "trainer.app.cli", "serve", "--checkpoint-dir",
+                     str(checkpoints), "--bootstrap-servers", kafka.bootstrap_servers,
+                     "--port", str(port)]
+        self.log = log
+
+    def __enter__(self) -> _ServeProcess:
+        import os
+        import subprocess
+
+        self._out = open(self.log, "w")  # closed in __exit__
+        self.proc = subprocess.Popen(self.argv, stdout=self._out, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+
+
+class _Load(threading.Thread):
+    """Prediction requests of 256 records at a steady rate; client-side latency of each."""
+
+    def __init__(self, url: str, syn: SyntheticConfig, rps: float) -> None:
+        super().__init__(name="demo-requests", daemon=True)
+        from streaming import SyntheticStream
+
+        stream = SyntheticStream(syn)
+        self.bodies = [b"\n".join(stream.lines(i * 256, 256)) for i in range(16)]
+        self.url, self.period = url + "/predict", 1.0 / rps
+        self.halt = threading.Event()
+        self.latencies: list[float] = []
+        self.failed = 0
+
+    def run(self) -> None:
+        import urllib.error
+        import urllib.request
+
+        i = 0
+        while not self.halt.wait(self.period):
+            req = urllib.request.Request(self.url, data=self.bodies[i % len(self.bodies)],
+                                         headers={"Content-Type": "text/tab-separated-values"})
+            t0 = time.perf_counter()
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    r.read()
+                self.latencies.append(time.perf_counter() - t0)
+            except urllib.error.HTTPError:
+                self.failed += 1
+            except OSError:
+                pass  # not listening yet: it waits for the first checkpoint
+            i += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+
+
+def _serve_samples(url: str | None) -> Any:
+    """The serve process's metrics (None before it listens, or without one)."""
+    if url is None:
+        return None
+    try:
+        return scrape(url + "/metrics")
+    except OSError:
+        return None
 
 
 def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results: list[Any],
-                      produced: ProduceReport) -> Path:
-    """The demo's report from its timeline and the ranks' results."""
+                      produced: ProduceReport, load: _Load | None = None) -> Path:
+    """The demo's report from its timeline, the ranks' results and the serving side's."""
     from trainer import checkpoint as ckpt
 
     t = [s.t for s in tl.snaps]
@@ -235,6 +339,9 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
     last = ckpt.latest(directory / "checkpoints")
     figures = _figures(config, produced, tl, rank0, totals, events, done,
                        directory / "checkpoints", last)
+    figures.update(_serving_figures(tl, load))
+    lag = [(s.t, s.serve_lag) for s in tl.snaps if s.serve_lag == s.serve_lag]
+    lat_t, lat50, lat99 = _latency_windows(tl)
     charts = [
         Chart("Remote rows per sample (rows neither owned nor fresh in a replica), 5 s window",
               "seconds", "rows / sample", [Series("all ranks", rr_t, rr)], marks,
@@ -248,6 +355,13 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
         Chart("Rows moved by each migration", "seconds since the start", "rows",
               [Series("rows moved", [_at(tl, e) for e in done],
                       [e["rows_moved"] for e in done], bars=True)]),
+        Chart("Model lag of hetgmp serve: now minus the newest append time it holds every "
+              "update of", "seconds", "seconds",
+              [Series("model lag", [t for t, _ in lag], [v for _, v in lag])], marks,
+              "new placement"),
+        Chart("Serving latency, 256 records a request (5 s windows, bucket upper bounds)",
+              "seconds", "milliseconds",
+              [Series("p50", lat_t, lat50), Series("p99", lat_t, lat99)]),
     ]
     notes = [
         f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, "
@@ -261,9 +375,55 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
         f"{config.migration_chunk_bytes // 1024:,} KB between two steps.",
         "Figures are scraped from the ranks' Prometheus endpoints once a second; rates are "
         "taken over a trailing 5 s window.",
+        f"Serving: hetgmp serve loads the first checkpoint and follows the ranks' model delta "
+        f"log (a publish a second); {config.serve_rps:g} requests a second of 256 records. "
+        "Its latency percentiles in the table are measured by the client; the chart's are the "
+        "server's histogram.",
     ]
     return write_report(directory, "hetgmp-stream demo", _table(config, figures), charts, notes,
                         {"figures": figures})
+
+
+def _latency_windows(tl: Timeline, span: float = 5.0
+                     ) -> tuple[list[float], list[float], list[float]]:
+    """p50 and p99 (ms) of the serve latency histogram over consecutive ``span`` windows."""
+    from trainer.app.scrape import window_quantile
+
+    out: tuple[list[float], list[float], list[float]] = ([], [], [])
+    start = None
+    for s in tl.snaps:
+        if not s.serve_latency:
+            continue
+        if start is None:
+            start = s
+            continue
+        if s.t - start.t >= span:
+            p50 = window_quantile(s.serve_latency, start.serve_latency, 0.5)
+            p99 = window_quantile(s.serve_latency, start.serve_latency, 0.99)
+            if p50 == p50:
+                out[0].append(s.t)
+                out[1].append(p50 * 1000)
+                out[2].append(p99 * 1000)
+            start = s
+    return out
+
+
+def _serving_figures(tl: Timeline, load: _Load | None) -> dict[str, Any]:
+    import numpy as np
+
+    lags = [s.serve_lag for s in tl.snaps if s.serve_lag == s.serve_lag]
+    lat = np.array(load.latencies if load is not None else [])
+    return {
+        "serve_requests_ok": int(lat.size),
+        "serve_requests_failed": load.failed if load is not None else 0,
+        "serve_records_scored": int(tl.snaps[-1].serve_scored) if tl.snaps else 0,
+        "serve_latency_p50_ms": round(float(np.percentile(lat, 50)) * 1000, 1)
+        if lat.size else None,
+        "serve_latency_p99_ms": round(float(np.percentile(lat, 99)) * 1000, 1)
+        if lat.size else None,
+        "model_lag_p50_s": round(float(np.median(lags)), 2) if lags else None,
+        "model_lag_max_s": round(float(max(lags)), 2) if lags else None,
+    }
 
 
 def _at(tl: Timeline, event: dict[str, Any]) -> float:
@@ -328,6 +488,14 @@ def _table(config: DemoConfig, f: dict[str, Any]) -> list[tuple[str, Any]]:
          f"p50 {num(f['freshness_p50_s'], 2)} s, p99 {num(f['freshness_p99_s'], 2)} s"),
         ("Checkpoints", f"{f['checkpoints']}; the last holds "
                         f"{num(f['last_checkpoint_records'])} records"),
+        ("Serving (hetgmp serve)", f"{num(f.get('serve_requests_ok'))} requests answered "
+                                   f"({num(f.get('serve_records_scored'))} records), "
+                                   f"{num(f.get('serve_requests_failed'))} refused"),
+        ("Serving latency (client, 256 records)",
+         f"p50 {num(f.get('serve_latency_p50_ms'), 1)} ms, "
+         f"p99 {num(f.get('serve_latency_p99_ms'), 1)} ms"),
+        ("Model lag (append to Kafka → served)",
+         f"median {num(f.get('model_lag_p50_s'), 2)} s, max {num(f.get('model_lag_max_s'), 2)} s"),
     ]
 
 

@@ -66,11 +66,21 @@ class Snapshot:
     checkpoint_age: float = math.nan
     refreshes: float = 0.0
     pushes: float = 0.0
+    # hetgmp serve (nan / empty until it answers)
+    serve_lag: float = math.nan
+    serve_scored: float = 0.0
+    serve_latency: list[tuple[float, float]] = field(default_factory=list)
 
 
-def combine(t: float, per_rank: list[Samples]) -> Snapshot:
-    """One snapshot of the job from every rank's samples at time ``t``."""
+def combine(t: float, per_rank: list[Samples], serve: Samples | None = None) -> Snapshot:
+    """One snapshot of the job from every rank's samples (and a serve process's) at ``t``."""
     snap = Snapshot(t)
+    if serve:
+        lags = [v for _, v in serve.get("hetgmp_serve_model_lag_seconds", [])]
+        snap.serve_lag = lags[0] if lags else math.nan
+        snap.serve_scored = total(serve, "hetgmp_serve_records_scored_total")
+        snap.serve_latency = sorted((float(labels["le"]), v) for labels, v in
+                                    serve.get("hetgmp_serve_request_seconds_bucket", []))
     hists: dict[str, dict[float, float]] = {"staleness": {}, "freshness": {}}
     aucs, ages = [], []
     for s in per_rank:

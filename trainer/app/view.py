@@ -68,8 +68,20 @@ class LiveView:
             f"{rate(tl, 'pushes'):,.0f}/s",
             f"  model      loss {loss:.4f}   rolling AUC {s.auc:.4f}   freshness p99 <= "
             f"{fresh99:.2g} s   checkpoint {ckpt}",
+            self._serving(tl, first, s),
             f"  metrics    {'  '.join(self.urls)}",
         ]
+
+    def _serving(self, tl: Timeline, first: Snapshot, s: Snapshot) -> str:
+        if not s.serve_latency and s.serve_lag != s.serve_lag:
+            return "  serving    hetgmp serve starts once the first checkpoint is written"
+        def ms(q: float) -> str:
+            x = window_quantile(s.serve_latency, first.serve_latency, q) * 1000
+            return f"{x:.0f} ms" if x == x else "–"
+
+        lag = f"{s.serve_lag:.1f} s" if s.serve_lag == s.serve_lag else "–"
+        return (f"  serving    model lag {lag}   latency p50 <= {ms(0.5)}  p99 <= {ms(0.99)}   "
+                f"{rate(tl, 'serve_scored'):>7,.0f} records/s scored")
 
     def draw(self, tl: Timeline, final: bool = False) -> None:
         """Draw (or redraw) the view."""

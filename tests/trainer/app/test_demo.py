@@ -1,5 +1,5 @@
 """The demo end to end (short): it must finish, exit 0, and write a report whose every chart
-shows data in a browser."""
+shows data in a browser; its hetgmp serve answered, with a model lag of seconds."""
 
 from __future__ import annotations
 
@@ -38,7 +38,12 @@ def test_short_demo_finishes_and_its_report_draws_every_chart(tmp_path):
     assert s["checkpoints"] >= 1 and any(Path(s["checkpoint_dir"]).iterdir())
     assert 0.6 < s["progressive_auc_last"] < 1.0
     assert 0 < s["freshness_p99_s"] < 10
+    # hetgmp serve followed the ranks' delta log and answered the load generator.
+    assert any("serving    model lag" in line for line in lines)
+    assert s["serve_requests_ok"] > 20 and s["serve_requests_failed"] == 0
+    assert s["serve_records_scored"] >= 256 * 20
+    assert 0 < s["model_lag_p50_s"] < 10 and 0 < s["serve_latency_p99_ms"] < 2000
     page = report.read_text()
     assert "Records produced / consumed / trained" in page  # labels, not raw keys
     ink = chart_ink(report, tmp_path)
-    assert len(ink) == 4 and min(ink) > 100, ink  # every chart drew its data
+    assert len(ink) == 6 and min(ink) > 100, ink  # every chart drew its data
