@@ -193,6 +193,30 @@ class _Groups:
         used = keys >= 0
         return keys[used], vals[used]
 
+    # What each design gives: its entries, and how it places new ones.
+    def items(self) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _place(self, flat: torch.Tensor, values: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _check_reach(self) -> None:
+        """Raise when an entry lies beyond what a lookup probes (designs that can)."""
+
+    def _rehash(self, groups: int) -> None:
+        keys, vals = self.items()
+        self._alloc(groups)
+        if keys.numel():
+            self._place(keys, vals)
+
+    def rebuild(self, flat: torch.Tensor, values: torch.Tensor) -> None:
+        """Replace the content; the table is sized to the entries (so it may shrink)."""
+        self._alloc(self._groups_for(flat.numel()))
+        self.size = flat.numel()
+        if flat.numel():
+            self._place(flat, values)
+        self._check_reach()
+
 
 def _first(mask: torch.Tensor, count: int) -> torch.Tensor:
     """Indices of the ``count`` set elements of a bool mask, ``count`` known on the host.
@@ -289,19 +313,6 @@ class OpenAddressing(_Groups):
         """(ids, values) in slot order (one sync)."""
         return self._row_items()
 
-    def _rehash(self, groups: int) -> None:
-        keys, vals = self.items()
-        self._alloc(groups)
-        if keys.numel():
-            self._place(keys, vals)
-
-    def rebuild(self, flat: torch.Tensor, values: torch.Tensor) -> None:
-        """Replace the content; the table is sized to the entries (so it may shrink)."""
-        self._alloc(self._groups_for(flat.numel()))
-        self.size = flat.numel()
-        if flat.numel():
-            self._place(flat, values)
-        self._check_reach()
 
 
 class StashTable(_Groups):
@@ -404,15 +415,3 @@ class StashTable(_Groups):
         return (torch.cat([keys, self._stash[0][:-1][live]]),
                 torch.cat([vals, self._stash[1][:-1][live]]))
 
-    def _rehash(self, groups: int) -> None:
-        keys, vals = self.items()
-        self._alloc(groups)
-        if keys.numel():
-            self._place(keys, vals)
-
-    def rebuild(self, flat: torch.Tensor, values: torch.Tensor) -> None:
-        """Replace the content; the table is sized to the entries (so it may shrink)."""
-        self._alloc(self._groups_for(flat.numel()))
-        self.size = flat.numel()
-        if flat.numel():
-            self._place(flat, values)
