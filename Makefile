@@ -30,7 +30,7 @@ endif
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[embedded,test]"
+	$(PY) -m pip install --quiet -e ".[embedded,test,librdkafka]"
 	@echo "$(TORCH)" > $(STAMP)
 
 demo: $(STAMP)

@@ -1,17 +1,18 @@
-"""Ingest benchmark: raw kafka-python consumption against our consume + decode, in one run.
+"""Ingest benchmark: raw consumption against our consume + decode, per message format, in one run.
 
-For each message layout (one record per Kafka message, and records packed N to a message, the
-producer's default), the same topic is read by
+For each format (``tsv1``: one TSV record a Kafka message, as log producers in the field write;
+``tsv16``: 16 a message, the TSV producer's default; ``arrow``: an Arrow record batch of 1,024
+a message) the same topic is read by
 
-* ``raw``: a plain ``KafkaConsumer`` that iterates the messages and counts their records
-  (the baseline: what any Python consumer pays before doing anything with the data), and
+* ``raw``: a plain ``KafkaConsumer`` that iterates the messages and counts them (the baseline:
+  what any Python consumer pays before doing anything with the data), and
 * ``decoded``: :class:`streaming.consumer.ClickConsumer`, which also decodes every record into a
   columnar batch (labels, log-dense features, hashed int64 feature ids).
 
 Both read every partition by manual assignment (no group join in the timing), alternate runs, and
 the best of ``--repeats`` is kept for each. The producer's rate is measured while filling each
-topic. The last line is a JSON summary; its top-level figures are those of the one-record
-layout, where "raw consume of N records" means N messages.
+topic. The last line is a JSON summary with a row per (client, format); its top-level figures
+are those of ``tsv1``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from streaming.synthetic import SyntheticConfig
 __all__ = ["build_parser", "main", "parse_args"]
 
 
-def _raw_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int) -> float:
+FORMATS = {"tsv1": ("tsv", 1), "tsv16": ("tsv", 16), "arrow": ("arrow", 1024)}
+
+
+def _raw_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int,
+                 per_message: int) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -42,61 +47,101 @@ def _raw_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int
         max_partition_fetch_bytes=8 << 20,
     )
     consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.partitions_for_topic(topic)  # metadata before the clock starts
+    messages = -(-records // per_message)
     got = 0
-    t0 = None
+    t0 = time.perf_counter()
     try:
-        while got < records:
+        while got < messages:
             polled = consumer.poll(timeout_ms=1000, max_records=8192)
-            if t0 is None and polled:
-                t0 = time.perf_counter()
             for batch in polled.values():
                 for message in batch:
-                    got += message.value.count(b"\n") + 1
-        return got / (time.perf_counter() - (t0 or time.perf_counter()))
+                    got += message.value is not None
+        return records / (time.perf_counter() - t0)
     finally:
         consumer.close(autocommit=False)
 
 
-def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int) -> float:
-    cfg = ConsumerConfig(topic=topic, group_id="", dead_letter_topic="none")
+def _raw_confluent(kafka: KafkaSettings, topic: str, records: int, partitions: int,
+                   per_message: int) -> float:
+    """The same baseline with librdkafka's client (confluent-kafka), where it is installed."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({**kafka.librdkafka_config(), "group.id": "hetgmp-bench-raw",
+                         "enable.auto.commit": False, "fetch.max.bytes": 64 << 20,
+                         "max.partition.fetch.bytes": 8 << 20})
+    consumer.list_topics(topic, timeout=10)  # metadata before the clock starts
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    messages = -(-records // per_message)
+    got = 0
+    t0 = time.perf_counter()
+    try:
+        while got < messages:
+            # consume() waits out its timeout until it has num_messages: ask for what is left.
+            for message in consumer.consume(num_messages=min(8192, messages - got), timeout=1.0):
+                got += message.error() is None and message.value() is not None
+        return records / (time.perf_counter() - t0)
+    finally:
+        consumer.close()
+
+
+def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int,
+                     fmt: str) -> float:
+    cfg = ConsumerConfig(topic=topic, group_id="", dead_letter_topic="none", format=fmt)  # type: ignore[arg-type]
     with ClickConsumer(kafka, cfg, partitions=list(range(partitions))) as consumer:
         got = 0
-        t0 = None
+        t0 = time.perf_counter()  # after start(): connected, assigned, positions resolved
         while got < records:
-            batch = consumer.next_batch(8192, timeout=1.0)
-            if t0 is None and len(batch):
-                t0 = time.perf_counter()
-            got += len(batch)
-        return got / (time.perf_counter() - (t0 or time.perf_counter()))
+            got += len(consumer.next_batch(8192, timeout=1.0))
+        return got / (time.perf_counter() - t0)
 
 
-def _layout(kafka: KafkaSettings, args: argparse.Namespace, per_message: int) -> dict[str, Any]:
-    topic = f"bench-ingest-{per_message}-{int(time.time() * 1000)}"
+def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> dict[str, Any]:
+    fmt, per_message = FORMATS[name]
+    topic = f"bench-ingest-{name}-{int(time.time() * 1000)}"
     report = produce(
         kafka,
-        ProduceConfig(
-            topic=topic, count=args.records, partitions=args.partitions, records_per_message=per_message
-        ),
+        ProduceConfig(topic=topic, count=args.records, partitions=args.partitions,
+                      records_per_message=per_message, format=fmt),  # type: ignore[arg-type]
         SyntheticConfig(seed=args.seed),
     )
-    raw, decoded = [], []
+    raw, decoded, confluent = [], [], []
     for _ in range(args.repeats):
-        raw.append(_raw_consume(kafka, topic, args.records, args.partitions))
-        decoded.append(_decoded_consume(kafka, topic, args.records, args.partitions))
-    row: dict[str, float] = {
+        raw.append(_raw_consume(kafka, topic, args.records, args.partitions, per_message))
+        decoded.append(_decoded_consume(kafka, topic, args.records, args.partitions, fmt))
+        if _has_confluent():
+            confluent.append(_raw_confluent(kafka, topic, args.records, args.partitions,
+                                            per_message))
+    row: dict[str, Any] = {
+        "client": "kafka-python",
+        "format": name,
         "records_per_message": per_message,
         "producer_records_per_s": round(report.records_per_s),
         "raw_records_per_s": round(max(raw)),
         "decoded_records_per_s": round(max(decoded)),
     }
     row["ratio"] = round(row["decoded_records_per_s"] / row["raw_records_per_s"], 3)
+    # Bytes a record on the wire: the broker's fetch ceiling, in MB/s, bounds records/s.
+    row["bytes_per_record"] = round(report.bytes / max(report.records, 1), 1)
+    row["raw_mb_per_s"] = round(row["raw_records_per_s"] * row["bytes_per_record"] / 1e6, 1)
+    if confluent:  # librdkafka's raw rate: the ceiling a client change could reach
+        row["raw_confluent_records_per_s"] = round(max(confluent))
     print(
-        f"{per_message:>4} rec/msg | produce {row['producer_records_per_s']:>9,}/s | "
+        f"{row['client']:<12} {name:<6} | produce {row['producer_records_per_s']:>9,}/s | "
         f"raw consume {row['raw_records_per_s']:>9,}/s | consume+decode "
-        f"{row['decoded_records_per_s']:>9,}/s | ratio {row['ratio']:.3f}",
+        f"{row['decoded_records_per_s']:>9,}/s | ratio {row['ratio']:.3f}"
+        + (f" | raw confluent {row['raw_confluent_records_per_s']:>9,}/s" if confluent else ""),
         flush=True,
     )
     return row
+
+
+def _has_confluent() -> bool:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,12 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetgmp bench ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=200_000, help="records per layout")
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument(
-        "--packed",
-        type=int,
-        default=ProduceConfig.records_per_message,
-        help="records per message of the packed layout",
-    )
+    p.add_argument("--formats", default=",".join(FORMATS),
+                   help=f"comma-separated formats to run ({', '.join(FORMATS)})")
     p.add_argument("--repeats", type=int, default=3, help="alternating runs; the best of each is kept")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="50k records per layout, best of 2 (a smoke run)")
@@ -121,7 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.formats = [f for f in args.formats.split(",") if f]
+    unknown = sorted(set(args.formats) - set(FORMATS))
+    if unknown or not args.formats:
+        parser.error(f"--formats: unknown {', '.join(unknown) or 'none given'} "
+                     f"(choose from {', '.join(FORMATS)})")
     if args.quick:
         args.records, args.repeats = min(args.records, 50_000), min(args.repeats, 2)
     return args
@@ -138,19 +185,19 @@ def main(argv: list[str] | None = None) -> int:
             broker = stack.enter_context(EmbeddedBroker())
             kafka = KafkaSettings(bootstrap_servers=broker.bootstrap_servers)
         print(
-            f"ingest benchmark: {args.records:,} synthetic Criteo records per layout, "
+            f"ingest benchmark: {args.records:,} synthetic Criteo records per format, "
             f"{args.partitions} partitions, best of {args.repeats}",
             flush=True,
         )
-        rows = [_layout(kafka, args, 1), _layout(kafka, args, args.packed)]
-    single, packed = rows
+        rows = [_layout(kafka, args, name) for name in args.formats]
+    first = rows[0]
     summary = {
         "bench": "ingest",
-        "raw_records_per_s": single["raw_records_per_s"],
-        "decoded_records_per_s": single["decoded_records_per_s"],
-        "ratio": single["ratio"],
-        "producer_records_per_s": packed["producer_records_per_s"],
-        "layouts": rows,
+        "raw_records_per_s": first["raw_records_per_s"],
+        "decoded_records_per_s": first["decoded_records_per_s"],
+        "ratio": first["ratio"],
+        "producer_records_per_s": max(r["producer_records_per_s"] for r in rows),
+        "rows": rows,
     }
     print(json.dumps(summary), flush=True)
     return 0

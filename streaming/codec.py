@@ -24,7 +24,9 @@ import numpy as np
 from streaming.hashing import field_seeds, hash_spans
 from streaming.types import ClickBatch, Reject, RejectReason, Schema
 
-__all__ = ["Decoder", "Decoded", "DecodeConfig"]
+__all__ = ["FORMATS", "Decoder", "Decoded", "DecodeConfig"]
+
+FORMATS = ("tsv", "json", "arrow")
 
 _NL, _CR, _TAB, _MINUS, _ZERO = 10, 13, 9, 45, 48
 # An int64 holds any 18-digit decimal; longer dense values are rejected rather than wrapped.
@@ -37,12 +39,14 @@ class DecodeConfig:
     """How records are decoded.
 
     Attributes:
-        format: ``tsv`` (Criteo: label, dense..., sparse..., tab separated) or ``json`` (one
-            object per line, keys = schema field names).
-        max_record_bytes: longer records are rejected as ``too_large`` before any parsing.
+        format: ``tsv`` (Criteo: label, dense..., sparse..., tab separated), ``json`` (one
+            object per line, keys = schema field names) or ``arrow`` (one Arrow IPC record
+            batch per message, see :mod:`streaming.arrow`).
+        max_record_bytes: longer records are rejected as ``too_large`` before any parsing (an
+            Arrow message: more than this many bytes a record).
     """
 
-    format: Literal["tsv", "json"] = "tsv"
+    format: Literal["tsv", "json", "arrow"] = "tsv"
     max_record_bytes: int = 65536
 
 
@@ -70,9 +74,15 @@ class Decoder:
     def __init__(self, schema: Schema | None = None, config: DecodeConfig | None = None) -> None:
         self.schema = schema or Schema()
         self.config = config or DecodeConfig()
-        if self.config.format not in ("tsv", "json"):
-            raise ValueError(f"unknown record format {self.config.format!r} (tsv or json)")
+        if self.config.format not in FORMATS:
+            raise ValueError(f"unknown record format {self.config.format!r} "
+                             f"({', '.join(FORMATS)})")
         self._seeds = field_seeds(self.schema.sparse)
+        self._arrow = None
+        if self.config.format == "arrow":
+            from streaming.arrow import ArrowDecoder  # pyarrow is heavy: loaded when used
+
+            self._arrow = ArrowDecoder(self.schema, self.config.max_record_bytes)
 
     def decode(
         self,
@@ -104,6 +114,9 @@ class Decoder:
         if not kept:
             return Decoded(ClickBatch.empty(self.schema), rejects)
         kept_idx = np.asarray(kept, dtype=np.int64)
+        if self._arrow is not None:
+            good = [payloads[i] for i in kept]
+            return Decoded(self._arrow.decode(good, kept_idx, meta, rejects), rejects)  # type: ignore[arg-type]
         lines = self._split([payloads[i] for i in kept], kept_idx, meta, rejects)  # type: ignore[misc]
         if self.config.format == "tsv":
             batch = self._decode_tsv(lines, meta, rejects)

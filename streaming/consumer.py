@@ -35,7 +35,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from streaming.codec import DecodeConfig, Decoder
+from streaming.codec import FORMATS, DecodeConfig, Decoder
 from streaming.kafka import KafkaSettings, connect_with_retry, topic_partitions
 from streaming.positions import (
     ConsumerFailed,
@@ -62,7 +62,10 @@ class ConsumerConfig:
         default="hetgmp",
         metadata={"help": "consumer group; empty = no group, read every partition (or --partitions)"},
     )
-    format: Literal["tsv", "json"] = field(default="tsv", metadata={"help": "record format"})
+    format: Literal["tsv", "json", "arrow"] = field(
+        default="tsv",
+        metadata={"help": "record format: tsv (Criteo lines), json (an object a line) or arrow "
+                          "(an Arrow IPC record batch a message)"})
     schema: str = field(
         default="criteo",
         metadata={"help": "fields: 'criteo', 'DENSE,SPARSE' counts, or 'label=y;dense=a,b;sparse=c'"},
@@ -106,8 +109,8 @@ class ConsumerConfig:
         # record and the run ended "done") should stop the program before it reads anything.
         if not self.topic:
             raise ValueError("topic must not be empty")
-        if self.format not in ("tsv", "json"):
-            raise ValueError(f"format must be 'tsv' or 'json', got {self.format!r}")
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")

@@ -79,6 +79,27 @@ class KafkaSettings:
                 register_secret(getattr(self, f.name))
         return kwargs
 
+    def librdkafka_config(self) -> dict[str, Any]:
+        """The same settings under librdkafka's names (confluent-kafka clients)."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": ",".join(s.strip() for s in self.bootstrap_servers.split(",")
+                                          if s.strip()),
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol.lower(),
+            "socket.timeout.ms": self.request_timeout_ms,
+        }
+        names = {"sasl_mechanism": "sasl.mechanism", "sasl_plain_username": "sasl.username",
+                 "sasl_plain_password": "sasl.password", "ssl_cafile": "ssl.ca.location",
+                 "ssl_certfile": "ssl.certificate.location", "ssl_keyfile": "ssl.key.location",
+                 "ssl_password": "ssl.key.password"}
+        for name, key in names.items():
+            if value := getattr(self, name):
+                config[key] = value
+        for f in dataclasses.fields(self):
+            if f.metadata.get("secret"):
+                register_secret(getattr(self, f.name))
+        return config
+
     def describe(self) -> str:
         """A one-line description safe for logs."""
         d = redact(self)

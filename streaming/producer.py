@@ -58,8 +58,15 @@ class ProduceConfig:
     rate: float = field(default=0.0, metadata={"help": "records per second; 0 = as fast as possible"})
     start: int = field(default=0, metadata={"help": "index of the first synthetic record"})
     partitions: int = field(default=4, metadata={"help": "partitions when the topic is created"})
+    format: Literal["tsv", "arrow"] = field(
+        default="tsv",
+        metadata={"help": "message format: tsv (Criteo lines, newline separated) or arrow (an "
+                          "Arrow IPC record batch a message, pre-hashed ids; synthetic source)"},
+    )
     records_per_message: int = field(
-        default=16, metadata={"help": "records packed into one Kafka message (newline separated)"}
+        default=0,
+        metadata={"help": "records packed into one Kafka message; 0 = the format's default "
+                          "(16 for tsv, 1024 for arrow)"},
     )
     compression: str = field(
         default="none", metadata={"help": "none, gzip, snappy, lz4 or zstd (needs the codec library)"}
@@ -81,10 +88,15 @@ class ProduceConfig:
         if self.count < 0 or self.start < 0 or self.rate < 0:
             raise ValueError(f"count, start and rate must be >= 0 (count 0: until stopped), got "
                              f"count {self.count}, start {self.start}, rate {self.rate}")
-        if min(self.partitions, self.records_per_message, self.chunk_records) < 1:
-            raise ValueError(f"partitions, records_per_message and chunk_records must be >= 1, "
-                             f"got {self.partitions}, {self.records_per_message}, "
-                             f"{self.chunk_records}")
+        if min(self.partitions, self.chunk_records) < 1 or self.records_per_message < 0:
+            raise ValueError(f"partitions and chunk_records must be >= 1 and records_per_message "
+                             f">= 0 (the format's default), got {self.partitions}, "
+                             f"{self.chunk_records}, {self.records_per_message}")
+        if self.format not in ("tsv", "arrow"):
+            raise ValueError(f"format must be 'tsv' or 'arrow', got {self.format!r}")
+        if self.format == "arrow" and self.source != "synthetic":
+            raise ValueError("--format arrow is written from the synthetic source; replayed "
+                             "files are sent as the TSV lines they hold")
         if not self.progress_every_s > 0:
             raise ValueError(f"progress_every_s must be positive, got {self.progress_every_s}")
         if self.acks not in ("all", "1", "0"):
@@ -92,6 +104,11 @@ class ProduceConfig:
         if self.idempotence and self.acks != "all":
             raise ValueError(f"idempotence needs acks 'all', got acks {self.acks!r} (or turn "
                              "idempotence off)")
+
+    @property
+    def per_message(self) -> int:
+        """Records a message holds (the format's default when ``records_per_message`` is 0)."""
+        return self.records_per_message or (1024 if self.format == "arrow" else 16)
 
 
 @dataclass
@@ -276,13 +293,31 @@ def _packed(chunks: Iterator[Chunk], per_message: int) -> Iterator[Packed]:
         yield _pack(lines, per_message), len(lines), labels, probs
 
 
+def _arrow_packed(stream: SyntheticStream, start: int, count: int, chunk: int,
+                  per_message: int) -> Iterator[Packed]:
+    """The synthetic stream as Arrow messages of pre-hashed ids (no text rendered or parsed)."""
+    from streaming.arrow import encode_arrow
+
+    i, end = start, (start + count if count > 0 else None)
+    while end is None or i < end:
+        n = chunk if end is None else min(chunk, end - i)
+        block = stream.take(i, n)
+        payloads = encode_arrow(stream.config.schema, block.labels, block.dense,
+                                stream.block_ids(block), per_message)
+        yield payloads, n, block.labels, block.prob
+        i += n
+
+
 def _generator_main(
-    synthetic: SyntheticConfig, start: int, count: int, chunk: int, per_message: int, out: Any
+    synthetic: SyntheticConfig, start: int, count: int, chunk: int, per_message: int, out: Any,
+    format: str = "tsv",
 ) -> None:
     """Child process: generate and pack the synthetic stream into ``out`` (None ends it)."""
     try:
         stream = SyntheticStream(synthetic)
-        for item in _packed(synthetic_chunks(stream, start, count, chunk), per_message):
+        items = (_arrow_packed(stream, start, count, chunk, per_message) if format == "arrow"
+                 else _packed(synthetic_chunks(stream, start, count, chunk), per_message))
+        for item in items:
             out.put(item)
         out.put(None)
     except BaseException:
@@ -303,7 +338,8 @@ def _generate_in_child(synthetic: SyntheticConfig, config: ProduceConfig, depth:
     queue = ctx.Queue(maxsize=depth)
     child = ctx.Process(
         target=_generator_main,
-        args=(synthetic, config.start, config.count, config.chunk_records, config.records_per_message, queue),
+        args=(synthetic, config.start, config.count, config.chunk_records, config.per_message,
+              queue, config.format),
         name="hetgmp-generator",
         daemon=True,
     )
@@ -363,8 +399,6 @@ def produce(
 
     clock = clock or SystemClock()
     stop = stop or threading.Event()
-    if config.records_per_message < 1:
-        raise ValueError("records_per_message must be >= 1")
     packed: Iterator[Packed]
     if config.source == "synthetic":
         packed = _generate_in_child(synthetic or SyntheticConfig(), config)
@@ -376,7 +410,7 @@ def produce(
         if missing:  # before touching Kafka: a typo should not create a topic
             raise FileNotFoundError(f"replay file not found: {', '.join(missing)}")
         packed = _packed(
-            _prefetch(file_chunks(paths, config.chunk_records, config.count)), config.records_per_message
+            _prefetch(file_chunks(paths, config.chunk_records, config.count)), config.per_message
         )
     else:
         raise ValueError(f"unknown source {config.source!r}: use 'synthetic' or 'file:PATH'")
@@ -398,7 +432,7 @@ def produce(
     n_parts = max(len(producer.partitions_for(config.topic) or []), 1)
     report = report if report is not None else ProduceReport()
     acks = _Acks(report)
-    per_message = max(config.records_per_message, 1)
+    per_message = config.per_message
     pacer = _Pacer(config.rate, per_message, clock, stop) if config.rate > 0 else None
     labels_kept: list[np.ndarray] = []
     probs_kept: list[np.ndarray] = []

@@ -147,6 +147,9 @@ class RejectReason(str, Enum):
     BAD_LABEL = "bad_label"
     BAD_DENSE = "bad_dense"
     BAD_JSON = "bad_json"
+    BAD_ARROW = "bad_arrow"
+    ARROW_SCHEMA = "arrow_schema"
+    BAD_ID = "bad_id"
 
 
 @dataclass(frozen=True)

@@ -21,4 +21,8 @@ def test_ingest_bench_prints_a_complete_summary(broker, capsys):
     assert summary["bench"] == "ingest"
     for key in ("raw_records_per_s", "decoded_records_per_s", "ratio", "producer_records_per_s"):
         assert summary[key] > 0
-    assert [row["records_per_message"] for row in summary["layouts"]] == [1, 16]
+    assert [(r["client"], r["format"]) for r in summary["rows"]] == [
+        ("kafka-python", "tsv1"), ("kafka-python", "tsv16"), ("kafka-python", "arrow")]
+    for row in summary["rows"]:
+        for key in ("raw_records_per_s", "decoded_records_per_s", "ratio", "producer_records_per_s"):
+            assert row[key] > 0, (row, key)
