@@ -4,6 +4,7 @@ No torch here. The names below are the package's public surface.
 """
 
 from streaming.broker import BrokerUnavailable, EmbeddedBroker
+from streaming.clients import CommitError
 from streaming.codec import DecodeConfig, Decoded, Decoder
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.hashing import feature_id
@@ -27,6 +28,7 @@ __all__ = [
     "BrokerUnavailable",
     "ClickBatch",
     "ClickConsumer",
+    "CommitError",
     "ConsumerCollector",
     "ConsumerConfig",
     "ConsumerFailed",

@@ -5,8 +5,11 @@ Nothing is created at import. Each component already keeps plain counters (``Con
 Prometheus scrapes, so the hot path pays nothing for metrics. Register collectors on a
 ``CollectorRegistry`` you pass in and serve it with :func:`serve`.
 
-Consumer lag is exported only when asked for (``lag=True``): the embedded Tansu broker reports
-wrong end offsets (see FACTS.md), and a wrong lag is worse than none.
+Consumer lag, per partition, in records (``kafka_consumergroup_lag``, as kafka_exporter names
+it) and in seconds, comes from the high watermarks of the fetch responses the client already
+holds (:meth:`ClickConsumer.lag`): no request at scrape time, and right on the embedded Tansu
+broker too, whose ListOffsets end offsets are not (see FACTS.md). A partition without a fetch
+answered yet has no lag sample.
 """
 
 from __future__ import annotations
@@ -38,11 +41,14 @@ class ConsumerCollector(Collector):
     """Counters of one :class:`~streaming.consumer.ClickConsumer` (labels: topic, and any given)."""
 
     def __init__(
-        self, consumer: ClickConsumer, labels: dict[str, str] | None = None, lag: bool = False
+        self, consumer: ClickConsumer, labels: dict[str, str] | None = None,
+        positions: Callable[[], dict[int, int]] | None = None,
     ) -> None:
+        """``positions``: where the lag counts from (default: what the consumer returned; a
+        trainer passes what it trained)."""
         self.consumer = consumer
         self.labels = {"topic": consumer.config.topic, **(labels or {})}
-        self.lag = lag
+        self.positions = positions
 
     def collect(self) -> Iterator[Metric]:
         s, lb = self.consumer.stats, self.labels
@@ -69,27 +75,25 @@ class ConsumerCollector(Collector):
         for p, off in sorted(self.consumer.snapshot().items()):
             position.add_metric([*lb.values(), str(p)], off)
         yield position
-        if self.lag:
-            lag = GaugeMetricFamily(
-                "hetgmp_consumer_lag_records",
-                "End offset minus position, per partition.",
-                labels=[*lb, "partition"],
-            )
-            for p, value in sorted(self._lag().items()):
-                lag.add_metric([*lb.values(), str(p)], value)
-            yield lag
-
-    def _lag(self) -> dict[int, int]:
-        inner: Any = self.consumer._consumer
-        if inner is None:
-            return {}
+        group = self.consumer.config.group_id or "none"
+        records = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "Offsets (messages) behind the partition's high watermark (the last fetch response's).",
+            labels=[*lb, "consumergroup", "partition"])
+        seconds = GaugeMetricFamily(
+            "hetgmp_consumer_lag_seconds",
+            "How long ago the newest record read was appended, where records are behind; else 0.",
+            labels=[*lb, "consumergroup", "partition"])
         try:
-            ends = inner.end_offsets(list(inner.assignment()))
-        except Exception as exc:  # a scrape must not fail because of the broker
-            log.debug("end_offsets failed: %s", exc)
-            return {}
-        snap = self.consumer.snapshot()
-        return {tp.partition: max(end - snap.get(tp.partition, 0), 0) for tp, end in ends.items()}
+            lag = self.consumer.lag(self.positions() if self.positions else None)
+        except Exception as exc:  # a scrape must not fail because of the client
+            log.debug("lag unavailable: %s", exc)
+            lag = {}
+        for p, (behind, age) in sorted(lag.items()):
+            records.add_metric([*lb.values(), group, str(p)], behind)
+            seconds.add_metric([*lb.values(), group, str(p)], age)
+        yield records
+        yield seconds
 
 
 class ProducerCollector(Collector):

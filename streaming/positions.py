@@ -11,8 +11,8 @@ log, with two pieces of evidence kafka-python keeps:
 * the high watermark of each fetch response: below a position this consumer already stands at,
   the records in between are gone.
 
-The guard itself is pure (values in, :class:`LogLost` out); the functions at the end read those
-values from a kafka-python consumer.
+The guard itself is pure (values in, :class:`LogLost` out); each client adapter
+(:mod:`streaming.clients`) reads those values from its library.
 """
 
 from __future__ import annotations
@@ -195,36 +195,3 @@ def out_of_range(topic: str, cluster: str, exc: Exception) -> LogLost:
         partition=partition,
         position=position if isinstance(position, int) else None,
     )
-
-
-def observe(consumer: Any, topic: str, partitions: Iterable[int]) -> tuple[str | None, dict[int, int | None]]:
-    """The topic id and the high watermarks (of ``partitions`` still assigned) kafka-python knows.
-
-    Both come from responses the client has already received: nothing is sent.
-    """
-    from kafka import TopicPartition
-
-    # kafka-python keeps the topic id (from Metadata v10+) only in its cluster metadata.
-    topic_id = topic_id_text(consumer._client.cluster.topic_id(topic))
-    assigned = {tp.partition for tp in consumer.assignment() if tp.topic == topic}
-    return topic_id, {
-        p: consumer.highwater(TopicPartition(topic, p)) for p in partitions if p in assigned
-    }
-
-
-async def committed_async(consumer: Any, tps: Iterable[Any], timeout_ms: int) -> dict[int, int] | None:
-    """The group's committed offsets of ``tps`` from inside a rebalance callback, or None.
-
-    A callback runs on kafka-python's network thread, where the blocking ``committed()``
-    refuses to run; the coordinator's coroutine is the way to ask from there. None when the
-    coordinator did not answer in time: kafka-python then fetches them itself before the next
-    fetch, and partitions without one come back as NoOffsetForPartitionError.
-    """
-    try:
-        offsets = await consumer._coordinator.fetch_committed_offsets_async(
-            set(tps), timeout_ms=timeout_ms)
-    except Exception as exc:  # whatever failed, kafka-python looks them up itself
-        log.warning("could not fetch committed offsets in the rebalance (%s: %s); kafka-python "
-                    "will fetch them before reading", type(exc).__name__, exc)
-        return None
-    return {tp.partition: om.offset for tp, om in offsets.items() if om is not None and om.offset >= 0}

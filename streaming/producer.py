@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 
-from streaming.kafka import KafkaSettings, connect_with_retry, ensure_topic
+from streaming.clients import SendFailed, record_sender, resolve
+from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.runtime import Clock, SystemClock
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
 
@@ -58,6 +59,11 @@ class ProduceConfig:
     rate: float = field(default=0.0, metadata={"help": "records per second; 0 = as fast as possible"})
     start: int = field(default=0, metadata={"help": "index of the first synthetic record"})
     partitions: int = field(default=4, metadata={"help": "partitions when the topic is created"})
+    client: Literal["auto", "kafka-python", "confluent"] = field(
+        default="auto",
+        metadata={"help": "Kafka client library: kafka-python, confluent (librdkafka), or auto "
+                          "(confluent where installed)"},
+    )
     format: Literal["tsv", "arrow"] = field(
         default="tsv",
         metadata={"help": "message format: tsv (Criteo lines, newline separated) or arrow (an "
@@ -92,6 +98,7 @@ class ProduceConfig:
             raise ValueError(f"partitions and chunk_records must be >= 1 and records_per_message "
                              f">= 0 (the format's default), got {self.partitions}, "
                              f"{self.chunk_records}, {self.records_per_message}")
+        resolve(self.client)
         if self.format not in ("tsv", "arrow"):
             raise ValueError(f"format must be 'tsv' or 'arrow', got {self.format!r}")
         if self.format == "arrow" and self.source != "synthetic":
@@ -160,9 +167,12 @@ class _Acks:
         self.report = report
         self._lock = threading.Lock()
 
-    def success(self, records: int, _metadata: Any) -> None:
-        with self._lock:
-            self.report.acked += records
+    def result(self, records: int, error: BaseException | None) -> None:
+        if error is None:
+            with self._lock:
+                self.report.acked += records
+        else:
+            self.failure(records, error)
 
     def failure(self, records: int, exc: BaseException) -> None:
         with self._lock:
@@ -394,9 +404,6 @@ def produce(
         ProduceFailed: some record was not acknowledged by the broker (after the final flush);
             its ``report`` says how many were.
     """
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
-
     clock = clock or SystemClock()
     stop = stop or threading.Event()
     packed: Iterator[Packed]
@@ -416,22 +423,12 @@ def produce(
         raise ValueError(f"unknown source {config.source!r}: use 'synthetic' or 'file:PATH'")
 
     ensure_topic(kafka, config.topic, config.partitions)
-    producer = connect_with_retry(
-        lambda: KafkaProducer(
-            **kafka.client_kwargs(),
-            linger_ms=20,
-            batch_size=1 << 20,
-            max_request_size=16 << 20,
-            acks="all" if config.acks == "all" else int(config.acks),
-            enable_idempotence=config.idempotence,
-            compression_type=None if config.compression == "none" else config.compression,
-        ),
-        "producer",
-        kafka,
-    )
-    n_parts = max(len(producer.partitions_for(config.topic) or []), 1)
     report = report if report is not None else ProduceReport()
     acks = _Acks(report)
+    producer = record_sender(config.client, kafka, config.topic, acks=config.acks,
+                             idempotence=config.idempotence, compression=config.compression,
+                             on_result=acks.result)
+    n_parts = producer.partitions()
     per_message = config.per_message
     pacer = _Pacer(config.rate, per_message, clock, stop) if config.rate > 0 else None
     labels_kept: list[np.ndarray] = []
@@ -456,16 +453,12 @@ def produce(
                 report.records += n
                 sent += n
                 try:
-                    future = producer.send(config.topic, value=payload,
-                                           partition=(report.messages - 1) % n_parts,
-                                           timestamp_ms=int(clock.time() * 1000))
-                except KafkaError as exc:  # no room in the buffer or no metadata in max_block_ms
+                    producer.send(payload, (report.messages - 1) % n_parts,
+                                  int(clock.time() * 1000), n)
+                except SendFailed as exc:  # no room in the buffer or no metadata in time
                     acks.failure(n, exc)
                     break
                 report.bytes += len(payload)
-                # Two callbacks a message, no future kept: the counts are all a run needs.
-                future.add_callback(acks.success, n)
-                future.add_errback(acks.failure, n)
                 now = clock.monotonic()
                 report.seconds = now - t0
                 if progress and now - last_progress >= config.progress_every_s:
@@ -479,8 +472,7 @@ def produce(
                     kept -= labels_kept.pop(0).size
                     probs_kept.pop(0)
     finally:
-        producer.flush()
-        producer.close()
+        producer.close()  # flushes: every message's result is in before the counts are read
         report.seconds = clock.monotonic() - t0
     if labels_kept:
         report.ceiling_auc = auc(np.concatenate(labels_kept), np.concatenate(probs_kept))

@@ -99,14 +99,14 @@ PANELS: list[Panel] = [
         (f"sum(rate(hetgmp_train_logloss_total{RATE})) / {SAMPLES}", "training log-loss"),
         ("max(hetgmp_heldout_auc)", "rolling held-out AUC"),
     ]),
-    Panel("Consumer lag (proxy: produced vs consumed)", "short", [
-        (f"{PRODUCED} - {CONSUMED}", "backlog growth (records/s)"),
-        ("sum(hetgmp_records_produced_total) - sum(hetgmp_records_consumed_total)",
-         "produced - consumed (records)"),
-    ], "The embedded Tansu broker reports wrong end offsets (the last batch's base offset + 1, not "
-       "the high watermark), so no consumer lag is exported. Proxy: records produced minus records "
-       "consumed. The cumulative line holds only while the producer and the trainers started on the "
-       "same topic and none restarted."),
+    Panel("Consumer lag", "short", [
+        ("sum by (topic, partition) (kafka_consumergroup_lag)",
+         "offsets behind, {{topic}}/{{partition}}"),
+        ("max(hetgmp_consumer_lag_seconds)", "seconds behind, worst partition"),
+    ], "Per partition: the offsets between what the ranks trained and the high watermark of the "
+       "last fetch response (kafka_exporter's kafka_consumergroup_lag; right on the embedded "
+       "broker too, whose ListOffsets end offsets are not), and how long ago the newest record "
+       "read was appended where any are behind."),
     Panel("Freshness: Kafka append -> gradient applied", "s", [
         (quantile(0.5, "hetgmp_freshness_seconds"), "p50"),
         (quantile(0.99, "hetgmp_freshness_seconds"), "p99"),

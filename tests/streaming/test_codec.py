@@ -153,3 +153,4 @@ def test_json_dense_values_past_int64_are_rejected_not_raised():
 def test_unknown_format_is_a_clear_error():
     with pytest.raises(ValueError, match="tsv, json, arrow"):
         Decoder(config=DecodeConfig("csv"))  # type: ignore[arg-type]
+

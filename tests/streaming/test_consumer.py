@@ -12,13 +12,15 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from streaming.broker import EmbeddedBroker
+from streaming.clients.kafka_python import KafkaPythonConsumer, KafkaPythonDeadLetters
 from streaming.consumer import ClickConsumer, ConsumerConfig, LogLost
 from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.producer import ProduceConfig, produce
 from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 
-pytestmark = pytest.mark.broker
+# Every test on each client library (see conftest.py).
+pytestmark = [pytest.mark.broker, pytest.mark.usefixtures("library")]
 
 PER_MESSAGE = 16
 
@@ -53,6 +55,41 @@ def messages(batches) -> Counter:
 
 def config(topic: str, group: str, **kw) -> ConsumerConfig:
     return ConsumerConfig(topic=topic, group_id=group, **kw)
+
+
+def test_auto_reads_with_the_library_asked_for_and_an_explicit_one_wins(kafka, unique, library):
+    topic = unique("clicks")
+    fill(kafka, topic, 512, partitions=1)
+    with ClickConsumer(kafka, config(topic, "")) as c:
+        assert c.client == library
+        assert sum(len(b) for b in drain(c, 512)) == 512
+        topic_id = c.topic_id
+    assert topic_id is not None
+    other = "confluent" if library == "kafka-python" else "kafka-python"
+    if other == "confluent":
+        with pytest.raises(ValueError, match="needs confluent-kafka"):  # monkeypatched away
+            config(topic, "", client="confluent")
+    else:
+        with ClickConsumer(kafka, config(topic, "", client=other)) as c:
+            assert c.client == other and sum(len(b) for b in drain(c, 512)) == 512
+            assert c.topic_id == topic_id  # one spelling: checkpoints of either client resume
+
+
+def test_lag_counts_from_the_fetched_high_watermark_in_offsets_and_seconds(kafka, unique):
+    topic = unique("clicks")
+    fill(kafka, topic, 4_000, partitions=1)  # 250 messages of 16
+    with ClickConsumer(kafka, config(topic, "")) as c:
+        assert c.lag() == {}  # no fetch answered yet: no lag, rather than a wrong one
+        first = c.next_batch(100, timeout=10)
+        deadline = time.monotonic() + 10
+        while c.lag().get(0, (0, 0))[0] < 150 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the next fetch response brings the high watermark up to date
+        assert c.snapshot() == {0: 100}
+        newest = int(first.timestamps_ms.max())
+        assert c.lag(now_ms=newest + 5_000) == {0: (150, 5.0)}
+        assert c.lag({0: 50}, now_ms=newest)[0] == (200, 0.0)
+        drain(c, 4_000 - len(first))
+        assert c.lag() == {0: (0, 0.0)}  # caught up: nothing behind, no age
 
 
 def test_round_trip_commit_and_resume(kafka, unique):
@@ -237,7 +274,7 @@ class _RebalancingKafka:
 def test_commit_retries_through_rebalances(failures, ok):
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="t", commit_retries=5))
     fake = _RebalancingKafka(failures)
-    c._consumer = fake
+    c._client = KafkaPythonConsumer(fake, "t", KafkaSettings())
     c._positions = {0: 10, 1: 20}
     assert c.commit() is ok
     assert fake.commits == ([{0: 10, 1: 20}] if ok else [])
@@ -266,10 +303,12 @@ def test_a_refused_client_stops_the_consumer_but_a_lost_broker_is_retried():
     from streaming.consumer import ConsumerFailed
 
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks"))
-    c._consumer = _RefusingKafka(KafkaConnectionError("broker gone"))
+    c._client = KafkaPythonConsumer(_RefusingKafka(KafkaConnectionError("broker gone")), "clicks",
+                                    KafkaSettings())
     assert len(c.next_batch(16, timeout=0.01)) == 0 and c.stats.poll_errors == 1
     # Retrying an authorization failure reads nothing for ever; the job used to end "idle".
-    c._consumer = _RefusingKafka(TopicAuthorizationFailedError())
+    c._client = KafkaPythonConsumer(_RefusingKafka(TopicAuthorizationFailedError()), "clicks",
+                                    KafkaSettings())
     with pytest.raises(ConsumerFailed, match="'clicks'.*TopicAuthorizationFailedError"):
         c.next_batch(16, timeout=0.01)
 
@@ -301,8 +340,8 @@ def test_dead_letters_that_were_not_written_stop_the_commit():
 
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks", commit_retries=0))
     kafka = _RebalancingKafka(0)
-    c._consumer, c._positions = kafka, {0: 10}
-    c._dlq = _FailingDeadLetters()
+    c._client, c._positions = KafkaPythonConsumer(kafka, "t", KafkaSettings()), {0: 10}
+    c._dlq = KafkaPythonDeadLetters(KafkaSettings(), _FailingDeadLetters())
     c._dead_letter(c.decoder.decode([b"not\ta\trecord"], [0], [9]).rejects)
     with pytest.raises(ConsumerFailed, match="1 of 1 dead letters were not written"):
         c.commit()
@@ -314,7 +353,8 @@ def test_stop_closes_the_consumer_when_dead_letters_cannot_be_flushed():
 
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks"))
     client = _RefusingKafka(RuntimeError("unused"))
-    c._consumer, c._dlq = client, _FailingDeadLetters(KafkaTimeoutError("broker gone"))
+    c._client = KafkaPythonConsumer(client, "clicks", KafkaSettings())
+    c._dlq = KafkaPythonDeadLetters(KafkaSettings(), _FailingDeadLetters(KafkaTimeoutError("gone")))
     with pytest.raises(KafkaTimeoutError):
         c.stop()
-    assert client.closed and c._consumer is None
+    assert client.closed and c._client is None

@@ -9,12 +9,16 @@ from collections.abc import Iterator
 import pytest
 
 from streaming.broker import EmbeddedBroker
+from streaming.clients.kafka_python import KafkaPythonConsumer
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.positions import LogGuard, LogLost
 from streaming.producer import ProduceConfig, produce
 from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig
+
+# Every test on each client library (see conftest.py).
+pytestmark = pytest.mark.usefixtures("library")
 
 PER_MESSAGE = 16
 
@@ -125,7 +129,7 @@ class _OutOfRangeKafka:
 
 def test_an_offset_out_of_range_is_a_lost_log_not_a_retry():
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks"))
-    c._consumer = _OutOfRangeKafka()
+    c._client = KafkaPythonConsumer(_OutOfRangeKafka(), "clicks", KafkaSettings())
     with pytest.raises(LogLost, match="partition 3 at offset 1500") as err:
         c.next_batch(16, timeout=0.01)
     assert (err.value.partition, err.value.position) == (3, 1500)

@@ -15,7 +15,7 @@ from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, prod
 from streaming.runtime import FakeClock, free_port
 from streaming.synthetic import SyntheticConfig
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.usefixtures("library")]
 
 PER_MESSAGE = 16
 
@@ -61,7 +61,10 @@ def test_a_plain_run_is_acknowledged_in_full(kafka, unique):
 
 def test_records_a_restarted_broker_lost_are_reported(unique):
     port = free_port()
-    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=1000)
+    # librdkafka retries a message until the request timeout (its delivery timeout here), so
+    # a short one lets it give up well inside the 20 s run.
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=1000,
+                          request_timeout_ms=8000)
     topic = unique("clicks")
     brokers = [EmbeddedBroker(port=port).start()]
     report = ProduceReport()

@@ -174,9 +174,6 @@ def add_consume_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> 
                         help="stop after this many idle seconds")
     parser.add_argument("--commit", action="store_true",
                         help="commit the final offsets (needs --consumer-group-id)")
-    parser.add_argument("--report-lag", action="store_true",
-                        help="export consumer lag (needs a broker whose end offsets are right: "
-                             "not the embedded one)")
     _metrics_flags(parser)
 
 
@@ -208,7 +205,7 @@ def _consume(args: argparse.Namespace, kafka: KafkaSettings, config: ConsumerCon
         if args.metrics_port:
             from streaming import ConsumerCollector
 
-            _serve(ConsumerCollector(consumer, lag=args.report_lag), args)
+            _serve(ConsumerCollector(consumer), args)
         while not stop.is_set():
             batch = consumer.next_batch(args.batch, timeout=0.5)
             now = time.monotonic()

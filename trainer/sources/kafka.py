@@ -24,6 +24,7 @@ import numpy as np
 from streaming import (
     ClickBatch,
     ClickConsumer,
+    CommitError,
     ConsumerConfig,
     KafkaSettings,
     LogLost,
@@ -138,11 +139,9 @@ class KafkaShard(Source):
         mine = {p: o for p, o in offsets.items() if p in self.partitions}
         if not self.spec.consumer.group_id or not mine:
             return False  # no consumer group (or nothing of ours): nothing to commit to
-        from kafka.errors import KafkaError
-
         try:
             return self.consumer.commit(mine)
-        except KafkaError as exc:
+        except CommitError as exc:
             log.warning("commit of offsets %s failed (%s: %s); the checkpoint holds them",
                         mine, type(exc).__name__, exc)
             return False
@@ -151,7 +150,8 @@ class KafkaShard(Source):
         """The consumer's metrics (records, decode errors by reason, dead letters, offsets)."""
         from streaming import ConsumerCollector
 
-        return [ConsumerCollector(self.consumer, dict(labels))]
+        # Lag counts from what this rank trained, not from what it has read ahead.
+        return [ConsumerCollector(self.consumer, dict(labels), positions=self.snapshot)]
 
     def next_batch(self, cap: int | None = None) -> ClickBatch:
         """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""

@@ -1,0 +1,97 @@
+"""Kafka client libraries behind one consumer interface: kafka-python (pure Python, always
+there) and librdkafka's confluent-kafka (optional extra ``librdkafka``; several times faster
+per message). ``client="auto"`` picks confluent-kafka where it is installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streaming.clients.base import (
+    CommitError,
+    CommitMoved,
+    CommitRebalancing,
+    ConsumerClient,
+    DeadLetterSender,
+    Fetched,
+    NoPosition,
+    Rebalance,
+    RecordSender,
+    SendFailed,
+    TransientError,
+)
+from streaming.kafka import KafkaSettings
+from streaming.runtime import Clock
+
+__all__ = [
+    "CLIENTS",
+    "CommitError",
+    "CommitMoved",
+    "CommitRebalancing",
+    "ConsumerClient",
+    "DeadLetterSender",
+    "Fetched",
+    "NoPosition",
+    "Rebalance",
+    "RecordSender",
+    "SendFailed",
+    "TransientError",
+    "connect_consumer",
+    "dead_letter_sender",
+    "record_sender",
+    "resolve",
+]
+
+CLIENTS = ("auto", "kafka-python", "confluent")
+
+
+def resolve(name: str) -> str:
+    """The library ``name`` means here: ``auto`` is confluent-kafka when it can be imported.
+
+    Raises:
+        ValueError: an unknown name, or ``confluent`` where it is not installed.
+    """
+    from streaming.clients.confluent import available
+
+    if name not in CLIENTS:
+        raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {name!r}")
+    if name == "auto":
+        return "confluent" if available() else "kafka-python"
+    if name == "confluent" and not available():
+        raise ValueError("client 'confluent' needs confluent-kafka: pip install 'hetgmp-stream"
+                         "[librdkafka]' (or confluent-kafka), or use --consumer-client kafka-python")
+    return name
+
+
+def connect_consumer(name: str, kafka: KafkaSettings, topic: str, group: str | None,
+                     settings: Any, clock: Clock) -> ConsumerClient:
+    """A connected consumer of ``topic`` on library ``name`` (resolved)."""
+    if resolve(name) == "confluent":
+        from streaming.clients.confluent import ConfluentConsumer
+
+        return ConfluentConsumer(kafka, topic, group, settings, clock)
+    from streaming.clients.kafka_python import KafkaPythonConsumer
+
+    return KafkaPythonConsumer.connect(kafka, topic, group, settings, clock)
+
+
+def dead_letter_sender(name: str, kafka: KafkaSettings) -> DeadLetterSender:
+    """A dead-letter producer on library ``name`` (resolved)."""
+    if resolve(name) == "confluent":
+        from streaming.clients.confluent import ConfluentDeadLetters
+
+        return ConfluentDeadLetters(kafka)
+    from streaming.clients.kafka_python import KafkaPythonDeadLetters
+
+    return KafkaPythonDeadLetters(kafka)
+
+
+def record_sender(name: str, kafka: KafkaSettings, topic: str, *, acks: str, idempotence: bool,
+                  compression: str, on_result: Any) -> RecordSender:
+    """A producer of ``topic`` on library ``name`` (resolved); see :class:`RecordSender`."""
+    if resolve(name) == "confluent":
+        from streaming.clients.confluent import ConfluentSender
+
+        return ConfluentSender(kafka, topic, acks, idempotence, compression, on_result)
+    from streaming.clients.kafka_python import KafkaPythonSender
+
+    return KafkaPythonSender(kafka, topic, acks, idempotence, compression, on_result)

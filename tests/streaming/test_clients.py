@@ -1,0 +1,72 @@
+"""The client layer's pure parts: settings under librdkafka's names, library resolution, the
+fetched-messages container, topic ids in one spelling."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from streaming.clients import Fetched, resolve
+from streaming.clients.confluent import _uuid_text, available
+from streaming.kafka import KafkaSettings
+from streaming.runtime.logs import redact_text as mask
+
+
+def test_settings_reach_librdkafka_under_its_names_and_the_secrets_are_masked():
+    k = KafkaSettings(bootstrap_servers="a:1, b:2", security_protocol="SASL_SSL",
+                      sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="u",
+                      sasl_plain_password="pw-123-secret", ssl_cafile="/ca.pem",
+                      ssl_password="key-secret-9")
+    c = k.librdkafka_config()
+    assert c["bootstrap.servers"] == "a:1,b:2" and c["security.protocol"] == "sasl_ssl"
+    assert (c["sasl.mechanism"], c["sasl.username"], c["sasl.password"]) == (
+        "SCRAM-SHA-512", "u", "pw-123-secret")
+    assert c["ssl.ca.location"] == "/ca.pem" and c["ssl.key.password"] == "key-secret-9"
+    assert "ssl.certificate.location" not in c  # empty settings are left out
+    # Whatever librdkafka logs of them from now on is masked.
+    line = mask(f"config sasl.password={c['sasl.password']} key={c['ssl.key.password']}")
+    assert "pw-123-secret" not in line and "key-secret-9" not in line
+
+
+def test_auto_means_confluent_only_where_it_is_installed(monkeypatch):
+    assert resolve("kafka-python") == "kafka-python"
+    assert resolve("auto") == ("confluent" if available() else "kafka-python")
+    monkeypatch.setattr("streaming.clients.confluent.available", lambda: False)
+    assert resolve("auto") == "kafka-python"
+    with pytest.raises(ValueError, match="pip install"):
+        resolve("confluent")
+    with pytest.raises(ValueError, match="one of auto, kafka-python, confluent"):
+        resolve("rdkafka")
+
+
+def test_fetched_splits_and_drops_partitions_in_order():
+    f = Fetched.of([b"a", b"b", None, b"d"], [0, 1, 0, 2], [5, 7, 6, 1], [10, 11, 12, 13])
+    head, tail = f.split(3)
+    assert head.values == [b"a", b"b", None] and tail.offsets.tolist() == [1]
+    kept = f.without({0})
+    assert kept.values == [b"b", b"d"] and kept.partitions.tolist() == [1, 2]
+    both = head + tail
+    assert both.values == f.values and np.array_equal(both.timestamps_ms, f.timestamps_ms)
+    assert len(Fetched.empty() + f) == 4 and f.without({9}) is f
+
+
+class _Uuid:
+    """librdkafka's Uuid: two signed 64-bit halves."""
+
+    def __init__(self, value: uuid.UUID) -> None:
+        self.msb, self.lsb = value.int >> 64, value.int & (2**64 - 1)
+
+    def get_most_significant_bits(self) -> int:
+        return self.msb - 2**64 if self.msb >= 2**63 else self.msb
+
+    def get_least_significant_bits(self) -> int:
+        return self.lsb - 2**64 if self.lsb >= 2**63 else self.lsb
+
+
+def test_a_librdkafka_topic_id_reads_as_kafka_pythons_uuid_text():
+    # A checkpoint written by one client is resumed by the other: the ids must compare equal.
+    value = uuid.UUID("f1a2b3c4-d5e6-4789-8abc-def012345678")  # both halves above 2**63
+    assert _uuid_text(_Uuid(value)) == str(value)
+    assert _uuid_text(_Uuid(uuid.UUID(int=0))) is None and _uuid_text(None) is None
