@@ -86,8 +86,9 @@ def _raw_confluent(kafka: KafkaSettings, topic: str, records: int, partitions: i
 
 
 def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int,
-                     fmt: str) -> float:
-    cfg = ConsumerConfig(topic=topic, group_id="", dead_letter_topic="none", format=fmt)  # type: ignore[arg-type]
+                     fmt: str, client: str) -> float:
+    cfg = ConsumerConfig(topic=topic, group_id="", dead_letter_topic="none", format=fmt,  # type: ignore[arg-type]
+                         client=client)  # type: ignore[arg-type]
     with ClickConsumer(kafka, cfg, partitions=list(range(partitions))) as consumer:
         got = 0
         t0 = time.perf_counter()  # after start(): connected, assigned, positions resolved
@@ -96,44 +97,55 @@ def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions:
         return got / (time.perf_counter() - t0)
 
 
-def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> dict[str, Any]:
+RAW = {"kafka-python": _raw_consume, "confluent": _raw_confluent}
+
+
+def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> list[dict[str, Any]]:
+    """One row per client: its producer's rate (each fills a topic of its own), its raw and its
+    decoded consumption of the same topic, alternating runs."""
     fmt, per_message = FORMATS[name]
-    topic = f"bench-ingest-{name}-{int(time.time() * 1000)}"
-    report = produce(
-        kafka,
-        ProduceConfig(topic=topic, count=args.records, partitions=args.partitions,
-                      records_per_message=per_message, format=fmt),  # type: ignore[arg-type]
-        SyntheticConfig(seed=args.seed),
-    )
-    raw, decoded, confluent = [], [], []
+    reports, topics = {}, {}
+    for client in args.clients:
+        topics[client] = f"bench-ingest-{name}-{client}-{int(time.time() * 1000)}"
+        reports[client] = produce(
+            kafka,
+            ProduceConfig(topic=topics[client], count=args.records, partitions=args.partitions,
+                          records_per_message=per_message, format=fmt,  # type: ignore[arg-type]
+                          client=client),  # type: ignore[arg-type]
+            SyntheticConfig(seed=args.seed),
+        )
+    topic = topics[args.clients[0]]
+    raw: dict[str, list[float]] = {c: [] for c in args.clients}
+    decoded: dict[str, list[float]] = {c: [] for c in args.clients}
     for _ in range(args.repeats):
-        raw.append(_raw_consume(kafka, topic, args.records, args.partitions, per_message))
-        decoded.append(_decoded_consume(kafka, topic, args.records, args.partitions, fmt))
-        if _has_confluent():
-            confluent.append(_raw_confluent(kafka, topic, args.records, args.partitions,
-                                            per_message))
-    row: dict[str, Any] = {
-        "client": "kafka-python",
-        "format": name,
-        "records_per_message": per_message,
-        "producer_records_per_s": round(report.records_per_s),
-        "raw_records_per_s": round(max(raw)),
-        "decoded_records_per_s": round(max(decoded)),
-    }
-    row["ratio"] = round(row["decoded_records_per_s"] / row["raw_records_per_s"], 3)
-    # Bytes a record on the wire: the broker's fetch ceiling, in MB/s, bounds records/s.
-    row["bytes_per_record"] = round(report.bytes / max(report.records, 1), 1)
-    row["raw_mb_per_s"] = round(row["raw_records_per_s"] * row["bytes_per_record"] / 1e6, 1)
-    if confluent:  # librdkafka's raw rate: the ceiling a client change could reach
-        row["raw_confluent_records_per_s"] = round(max(confluent))
-    print(
-        f"{row['client']:<12} {name:<6} | produce {row['producer_records_per_s']:>9,}/s | "
-        f"raw consume {row['raw_records_per_s']:>9,}/s | consume+decode "
-        f"{row['decoded_records_per_s']:>9,}/s | ratio {row['ratio']:.3f}"
-        + (f" | raw confluent {row['raw_confluent_records_per_s']:>9,}/s" if confluent else ""),
-        flush=True,
-    )
-    return row
+        for client in args.clients:
+            raw[client].append(RAW[client](kafka, topic, args.records, args.partitions,
+                                           per_message))
+            decoded[client].append(_decoded_consume(kafka, topic, args.records,
+                                                    args.partitions, fmt, client))
+    rows = []
+    for client in args.clients:
+        report = reports[client]
+        row: dict[str, Any] = {
+            "client": client,
+            "format": name,
+            "records_per_message": per_message,
+            "producer_records_per_s": round(report.records_per_s),
+            "raw_records_per_s": round(max(raw[client])),
+            "decoded_records_per_s": round(max(decoded[client])),
+        }
+        row["ratio"] = round(row["decoded_records_per_s"] / row["raw_records_per_s"], 3)
+        # Bytes a record on the wire: the broker's fetch ceiling, in MB/s, bounds records/s.
+        row["bytes_per_record"] = round(report.bytes / max(report.records, 1), 1)
+        row["raw_mb_per_s"] = round(row["raw_records_per_s"] * row["bytes_per_record"] / 1e6, 1)
+        print(
+            f"{client:<12} {name:<6} | produce {row['producer_records_per_s']:>9,}/s | "
+            f"raw consume {row['raw_records_per_s']:>9,}/s ({row['raw_mb_per_s']:.0f} MB/s) | "
+            f"consume+decode {row['decoded_records_per_s']:>9,}/s | ratio {row['ratio']:.3f}",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
 
 
 def _has_confluent() -> bool:
@@ -149,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetgmp bench ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=200_000, help="records per layout")
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--clients", default="kafka-python,confluent",
+                   help="comma-separated client libraries (confluent where installed)")
     p.add_argument("--formats", default=",".join(FORMATS),
                    help=f"comma-separated formats to run ({', '.join(FORMATS)})")
     p.add_argument("--repeats", type=int, default=3, help="alternating runs; the best of each is kept")
@@ -169,6 +183,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not args.formats:
         parser.error(f"--formats: unknown {', '.join(unknown) or 'none given'} "
                      f"(choose from {', '.join(FORMATS)})")
+    args.clients = [c for c in args.clients.split(",") if c]
+    if not set(args.clients) <= set(RAW) or not args.clients:
+        parser.error(f"--clients: choose from {', '.join(RAW)}")
+    if "confluent" in args.clients and not _has_confluent():
+        print("note: confluent-kafka is not installed; measuring kafka-python only")
+        args.clients = [c for c in args.clients if c != "confluent"] or ["kafka-python"]
     if args.quick:
         args.records, args.repeats = min(args.records, 50_000), min(args.repeats, 2)
     return args
@@ -189,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.partitions} partitions, best of {args.repeats}",
             flush=True,
         )
-        rows = [_layout(kafka, args, name) for name in args.formats]
+        rows = [row for name in args.formats for row in _layout(kafka, args, name)]
     first = rows[0]
     summary = {
         "bench": "ingest",
