@@ -64,7 +64,7 @@ def test_records_a_restarted_broker_lost_are_reported(unique):
     # librdkafka retries a message until the request timeout (its delivery timeout here), so
     # a short one lets it give up well inside the 20 s run.
     kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=1000,
-                          request_timeout_ms=8000)
+                          request_timeout_ms=5000)
     topic = unique("clicks")
     brokers = [EmbeddedBroker(port=port).start()]
     report = ProduceReport()

@@ -27,7 +27,7 @@ from trainer.step import Trainer
 from trainer.testing import StreamSource
 from trainer.types import Hooks, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
-BATCH, STEPS, CAP, HISTORY = 512, 420, 20_000, 100
+BATCH, STEPS, CAP, HISTORY = 512, 330, 20_000, 100
 
 
 def _rss_mb() -> float:
