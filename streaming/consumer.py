@@ -383,8 +383,9 @@ class ClickConsumer:
         bounds = [0, *[int(c) for c in cuts if c < len(sizes)], len(sizes)]
         parts = []
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            decoded = self.decoder.decode(fetched.values[lo:hi], fetched.partitions[lo:hi],
-                                          fetched.offsets[lo:hi], fetched.timestamps_ms[lo:hi])
+            part = fetched[lo:hi]
+            decoded = self.decoder.decode(part.values, part.partitions, part.offsets,
+                                          part.timestamps_ms)
             if decoded.rejects:
                 self._dead_letter(decoded.rejects)
             parts.append(decoded.batch)
@@ -453,12 +454,6 @@ class ClickConsumer:
             newest = self._newest_ms.get(p, -1)
             out[p] = (behind, max(now_ms - newest, 0) / 1000 if behind and newest >= 0 else 0.0)
         return out
-
-    def end_offsets(self) -> dict[int, int]:
-        """The broker's end offset of every partition this consumer reads (asks the broker)."""
-        if self._client is None:
-            return {}
-        return self._client.end_offsets(sorted(self._client.assignment()))
 
     @property
     def topic_id(self) -> str | None:

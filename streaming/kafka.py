@@ -72,12 +72,15 @@ class KafkaSettings:
             value = getattr(self, name)
             if value:
                 kwargs[name] = value
+        self._register_secrets()
+        return kwargs
+
+    def _register_secrets(self) -> None:
         # Whichever client gets a secret may log it (kafka-python's admin client logs its whole
         # configuration at DEBUG): mask it in every log line from now on.
         for f in dataclasses.fields(self):
             if f.metadata.get("secret"):
                 register_secret(getattr(self, f.name))
-        return kwargs
 
     def librdkafka_config(self) -> dict[str, Any]:
         """The same settings under librdkafka's names (confluent-kafka clients)."""
@@ -95,9 +98,7 @@ class KafkaSettings:
         for name, key in names.items():
             if value := getattr(self, name):
                 config[key] = value
-        for f in dataclasses.fields(self):
-            if f.metadata.get("secret"):
-                register_secret(getattr(self, f.name))
+        self._register_secrets()
         return config
 
     def describe(self) -> str:

@@ -5,7 +5,7 @@ Nothing is created at import. Each component already keeps plain counters (``Con
 Prometheus scrapes, so the hot path pays nothing for metrics. Register collectors on a
 ``CollectorRegistry`` you pass in and serve it with :func:`serve`.
 
-Consumer lag, per partition, in records (``kafka_consumergroup_lag``, as kafka_exporter names
+Consumer lag, per partition, in offsets (``kafka_consumergroup_lag``, as kafka_exporter names
 it) and in seconds, comes from the high watermarks of the fetch responses the client already
 holds (:meth:`ClickConsumer.lag`): no request at scrape time, and right on the embedded Tansu
 broker too, whose ListOffsets end offsets are not (see FACTS.md). A partition without a fetch

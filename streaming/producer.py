@@ -221,13 +221,19 @@ Chunk = tuple[list[bytes], np.ndarray | None, np.ndarray | None]  # lines, label
 Packed = tuple[list[bytes], int, np.ndarray | None, np.ndarray | None]  # payloads, records, truth
 
 
-def synthetic_chunks(stream: SyntheticStream, start: int, count: int, chunk: int) -> Iterator[Chunk]:
-    """Lines of the synthetic stream in chunks, with labels and ground-truth probabilities."""
+def _spans(start: int, count: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """``(first, n)`` of each chunk of records ``start ..`` (``count`` 0: for ever)."""
     i, end = start, (start + count if count > 0 else None)
     while end is None or i < end:
         n = chunk if end is None else min(chunk, end - i)
-        yield stream.lines_with_truth(i, n)
+        yield i, n
         i += n
+
+
+def synthetic_chunks(stream: SyntheticStream, start: int, count: int, chunk: int) -> Iterator[Chunk]:
+    """Lines of the synthetic stream in chunks, with labels and ground-truth probabilities."""
+    for i, n in _spans(start, count, chunk):
+        yield stream.lines_with_truth(i, n)
 
 
 def file_chunks(paths: list[str], chunk: int, count: int = 0) -> Iterator[Chunk]:
@@ -308,14 +314,11 @@ def _arrow_packed(stream: SyntheticStream, start: int, count: int, chunk: int,
     """The synthetic stream as Arrow messages of pre-hashed ids (no text rendered or parsed)."""
     from streaming.arrow import encode_arrow
 
-    i, end = start, (start + count if count > 0 else None)
-    while end is None or i < end:
-        n = chunk if end is None else min(chunk, end - i)
+    for i, n in _spans(start, count, chunk):
         block = stream.take(i, n)
         payloads = encode_arrow(stream.config.schema, block.labels, block.dense,
                                 stream.block_ids(block), per_message)
         yield payloads, n, block.labels, block.prob
-        i += n
 
 
 def _generator_main(

@@ -89,13 +89,13 @@ class Fetched:
     def __len__(self) -> int:
         return len(self.values)
 
+    def __getitem__(self, rows: slice) -> Fetched:
+        return Fetched(self.values[rows], self.partitions[rows], self.offsets[rows],
+                       self.timestamps_ms[rows])
+
     def split(self, n: int) -> tuple[Fetched, Fetched]:
         """The first ``n`` messages and the rest."""
-        head = Fetched(self.values[:n], self.partitions[:n], self.offsets[:n],
-                       self.timestamps_ms[:n])
-        tail = Fetched(self.values[n:], self.partitions[n:], self.offsets[n:],
-                       self.timestamps_ms[n:])
-        return head, tail
+        return self[:n], self[n:]
 
     def without(self, partitions: Iterable[int]) -> Fetched:
         """These messages less those of ``partitions``."""
@@ -166,10 +166,6 @@ class ConsumerClient(abc.ABC):
     def observe(self, partitions: Iterable[int]) -> tuple[str | None, dict[int, int | None]]:
         """The topic id (UUID text, None if unknown) and the high watermark of each of
         ``partitions`` still assigned, from what the client already knows: nothing is sent."""
-
-    @abc.abstractmethod
-    def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        """The broker's end offset of each partition (asks the broker)."""
 
     @abc.abstractmethod
     def commit(self, offsets: Mapping[int, int]) -> None:

@@ -327,11 +327,6 @@ class ConfluentConsumer(ConsumerClient):
             highwaters[p] = high if high is not None and high >= 0 else None
         return self._topic_id, highwaters
 
-    def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        timeout = self.kafka.request_timeout_ms / 1000
-        return {p: self._c.get_watermark_offsets(self._tp(p), timeout=timeout)[1]
-                for p in partitions}
-
     def commit(self, offsets: Mapping[int, int]) -> None:
         from confluent_kafka import KafkaError, KafkaException
 

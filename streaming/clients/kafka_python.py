@@ -167,10 +167,6 @@ class KafkaPythonConsumer(ConsumerClient):
         assigned = self.assignment()
         return topic_id, {p: self._c.highwater(self._tp(p)) for p in partitions if p in assigned}
 
-    def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        ends = self._c.end_offsets([self._tp(p) for p in partitions])
-        return {tp.partition: end for tp, end in ends.items()}
-
     def commit(self, offsets: Mapping[int, int]) -> None:
         from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
         from kafka.structs import OffsetAndMetadata
