@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.types import ClickBatch, Reject, RejectReason, Schema
+from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
 
 __all__ = ["ArrowDecoder", "encode_arrow"]
 
@@ -207,7 +207,7 @@ class ArrowDecoder:
             labels, dense_t, ids_t, msg = labels[keep], dense_t[:, keep], ids_t[:, keep], msg[keep]
         return ClickBatch(
             labels=labels.astype(np.float32),
-            dense=np.log1p(np.maximum(dense_t.T, 0).astype(np.float64)).astype(np.float32),
+            dense=dense_features(dense_t.T),
             ids=np.ascontiguousarray(ids_t.T),
             partitions=meta[0][msg].astype(np.int32),
             offsets=meta[1][msg],

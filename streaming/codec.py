@@ -22,7 +22,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.types import ClickBatch, Reject, RejectReason, Schema
+from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
 
 __all__ = ["FORMATS", "Decoder", "Decoded", "DecodeConfig"]
 
@@ -202,7 +202,7 @@ class Decoder:
         meta: list[np.ndarray],
     ) -> ClickBatch:
         msg = lines.message[rows]
-        dense = np.log1p(np.maximum(dense_int, 0).astype(np.float64)).astype(np.float32)
+        dense = dense_features(dense_int)
         return ClickBatch(
             labels=labels.astype(np.float32),
             dense=dense,

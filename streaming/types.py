@@ -12,6 +12,7 @@ __all__ = [
     "ClickBatch",
     "Reject",
     "RejectReason",
+    "dense_features",
 ]
 
 
@@ -74,6 +75,12 @@ class Schema:
     def num_fields(self) -> int:
         """Fields in a TSV line: label + dense + sparse."""
         return 1 + len(self.dense) + len(self.sparse)
+
+
+def dense_features(raw: np.ndarray) -> np.ndarray:
+    """A batch's dense features from the raw integer counts: float32 ``log(1 + max(x, 0))``
+    (missing values arrive as 0 or negative). Every record format decodes through this."""
+    return np.log1p(np.maximum(raw, 0).astype(np.float64)).astype(np.float32)
 
 
 @dataclass(frozen=True)
