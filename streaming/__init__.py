@@ -18,6 +18,7 @@ from streaming.kafka import (
 )
 from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector, serve_metrics
 from streaming.positions import ConsumerFailed, LogLost
+from streaming.prefetch import Prefetcher
 from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
 from streaming.types import ClickBatch, Reject, RejectReason, Schema
@@ -43,6 +44,7 @@ __all__ = [
     "ProduceFailed",
     "ProduceReport",
     "ProducerCollector",
+    "Prefetcher",
     "Reject",
     "RejectReason",
     "Schema",

@@ -58,6 +58,10 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                      help="synthetic: records after the training range scored at the end")
     src.add_argument("--idle-s", type=float, default=10.0,
                      help="kafka: a rank's source ends after this long without records")
+    src.add_argument("--prefetch-records", type=int, default=65536,
+                     help="kafka: decoded records a rank's fetch thread keeps ready ahead of "
+                          "training (polling stops there, so memory stays bounded when training "
+                          "is slower than the stream); 0 polls on the training thread")
     src.add_argument("--reset-offsets", choices=["checkpoint", "earliest", "latest"],
                      default="checkpoint",
                      help="kafka, with --resume: where each partition goes on: the "
@@ -115,7 +119,8 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     else:
         spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
                          records=args.records, idle_s=args.idle_s,
-                         reset_offsets=args.reset_offsets)
+                         reset_offsets=args.reset_offsets,
+                         prefetch_records=args.prefetch_records)
         job = Job(spec, model, store, train, **common)
     return job, launch
 

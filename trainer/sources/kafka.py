@@ -9,6 +9,11 @@ whose records have all been handed out (or were all rejected and dead-lettered).
 the same, counting only batches the trainer has confirmed (:meth:`KafkaShard.mark_trained`):
 what a checkpoint taken now holds. Batches read ahead (the warm-up placement's) do not count
 until they are trained.
+
+With ``prefetch_records`` > 0 (the default) the consumer polls and decodes on a thread of its
+own (:class:`streaming.prefetch.Prefetcher`), up to that many records ahead of the trainer;
+``positions`` still counts only what was handed out, and every call into the consumer (commit,
+dead-letter flush) runs on that thread between two polls.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import collections
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -28,6 +33,7 @@ from streaming import (
     ConsumerConfig,
     KafkaSettings,
     LogLost,
+    Prefetcher,
     topic_partitions,
 )
 from streaming.runtime import Clock, SystemClock
@@ -37,6 +43,7 @@ from trainer.sources.synthetic import shard_bounds
 __all__ = ["KafkaShard", "KafkaSpec", "message_cut"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,12 +56,16 @@ class KafkaSpec:
     idle_s: float = 10.0
     poll_s: float = 0.2
     reset_offsets: ResetOffsets = "checkpoint"
+    prefetch_records: int = 65536
 
     def __post_init__(self) -> None:
         if self.records < 0 or not (self.idle_s > 0 and self.poll_s > 0):
             raise ValueError(f"a Kafka source needs records >= 0 (0: until idle) and positive "
                              f"idle and poll times, got records {self.records}, idle "
                              f"{self.idle_s} s, poll {self.poll_s} s")
+        if self.prefetch_records < 0:
+            raise ValueError(f"prefetch_records must be >= 0 (0: poll on the training thread), "
+                             f"got {self.prefetch_records}")
         if self.reset_offsets not in ("checkpoint", "earliest", "latest"):
             raise ValueError(f"reset_offsets must be checkpoint, earliest or latest, not "
                              f"{self.reset_offsets!r}")
@@ -90,6 +101,7 @@ class KafkaShard(Source):
         self.positions: dict[int, int] = {}
         self.trained: dict[int, int] = {}
         self._handed: collections.deque[dict[int, int]] = collections.deque()
+        self._prefetch: Prefetcher | None = None
         if mine:
             self.consumer.start()
             try:
@@ -98,6 +110,9 @@ class KafkaShard(Source):
             except BaseException:
                 self.consumer.stop()  # the constructor never returns: nobody else would
                 raise
+            if spec.prefetch_records:
+                self._prefetch = Prefetcher(self.consumer, spec.prefetch_records,
+                                            max(self.local_batch // 8, 64), spec.poll_s).start()
 
     # -- the Source contract ----------------------------------------------------------------
 
@@ -128,7 +143,7 @@ class KafkaShard(Source):
     def prepare_commit(self) -> None:
         """Make sure every dead letter so far is on the broker (before a checkpoint covers
         the records they replace)."""
-        self.consumer.flush_dead_letters()
+        self._on_consumer(lambda c: c.flush_dead_letters())
 
     def commit(self, offsets: Mapping[int, int]) -> bool:
         """Commit the next offsets of what was trained (after a durable checkpoint).
@@ -140,7 +155,7 @@ class KafkaShard(Source):
         if not self.spec.consumer.group_id or not mine:
             return False  # no consumer group (or nothing of ours): nothing to commit to
         try:
-            return self.consumer.commit(mine)
+            return self._on_consumer(lambda c: c.commit(mine))
         except CommitError as exc:
             log.warning("commit of offsets %s failed (%s: %s); the checkpoint holds them",
                         mine, type(exc).__name__, exc)
@@ -180,7 +195,11 @@ class KafkaShard(Source):
 
     def close(self) -> None:
         """Stop the consumer (offsets are committed by whoever checkpoints, not here)."""
-        self.consumer.stop()
+        try:
+            if self._prefetch is not None:
+                self._prefetch.stop()
+        finally:
+            self.consumer.stop()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -217,8 +236,20 @@ class KafkaShard(Source):
             self.trained.update(offsets)
             log.info("partitions %s continue from offsets %s", sorted(offsets), offsets)
 
+    def _on_consumer(self, fn: Callable[[ClickConsumer], T]) -> T:
+        """``fn(consumer)`` on the thread that polls it."""
+        return self._prefetch.call(fn) if self._prefetch is not None else fn(self.consumer)
+
+    def _read_positions(self) -> dict[int, int]:
+        """Next offset per partition of what the consumer has handed to this shard."""
+        return self._prefetch.snapshot() if self._prefetch is not None else self.consumer.snapshot()
+
     def _poll(self, want: int) -> None:
-        got = self.consumer.next_batch(max_records=max(want // 8, 64), timeout=self.spec.poll_s)
+        if self._prefetch is not None:
+            got = self._prefetch.next_batch(want - self._buffered, timeout=self.spec.poll_s)
+        else:
+            got = self.consumer.next_batch(max_records=max(want // 8, 64),
+                                           timeout=self.spec.poll_s)
         now = self._clock.monotonic()
         if len(got):
             self._buffer.append(got)
@@ -238,7 +269,7 @@ class KafkaShard(Source):
         for b in self._buffer:
             buffered.update(np.unique(b.partitions).tolist())
         moved = False
-        for p, o in self.consumer.snapshot().items():
+        for p, o in self._read_positions().items():
             if p not in buffered and o > self.positions.get(p, -1):
                 self.positions[p] = o
                 moved = True
