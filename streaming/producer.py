@@ -18,7 +18,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import numpy as np
 
@@ -37,9 +37,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Ground truth kept for the ceiling AUC: the most recent this many records.
 _CEILING_KEEP = 2_000_000
+# Records of the synthetic stream a run produces when --count is not given.
+_SYNTHETIC_COUNT = 1_000_000
 # Longest burst a paced run sends at once, in seconds of its rate.
 _BURST_S = 0.1
 
@@ -51,11 +54,25 @@ class ProduceConfig:
     topic: str = field(default="clicks", metadata={"help": "topic to write"})
     source: str = field(
         default="synthetic",
-        metadata={"help": "'synthetic' or 'file:PATH[,PATH...]' (Criteo TSV, plain or .gz)"},
+        metadata={"help": "'synthetic' or 'file:PATH[,PATH...]': Criteo TSV text (plain or .gz), "
+                          "or Parquet (.parquet) or Arrow (.arrow, .feather) files, or directories "
+                          "of them"},
     )
-    count: int = field(
-        default=1_000_000, metadata={"help": "records to produce; 0 = until stopped (synthetic)"}
+    schema: str = field(
+        default="criteo",
+        metadata={"help": "fields of a Parquet or Arrow file's records, as the consumer's "
+                          "--consumer-schema: 'criteo', 'DENSE,SPARSE' counts, or "
+                          "'label=y;dense=a,b;sparse=c'"},
     )
+    column_map: str = field(
+        default="",
+        metadata={"help": "Parquet or Arrow files: the column each schema field is read from, "
+                          "as FIELD=COLUMN,...; a field not named reads the column of its name"},
+    )
+    count: int | None = field(
+        default=None,
+        metadata={"help": "records to produce: of the synthetic stream (default 1,000,000; 0 = "
+                          "until stopped), or at most this many of the files (default: all)"})
     rate: float = field(default=0.0, metadata={"help": "records per second; 0 = as fast as possible"})
     start: int = field(default=0, metadata={"help": "index of the first synthetic record"})
     partitions: int = field(default=4, metadata={"help": "partitions when the topic is created"})
@@ -67,7 +84,8 @@ class ProduceConfig:
     format: Literal["tsv", "arrow"] = field(
         default="tsv",
         metadata={"help": "message format: tsv (Criteo lines, newline separated) or arrow (an "
-                          "Arrow IPC record batch a message, pre-hashed ids; synthetic source)"},
+                          "Arrow IPC record batch a message: the synthetic source's pre-hashed "
+                          "ids, or a Parquet or Arrow file's columns)"},
     )
     records_per_message: int = field(
         default=0,
@@ -91,7 +109,7 @@ class ProduceConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.count < 0 or self.start < 0 or self.rate < 0:
+        if (self.count or 0) < 0 or self.start < 0 or self.rate < 0:
             raise ValueError(f"count, start and rate must be >= 0 (count 0: until stopped), got "
                              f"count {self.count}, start {self.start}, rate {self.rate}")
         if min(self.partitions, self.chunk_records) < 1 or self.records_per_message < 0:
@@ -101,9 +119,6 @@ class ProduceConfig:
         resolve(self.client)
         if self.format not in ("tsv", "arrow"):
             raise ValueError(f"format must be 'tsv' or 'arrow', got {self.format!r}")
-        if self.format == "arrow" and self.source != "synthetic":
-            raise ValueError("--format arrow is written from the synthetic source; replayed "
-                             "files are sent as the TSV lines they hold")
         if not self.progress_every_s > 0:
             raise ValueError(f"progress_every_s must be positive, got {self.progress_every_s}")
         if self.acks not in ("all", "1", "0"):
@@ -111,6 +126,14 @@ class ProduceConfig:
         if self.idempotence and self.acks != "all":
             raise ValueError(f"idempotence needs acks 'all', got acks {self.acks!r} (or turn "
                              "idempotence off)")
+
+    @property
+    def records(self) -> int:
+        """Records to produce, 0 = no limit: ``count``, else the whole of the files, or
+        1,000,000 of the synthetic stream."""
+        if self.count is not None:
+            return self.count
+        return _SYNTHETIC_COUNT if self.source == "synthetic" else 0
 
     @property
     def per_message(self) -> int:
@@ -258,7 +281,7 @@ def file_chunks(paths: list[str], chunk: int, count: int = 0) -> Iterator[Chunk]
                 yield lines, None, None
 
 
-def _prefetch(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
+def _prefetch(chunks: Iterator[T], depth: int = 2) -> Iterator[T]:
     """Generate the next chunks on a thread while the caller sends the current one.
 
     numpy releases the GIL in its array loops, so generation and kafka-python's send path
@@ -266,7 +289,7 @@ def _prefetch(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
     """
     import queue
 
-    q: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=depth)
+    q: queue.Queue[T | BaseException | None] = queue.Queue(maxsize=depth)
     done = threading.Event()
 
     def run() -> None:
@@ -307,6 +330,48 @@ def _pack(lines: list[bytes], per_message: int) -> list[bytes]:
 def _packed(chunks: Iterator[Chunk], per_message: int) -> Iterator[Packed]:
     for lines, labels, probs in chunks:
         yield _pack(lines, per_message), len(lines), labels, probs
+
+
+def _replay(config: ProduceConfig) -> Iterator[Packed]:
+    """The messages of ``file:PATH[,PATH...]``: TSV text files, or Parquet or Arrow tables."""
+    from streaming.tables import (
+        TableSource,
+        arrow_messages,
+        is_table_path,
+        parse_column_map,
+        tsv_messages,
+    )
+    from streaming.types import Schema
+
+    paths = [p for p in config.source[len("file:") :].split(",") if p]
+    if not paths:
+        raise ValueError("file source needs at least one path: file:PATH[,PATH...]")
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"replay file not found: {', '.join(missing)}")
+    tables = [is_table_path(p) for p in paths]
+    if any(tables) and not all(tables):
+        raise ValueError(f"{config.source}: mixes text files with Parquet or Arrow ones; "
+                         "replay them apart")
+    if not all(tables):
+        if config.format == "arrow":
+            raise ValueError("--format arrow is written from the synthetic source or Parquet "
+                             "and Arrow files; text files are sent as the TSV lines they hold")
+        return _packed(_prefetch(file_chunks(paths, config.chunk_records, config.records)),
+                       config.per_message)
+    schema = Schema.parse(config.schema)
+    source = TableSource(paths, schema, parse_column_map(config.column_map, schema))
+    log.info("replaying %s: %s records, columns %s", config.source, f"{source.count():,}",
+             ", ".join(f"{f.name}<-{f.column}" if f.name != f.column else f.name
+                       for f in source.fields[:8]) + (", ..." if len(source.fields) > 8 else ""))
+    encode = arrow_messages if config.format == "arrow" else tsv_messages
+    per_message = config.per_message
+
+    def messages() -> Iterator[Packed]:
+        for batch in source.batches(config.chunk_records, config.records):
+            yield encode(batch, per_message), batch.num_rows, None, None
+
+    return _prefetch(messages())
 
 
 def _arrow_packed(stream: SyntheticStream, start: int, count: int, chunk: int,
@@ -351,7 +416,7 @@ def _generate_in_child(synthetic: SyntheticConfig, config: ProduceConfig, depth:
     queue = ctx.Queue(maxsize=depth)
     child = ctx.Process(
         target=_generator_main,
-        args=(synthetic, config.start, config.count, config.chunk_records, config.per_message,
+        args=(synthetic, config.start, config.records, config.chunk_records, config.per_message,
               queue, config.format),
         name="hetgmp-generator",
         daemon=True,
@@ -389,7 +454,7 @@ def produce(
     clock: Clock | None = None,
     report: ProduceReport | None = None,
 ) -> ProduceReport:
-    """Produce ``config.count`` records (creating the topic if missing) and report.
+    """Produce ``config.records`` records (creating the topic if missing) and report.
 
     Args:
         kafka: cluster settings.
@@ -413,15 +478,8 @@ def produce(
     if config.source == "synthetic":
         packed = _generate_in_child(synthetic or SyntheticConfig(), config)
     elif config.source.startswith("file:"):
-        paths = [p for p in config.source[len("file:") :].split(",") if p]
-        if not paths:
-            raise ValueError("file source needs at least one path: file:PATH[,PATH...]")
-        missing = [p for p in paths if not Path(p).is_file()]
-        if missing:  # before touching Kafka: a typo should not create a topic
-            raise FileNotFoundError(f"replay file not found: {', '.join(missing)}")
-        packed = _packed(
-            _prefetch(file_chunks(paths, config.chunk_records, config.count)), config.per_message
-        )
+        # Everything is checked before Kafka is touched: a typo should not create a topic.
+        packed = _replay(config)
     else:
         raise ValueError(f"unknown source {config.source!r}: use 'synthetic' or 'file:PATH'")
 

@@ -1,0 +1,207 @@
+"""Click logs at rest in Parquet or Arrow files, replayed into Kafka by ``hetgmp produce``.
+
+``--source file:PATH`` names files or directories; a path ending in ``.parquet``/``.pq``, or
+``.arrow``/``.feather``/``.ipc`` (Arrow IPC files), or a directory of such files, is read with
+``pyarrow.dataset`` a batch at a time (never the whole file in memory); other paths are
+Criteo TSV text (:func:`streaming.producer.file_chunks`).
+
+Each field of the schema (``--schema``) is read from the column of its own name, or from the one
+``--column-map FIELD=COLUMN,...`` names. Before anything is sent, every path is opened and every
+column checked: a missing column, or one whose type the consumer could not read (a dense field
+that is not an integer count, a label that is not a number), stops with an error that names the
+field, the column, the file and the columns it has.
+
+Values are sent as they are in the file, for the consumer to hash: an integer categorical column
+(user ids, item ids) becomes the text of its values, so that a user id of 5 and an item id of 5
+stay different features and a record decodes to the same ids from Parquet as from its TSV line.
+The messages are Arrow record batches (``--format arrow``) or TSV lines (``--format tsv``), both
+built column by column with pyarrow's compute functions, with no loop over records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+from streaming.types import Schema
+
+__all__ = ["ColumnError", "TableSource", "arrow_messages", "is_table_path", "parse_column_map",
+           "tsv_messages"]
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
+
+
+class ColumnError(ValueError):
+    """A field of the schema has no column in the files, or one of a type it cannot be read as."""
+
+
+def is_table_path(path: str) -> bool:
+    """A Parquet or Arrow file, or a directory (of such files)."""
+    p = Path(path)
+    return p.is_dir() or p.suffix.lower() in PARQUET_SUFFIXES + ARROW_SUFFIXES
+
+
+def parse_column_map(spec: str, schema: Schema) -> dict[str, str]:
+    """``"label=click,C1=user_id"`` as ``{field: column}``; every key must be a schema field."""
+    fields = (schema.label, *schema.dense, *schema.sparse)
+    out: dict[str, str] = {}
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        name, sep, column = (x.strip() for x in item.partition("="))
+        if not sep or not name or not column:
+            raise ValueError(f"--column-map {spec!r}: expected FIELD=COLUMN pairs separated by "
+                             f"commas, got {item!r}")
+        if name not in fields:
+            raise ValueError(f"--column-map {spec!r}: {name!r} is not a field of the schema "
+                             f"(fields: {', '.join(fields[:6])}, ...)")
+        out[name] = column
+    return out
+
+
+def _format_of(paths: list[str]) -> str:
+    kinds = set()
+    for path in paths:
+        p = Path(path)
+        files = [f for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p]
+        for f in files:
+            s = f.suffix.lower()
+            if s in PARQUET_SUFFIXES:
+                kinds.add("parquet")
+            elif s in ARROW_SUFFIXES:
+                kinds.add("ipc")
+    if not kinds:
+        raise FileNotFoundError(f"no Parquet or Arrow file in {', '.join(paths)}")
+    if len(kinds) > 1:
+        raise ValueError(f"{', '.join(paths)} mix Parquet and Arrow files: replay them apart")
+    return kinds.pop()
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str  # the schema's
+    column: str  # the file's
+    kind: str  # label, dense, sparse
+
+
+class TableSource:
+    """The records of Parquet or Arrow files, as batches with the schema's column names."""
+
+    def __init__(self, paths: list[str], schema: Schema, column_map: dict[str, str] | None = None
+                 ) -> None:
+        """Open the files and check every column (nothing is read yet).
+
+        Raises:
+            FileNotFoundError: a path does not exist, or holds no Parquet or Arrow file.
+            ColumnError: a field's column is missing or of a type it cannot be read as.
+        """
+        import pyarrow.dataset as ds
+
+        missing = [p for p in paths if not Path(p).exists()]
+        if missing:
+            raise FileNotFoundError(f"replay file not found: {', '.join(missing)}")
+        self.paths = paths
+        self.schema = schema
+        files = [str(f) for p in paths
+                 for f in (sorted(Path(p).rglob("*")) if Path(p).is_dir() else [Path(p)])
+                 if f.is_file() and not f.name.startswith((".", "_"))]
+        self.dataset = ds.dataset(files, format=_format_of(paths))
+        mapping = column_map or {}
+        self.fields = [_Field(schema.label, mapping.get(schema.label, schema.label), "label")]
+        self.fields += [_Field(n, mapping.get(n, n), "dense") for n in schema.dense]
+        self.fields += [_Field(n, mapping.get(n, n), "sparse") for n in schema.sparse]
+        self._check(self.dataset.schema)
+
+    def _check(self, have: pa.Schema) -> None:
+        where = ", ".join(self.paths)
+        names = have.names
+        shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        absent = [f for f in self.fields if f.column not in names]
+        if absent:  # all of them at once: a renamed file misses several
+            said = "; ".join(f"no column {f.column!r} for the schema's {f.kind} field {f.name!r}"
+                             + ("" if f.column == f.name else " (--column-map)") for f in absent)
+            raise ColumnError(f"{said} in {where} (its columns: {shown}). --column-map "
+                              f"{absent[0].name}=COLUMN,... names the column a field is in; "
+                              f"--schema gives other fields")
+        for f in self.fields:
+            t = have.field(f.column).type
+            ok = {"label": pat.is_integer(t) or pat.is_boolean(t) or pat.is_floating(t),
+                  "dense": pat.is_integer(t),
+                  "sparse": pat.is_integer(t) or pat.is_string(t) or pat.is_large_string(t)
+                  or pat.is_binary(t) or pat.is_large_binary(t)}[f.kind]
+            if not ok:
+                want = {"label": "a number or boolean (0/1)", "dense": "integer counts",
+                        "sparse": "integer or string values"}[f.kind]
+                raise ColumnError(f"column {f.column!r} (the schema's {f.kind} field {f.name!r}) "
+                                  f"in {where} is {t}; the consumer reads {want}")
+
+    def count(self) -> int:
+        """Records in the files (from their metadata where the format keeps it)."""
+        return int(self.dataset.count_rows())
+
+    def batches(self, chunk: int, count: int = 0) -> Iterator[pa.RecordBatch]:
+        """Record batches of up to ``chunk`` rows, columns named and typed for the consumer;
+        ``count`` > 0 stops after that many records."""
+        sent = 0
+        columns = [f.column for f in self.fields]
+        for raw in self.dataset.to_batches(columns=columns, batch_size=chunk):
+            if count and sent + raw.num_rows > count:
+                raw = raw.slice(0, count - sent)
+            if raw.num_rows:
+                yield self._shape(raw)
+                sent += raw.num_rows
+            if count and sent >= count:
+                return
+
+    def _shape(self, raw: pa.RecordBatch) -> pa.RecordBatch:
+        arrays, fields = [], []
+        for f in self.fields:
+            a = raw.column(f.column)
+            if f.kind == "sparse" and pat.is_integer(a.type):
+                a = pc.cast(a, pa.string())  # a raw value, hashed by the consumer per field
+            arrays.append(a)
+            fields.append(pa.field(f.name, a.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
+    """One Arrow IPC stream (schema and one record batch) per ``per_message`` rows."""
+    out = []
+    for lo in range(0, batch.num_rows, per_message):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch.slice(lo, per_message))
+        out.append(sink.getvalue().to_pybytes())
+    return out
+
+
+def tsv_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
+    """Criteo TSV lines (label, dense..., sparse..., tab separated; null = empty field), joined
+    ``per_message`` to a message by newlines."""
+    texts = []
+    for i, a in enumerate(batch.columns):
+        if i == 0 and pat.is_boolean(a.type):
+            a = pc.cast(a, pa.int8())
+        elif i == 0 and pat.is_floating(a.type):
+            # 1.0 -> "1"; a fractional label stays as it is, for the consumer to reject.
+            whole = pc.all(pc.equal(a, pc.floor(a))).as_py() is not False
+            a = pc.cast(a, pa.int64()) if whole else a
+        texts.append(pc.fill_null(pc.cast(a, pa.string()), ""))
+    lines = pc.binary_join_element_wise(*texts, "\t")
+    ended = pc.binary_join_element_wise(lines, pa.scalar(""), "\n")  # each line + "\n"
+    ended = ended.combine_chunks() if isinstance(ended, pa.ChunkedArray) else ended
+    offsets_buf, data_buf = ended.buffers()[1], ended.buffers()[2]
+    offsets = np.frombuffer(offsets_buf, np.int32)[ended.offset : ended.offset + len(ended) + 1]
+    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+    bounds = offsets[::per_message].tolist()
+    if bounds[-1] != int(offsets[-1]):
+        bounds.append(int(offsets[-1]))
+    # Each message without its last newline, as the text producer packs lines.
+    return [bytes(data[lo : hi - 1]) for lo, hi in zip(bounds[:-1], bounds[1:])]
