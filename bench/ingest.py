@@ -11,7 +11,9 @@ a message) the same topic is read by
 
 Both read every partition by manual assignment (no group join in the timing), alternate runs, and
 the best of ``--repeats`` is kept for each. The producer's rate is measured while filling each
-topic. The last line is a JSON summary with a row per (client, format); its top-level figures
+topic from the synthetic generator, and again replaying the same records from files at rest (a
+TSV text file for the TSV formats, a Parquet file for Arrow), which takes the generator out of
+the figure. The last line is a JSON summary with a row per (client, format); its top-level figures
 are those of ``tsv1``.
 """
 
@@ -20,14 +22,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from streaming.broker import EmbeddedBroker
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
+from streaming.synthetic import SyntheticConfig, SyntheticStream
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -100,7 +104,33 @@ def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions:
 RAW = {"kafka-python": _raw_consume, "confluent": _raw_confluent}
 
 
-def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> list[dict[str, Any]]:
+def _write_files(records: int, seed: int, where: Path) -> dict[str, Path]:
+    """The synthetic records as a TSV text file and as a Parquet file (sparse values as text)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    from streaming.types import Schema
+
+    lines, _, _ = SyntheticStream(SyntheticConfig(seed=seed)).lines_with_truth(0, records)
+    text = b"\n".join(lines) + b"\n"
+    tsv = where / "records.tsv"
+    tsv.write_bytes(text)
+    schema = Schema()
+    names = [schema.label, *schema.dense, *schema.sparse]
+    table = pcsv.read_csv(
+        io.BytesIO(text), read_options=pcsv.ReadOptions(column_names=names),
+        parse_options=pcsv.ParseOptions(delimiter="\t"),
+        convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in schema.sparse}))
+    parquet = where / "records.parquet"
+    pq.write_table(table, parquet)
+    return {"tsv": tsv, "arrow": parquet}
+
+
+def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str,
+            files: dict[str, Path]) -> list[dict[str, Any]]:
     """One row per client: its producer's rate (each fills a topic of its own), its raw and its
     decoded consumption of the same topic, alternating runs."""
     fmt, per_message = FORMATS[name]
@@ -113,6 +143,14 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> list[d
                           records_per_message=per_message, format=fmt,  # type: ignore[arg-type]
                           client=client),  # type: ignore[arg-type]
             SyntheticConfig(seed=args.seed),
+        )
+    replayed = {}
+    for client in args.clients:
+        replayed[client] = produce(
+            kafka,
+            ProduceConfig(topic=f"{topics[client]}-file", source=f"file:{files[fmt]}",
+                          partitions=args.partitions, records_per_message=per_message,
+                          format=fmt, client=client),  # type: ignore[arg-type]
         )
     topic = topics[args.clients[0]]
     raw: dict[str, list[float]] = {c: [] for c in args.clients}
@@ -131,6 +169,7 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> list[d
             "format": name,
             "records_per_message": per_message,
             "producer_records_per_s": round(report.records_per_s),
+            "producer_file_records_per_s": round(replayed[client].records_per_s),
             "raw_records_per_s": round(max(raw[client])),
             "decoded_records_per_s": round(max(decoded[client])),
         }
@@ -139,7 +178,8 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str) -> list[d
         row["bytes_per_record"] = round(report.bytes / max(report.records, 1), 1)
         row["raw_mb_per_s"] = round(row["raw_records_per_s"] * row["bytes_per_record"] / 1e6, 1)
         print(
-            f"{client:<12} {name:<6} | produce {row['producer_records_per_s']:>9,}/s | "
+            f"{client:<12} {name:<6} | produce {row['producer_records_per_s']:>9,}/s "
+            f"(file {row['producer_file_records_per_s']:>9,}/s) | "
             f"raw consume {row['raw_records_per_s']:>9,}/s ({row['raw_mb_per_s']:.0f} MB/s) | "
             f"consume+decode {row['decoded_records_per_s']:>9,}/s | ratio {row['ratio']:.3f}",
             flush=True,
@@ -209,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.partitions} partitions, best of {args.repeats}",
             flush=True,
         )
-        rows = [row for name in args.formats for row in _layout(kafka, args, name)]
+        files = _write_files(args.records, args.seed,
+                             Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        rows = [row for name in args.formats for row in _layout(kafka, args, name, files)]
     first = rows[0]
     summary = {
         "bench": "ingest",
@@ -217,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "decoded_records_per_s": first["decoded_records_per_s"],
         "ratio": first["ratio"],
         "producer_records_per_s": max(r["producer_records_per_s"] for r in rows),
+        "producer_file_records_per_s": max(r["producer_file_records_per_s"] for r in rows),
         "rows": rows,
     }
     print(json.dumps(summary), flush=True)

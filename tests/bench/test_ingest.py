@@ -24,5 +24,6 @@ def test_ingest_bench_prints_a_complete_summary(broker, capsys):
     assert [(r["client"], r["format"]) for r in summary["rows"]] == [
         (c, f) for f in ("tsv1", "tsv16", "arrow") for c in ("kafka-python", "confluent")]
     for row in summary["rows"]:
-        for key in ("raw_records_per_s", "decoded_records_per_s", "ratio", "producer_records_per_s"):
+        for key in ("raw_records_per_s", "decoded_records_per_s", "ratio", "producer_records_per_s",
+                    "producer_file_records_per_s"):
             assert row[key] > 0, (row, key)
