@@ -455,6 +455,14 @@ class ClickConsumer:
             out[p] = (behind, max(now_ms - newest, 0) / 1000 if behind and newest >= 0 else 0.0)
         return out
 
+    def highwaters(self) -> dict[int, int]:
+        """High watermark per assigned partition, as the last fetch response gave it (those
+        not fetched yet are left out); nothing is sent to the broker."""
+        if self._client is None:
+            return {}
+        _, highs = self._client.observe(self._client.assignment())
+        return {p: h for p, h in highs.items() if h is not None}
+
     @property
     def topic_id(self) -> str | None:
         """The id of the topic this consumer started on (a UUID as text; None if the cluster

@@ -55,13 +55,16 @@ class Prefetcher:
         self.max_records = max_records
         self.fetch_messages = fetch_messages
         self.poll_s = poll_s
-        self._queue: collections.deque[tuple[ClickBatch, dict[int, int]]] = collections.deque()
+        # (batch, the consumer's snapshot and high watermarks right after the poll)
+        self._queue: collections.deque[tuple[ClickBatch, dict[int, int], dict[int, int]]] = \
+            collections.deque()
         self._queued = 0
         self._queued_bytes = 0
         self._calls: collections.deque[tuple[Callable[[ClickConsumer], object], Future[object]]] = \
             collections.deque()
         self._error: BaseException | None = None
         self._snapshot = consumer.snapshot()
+        self._highwaters: dict[int, int] = {}
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -118,10 +121,10 @@ class Prefetcher:
             taken: list[ClickBatch] = []
             n = 0
             while self._queue and n < max_records:
-                batch, snap = self._queue.popleft()
+                batch, snap, highs = self._queue.popleft()
                 self._queued -= len(batch)
                 self._queued_bytes -= _nbytes(batch)
-                self._snapshot = snap
+                self._snapshot, self._highwaters = snap, highs
                 if len(batch):
                     taken.append(batch)
                     n += len(batch)
@@ -137,6 +140,12 @@ class Prefetcher:
         """Next offset per partition of what :meth:`next_batch` has handed out."""
         with self._lock:
             return dict(self._snapshot)
+
+    def highwaters(self) -> dict[int, int]:
+        """The partitions' high watermarks when the last batch handed out was fetched: with
+        :meth:`snapshot`, whether a partition had been read to the end of its log then."""
+        with self._lock:
+            return dict(self._highwaters)
 
     def call(self, fn: Callable[[ClickConsumer], T], timeout: float | None = None) -> T:
         """Run ``fn(consumer)`` on the consumer's thread between two polls; its result.
@@ -157,6 +166,7 @@ class Prefetcher:
     # -- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
+        last_highs: dict[int, int] = {}
         try:
             while not self._stop.is_set():
                 self._serve_calls()
@@ -168,9 +178,12 @@ class Prefetcher:
                         continue
                 before = self.consumer.snapshot()
                 batch = self.consumer.next_batch(self._messages_wanted(), self.poll_s)
-                after = self.consumer.snapshot()
-                if len(batch) or after != before:  # rejected-only messages move offsets too
-                    self._put(batch, after)
+                after, highs = self.consumer.snapshot(), self.consumer.highwaters()
+                # Rejected-only messages move offsets too; a new high watermark says what
+                # the log holds (an empty partition is seen caught up only so).
+                if len(batch) or after != before or highs != last_highs:
+                    self._put(batch, after, highs)
+                    last_highs = highs
         except BaseException as exc:  # handed to the caller, in order
             log.debug("fetch thread stopped: %r", exc)
             with self._lock:
@@ -188,9 +201,9 @@ class Prefetcher:
         room = self.max_records - self._queued
         return max(1, min(self.fetch_messages, int(room / max(per_message, 1.0))))
 
-    def _put(self, batch: ClickBatch, snapshot: dict[int, int]) -> None:
+    def _put(self, batch: ClickBatch, snapshot: dict[int, int], highs: dict[int, int]) -> None:
         with self._lock:
-            self._queue.append((batch, snapshot))
+            self._queue.append((batch, snapshot, highs))
             self._queued += len(batch)
             self._queued_bytes += _nbytes(batch)
             self.peak_records = max(self.peak_records, self._queued)

@@ -117,6 +117,9 @@ class _Consumer:
     def snapshot(self) -> dict[int, int]:
         return {0: self.polled}
 
+    def highwaters(self) -> dict[int, int]:
+        return {}
+
     def next_batch(self, max_records: int, timeout: float) -> ClickBatch:
         if self.polled == 3:
             raise LogLost("the log went away", topic="t")

@@ -62,6 +62,18 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                      help="kafka: decoded records a rank's fetch thread keeps ready ahead of "
                           "training (polling stops there, so memory stays bounded when training "
                           "is slower than the stream); 0 polls on the training thread")
+    src.add_argument("--order", choices=["event-time", "fetched"], default="event-time",
+                     help="kafka: the order a rank hands out its partitions' records: by append "
+                          "time (a partition behind its log holds younger records back until it "
+                          "sends) or as the client fetched them")
+    src.add_argument("--max-skew", type=float, default=0.0, metavar="SECONDS",
+                     help="kafka, --order event-time: records up to this much younger than a "
+                          "lagging partition's newest one go out without waiting for it (0: "
+                          "strict order)")
+    src.add_argument("--fill-wait", type=float, default=1.0, metavar="SECONDS",
+                     help="kafka: how long a step waits for a whole batch while the broker holds "
+                          "more records than were read (a rank caught up with its log trains "
+                          "what it has at once)")
     src.add_argument("--reset-offsets", choices=["checkpoint", "earliest", "latest"],
                      default="checkpoint",
                      help="kafka, with --resume: where each partition goes on: the "
@@ -120,7 +132,8 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
         spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
                          records=args.records, idle_s=args.idle_s,
                          reset_offsets=args.reset_offsets,
-                         prefetch_records=args.prefetch_records)
+                         prefetch_records=args.prefetch_records, order=args.order,
+                         max_skew_s=args.max_skew, fill_wait_s=args.fill_wait)
         job = Job(spec, model, store, train, **common)
     return job, launch
 

@@ -14,6 +14,11 @@ With ``prefetch_records`` > 0 (the default) the consumer polls and decodes on a 
 own (:class:`streaming.prefetch.Prefetcher`), up to that many records ahead of the trainer;
 ``positions`` still counts only what was handed out, and every call into the consumer (commit,
 dead-letter flush) runs on that thread between two polls.
+
+Records go out in event-time order across the rank's partitions (``order="event-time"``, see
+:mod:`trainer.sources.order`): a partition that is behind its log holds back records younger
+than the newest one read from it (by ``max_skew_s`` at most), until it catches up, sends, or
+stays silent for ``_SILENT_S``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import collections
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
 
@@ -38,12 +43,19 @@ from streaming import (
 )
 from streaming.runtime import Clock, SystemClock
 from trainer.sources.base import ResetOffsets, Resume, Source
+from trainer.sources.order import EventTimeBuffer
 from trainer.sources.synthetic import shard_bounds
 
 __all__ = ["KafkaShard", "KafkaSpec", "message_cut"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# A partition behind its log that sends nothing for this long stops holding the others back
+# (a log truncated under the consumer, a partition whose fetches stall).
+_SILENT_S = 2.0
+# Records a rank may hold back for event-time order at least (about 20 MB of Criteo records).
+_ORDER_BUFFER = 65536
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,9 @@ class KafkaSpec:
     poll_s: float = 0.2
     reset_offsets: ResetOffsets = "checkpoint"
     prefetch_records: int = 65536
+    order: Literal["event-time", "fetched"] = "event-time"
+    max_skew_s: float = 0.0
+    fill_wait_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.records < 0 or not (self.idle_s > 0 and self.poll_s > 0):
@@ -66,6 +81,11 @@ class KafkaSpec:
         if self.prefetch_records < 0:
             raise ValueError(f"prefetch_records must be >= 0 (0: poll on the training thread), "
                              f"got {self.prefetch_records}")
+        if self.order not in ("event-time", "fetched") or not self.max_skew_s >= 0 \
+                or not self.fill_wait_s >= 0:
+            raise ValueError(f"order must be 'event-time' or 'fetched', max_skew_s and "
+                             f"fill_wait_s >= 0, got {self.order!r}, {self.max_skew_s} and "
+                             f"{self.fill_wait_s}")
         if self.reset_offsets not in ("checkpoint", "earliest", "latest"):
             raise ValueError(f"reset_offsets must be checkpoint, earliest or latest, not "
                              f"{self.reset_offsets!r}")
@@ -93,10 +113,15 @@ class KafkaShard(Source):
         self._budget = hi - lo if spec.records else None
         self.consumer = ClickConsumer(spec.kafka, spec.consumer, partitions=mine, clock=clock)
         self.schema = self.consumer.schema
-        self._buffer: list[ClickBatch] = []
-        self._buffered = 0
+        self._buffer = EventTimeBuffer(self.schema, spec.order == "event-time",
+                                       int(round(spec.max_skew_s * 1000)))
+        # Past this many records held back for order, they go out anyway (memory stays bounded).
+        # A fetch may bring one partition's next megabytes before any of another's.
+        self._order_limit = max(4 * self.local_batch, spec.prefetch_records, _ORDER_BUFFER)
+        self.order_overflows = 0
         self._read = 0
         self._last_data = self._clock.monotonic()
+        self._heard = {p: self._last_data for p in mine}  # when each partition last sent
         self._ended = not mine
         self.positions: dict[int, int] = {}
         self.trained: dict[int, int] = {}
@@ -119,7 +144,7 @@ class KafkaShard(Source):
     @property
     def exhausted(self) -> bool:
         """The record budget is spent or the partitions stayed idle for ``idle_s``."""
-        return self._ended and self._buffered == 0
+        return self._ended and len(self._buffer) == 0
 
     @property
     def topic(self) -> str:
@@ -176,15 +201,13 @@ class KafkaShard(Source):
                 self._spent()
                 return ClickBatch.empty(self.schema)
             want = min(want, self._budget - self._read)
-        if not self._ended and self._buffered < want:
-            self._poll(want)
-        if not self._buffered or want <= 0:
+        self._fill(want)
+        ready = self._releasable()
+        if not ready or want <= 0:
             return ClickBatch.empty(self.schema)
-        data = ClickBatch.concat(self._buffer)
-        n = message_cut(data, want, exact=cap is not None)
-        out, rest = data.take(slice(0, n)), data.take(slice(n, None))
-        self._buffer = [rest] if len(rest) else []
-        self._buffered = len(rest)
+        n = message_cut(self._buffer.data, min(want, ready), exact=cap is not None)
+        out = self._buffer.take(n)
+        rest = self._buffer.data
         self._read += len(out)
         self._advance(out, rest)
         if len(out):
@@ -244,16 +267,66 @@ class KafkaShard(Source):
         """Next offset per partition of what the consumer has handed to this shard."""
         return self._prefetch.snapshot() if self._prefetch is not None else self.consumer.snapshot()
 
+    def _fill(self, want: int) -> None:
+        """Poll until ``want`` records may go out, or for at most ``fill_wait_s`` while a
+        partition is behind its log: records the broker already has make a whole batch, so
+        that a step's share of a rank does not depend on how fetches were timed (one rank and
+        N ranks then train the same batches). A rank caught up with its log goes on at once
+        with what it has (a live stream trains on what is there)."""
+        deadline = self._clock.monotonic() + self.spec.fill_wait_s
+        while not self._ended and self._releasable() < want:
+            self._poll(want)
+            if self._releasable() >= want or not self._behind() \
+                    or self._clock.monotonic() >= deadline:
+                return
+
+    def _releasable(self) -> int:
+        """Records that may go out now: in event-time order, those no partition behind its log
+        could still precede; all of them once the source has ended, or past the order limit."""
+        if self._ended:
+            return len(self._buffer)
+        ready = self._buffer.releasable(self._waiting())
+        if ready < len(self._buffer) and len(self._buffer) >= self._order_limit:
+            if not self.order_overflows:
+                log.warning("partitions %s: %d records held back for event-time order waiting "
+                            "on %s; handing them out as they are (records may be out of order "
+                            "from now on by up to what one partition is ahead)",
+                            self.partitions, len(self._buffer), sorted(self._waiting()))
+            self.order_overflows += 1
+            return len(self._buffer)
+        return ready
+
+    def _behind(self) -> set[int]:
+        """Partitions not read to the end of their log (as the last fetch knew it), or not
+        known to be."""
+        pos = self._read_positions()
+        highs = (self._prefetch.highwaters() if self._prefetch is not None
+                 else self.consumer.highwaters())
+        out = set()
+        for p in self.partitions:
+            high, at = highs.get(p), pos.get(p)
+            if not (high is not None and (at >= high if at is not None else high == 0)):
+                out.add(p)
+        return out
+
+    def _waiting(self) -> set[int]:
+        """Partitions behind their log that sent something lately: they may still send a
+        record older than those buffered."""
+        now = self._clock.monotonic()
+        return {p for p in self._behind() if now - self._heard[p] <= _SILENT_S}
+
     def _poll(self, want: int) -> None:
+        room = max(want - len(self._buffer), min(want, 4096), 1)
         if self._prefetch is not None:
-            got = self._prefetch.next_batch(want - self._buffered, timeout=self.spec.poll_s)
+            got = self._prefetch.next_batch(room, timeout=self.spec.poll_s)
         else:
-            got = self.consumer.next_batch(max_records=max(want // 8, 64),
+            got = self.consumer.next_batch(max_records=max(room // 8, 64),
                                            timeout=self.spec.poll_s)
         now = self._clock.monotonic()
         if len(got):
-            self._buffer.append(got)
-            self._buffered += len(got)
+            self._buffer.add(got)
+            for p in np.unique(got.partitions).tolist():
+                self._heard[int(p)] = now
             self._last_data = now
         elif now - self._last_data > self.spec.idle_s:
             log.info("partitions %s idle for %.0fs: source ended", self.partitions,
@@ -265,9 +338,7 @@ class KafkaShard(Source):
         """Move past messages whose records were all rejected (dead-lettered): they leave no
         record to hand out, and a partition's last message rejected whole would otherwise
         never be committed past (every resume would dead-letter it again)."""
-        buffered = set()
-        for b in self._buffer:
-            buffered.update(np.unique(b.partitions).tolist())
+        buffered = set(np.unique(self._buffer.data.partitions).tolist())
         moved = False
         for p, o in self._read_positions().items():
             if p not in buffered and o > self.positions.get(p, -1):
@@ -285,16 +356,15 @@ class KafkaShard(Source):
         """The record budget is used up: the source ends, and records polled past it are let go
         (no position covers them, so a resumed run reads them)."""
         self._ended = True
-        self._buffer, self._buffered = [], 0
+        self._buffer.clear()
 
     def _advance(self, out: ClickBatch, rest: ClickBatch) -> None:
         """Move :attr:`positions` past the messages handed out whole."""
         if not len(out):
             return
-        parts, offs = out.partitions.astype(np.int64), out.offsets
-        last = np.flatnonzero(np.diff(parts, append=-1) != 0)  # last record of each run
-        for i in last:
-            p, o = int(parts[i]), int(offs[i])
+        parts, offs = out.partitions, out.offsets
+        for p in np.unique(parts).tolist():
+            o = int(offs[parts == p].max())  # a partition's records go out in offset order
             # A message whose remaining records are still buffered is not done yet.
             split = bool(np.any((rest.partitions == p) & (rest.offsets == o))) if len(rest) else False
             nxt = o if split else o + 1

@@ -1,0 +1,143 @@
+"""Event-time order across a rank's partitions: the buffer alone, then a topic on the embedded
+broker read by one rank and by two, whose s = 0 models then match."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streaming import ClickBatch, Schema
+from streaming.consumer import ConsumerConfig
+from streaming.kafka import KafkaSettings
+from streaming.producer import ProduceConfig, produce
+from streaming.synthetic import SyntheticConfig
+from trainer.dist.comm import LocalComm
+from trainer.dist.launch import launch
+from trainer.job import Job
+from trainer.run import run_rank
+from trainer.sources import KafkaShard, KafkaSpec
+from trainer.sources.order import EventTimeBuffer
+from trainer.types import Hooks, LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+
+SCHEMA = Schema.from_counts(1, 1)
+
+
+def records(partition: int, offsets, times) -> ClickBatch:
+    n = len(offsets)
+    return ClickBatch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 1), np.float32),
+                      ids=np.zeros((n, 1), np.int64), partitions=np.full(n, partition, np.int32),
+                      offsets=np.asarray(offsets, np.int64),
+                      timestamps_ms=np.asarray(times, np.int64))
+
+
+def keys(b: ClickBatch) -> list[tuple[int, int, int]]:
+    return list(zip(b.timestamps_ms.tolist(), b.offsets.tolist(), b.partitions.tolist()))
+
+
+def test_partitions_fetched_one_after_the_other_come_out_interleaved_by_time():
+    buf = EventTimeBuffer(SCHEMA)
+    buf.add(records(0, range(4), [10, 20, 30, 40]))  # all of partition 0 first
+    assert buf.releasable(waiting={0, 1}) == 0  # nothing read of 1 yet: its head may be older
+    buf.add(records(1, range(3), [15, 25, 35]))
+    # Partition 1 may still send something after 35 (and 0 after 40): up to (35, 2, 1).
+    assert buf.releasable(waiting={0, 1}) == 6
+    out = buf.take(6)
+    assert out.timestamps_ms.tolist() == [10, 15, 20, 25, 30, 35]
+    assert out.partitions.tolist() == [0, 1, 0, 1, 0, 1]
+    assert buf.releasable(waiting={0, 1}) == 0  # 40 waits for partition 1's next
+    assert buf.releasable(waiting={0}) == 1  # partition 1 caught up: it goes
+
+
+def test_ties_follow_offset_then_partition_and_a_message_stays_whole():
+    buf = EventTimeBuffer(SCHEMA)
+    buf.add(records(1, [0, 0, 1], [5, 5, 5]))  # a message of two records, then another
+    buf.add(records(0, [0, 1, 1], [5, 5, 5]))
+    out = buf.take(buf.releasable(waiting=()))
+    assert keys(out) == [(5, 0, 0), (5, 0, 1), (5, 0, 1), (5, 1, 0), (5, 1, 0), (5, 1, 1)]
+
+
+def test_times_that_go_back_inside_a_partition_keep_its_offset_order():
+    buf = EventTimeBuffer(SCHEMA)
+    buf.add(records(0, range(3), [10, 5, 30]))  # a producer clock stepped back
+    buf.add(records(1, range(2), [7, 12]))
+    out = buf.take(len(buf))
+    part0 = out.offsets[out.partitions == 0].tolist()
+    assert part0 == [0, 1, 2]  # positions and commits rely on it
+    assert out.partitions.tolist() == [1, 0, 0, 1, 0]  # 7, then 10 and 5 (as 10), 12, 30
+
+
+def test_max_skew_lets_younger_records_go_without_waiting():
+    strict, skewed = EventTimeBuffer(SCHEMA), EventTimeBuffer(SCHEMA, max_skew_ms=100)
+    for buf in (strict, skewed):
+        buf.add(records(0, range(3), [0, 50, 500]))
+        buf.add(records(1, [0], [10]))
+    assert strict.releasable(waiting={1}) == 2  # 0 and 10
+    assert skewed.releasable(waiting={1}) == 3  # 0, 10 and 50 (within 100 ms of 10)
+    fetched = EventTimeBuffer(SCHEMA, ordered=False)
+    fetched.add(records(0, range(3), [0, 50, 500]))
+    fetched.add(records(1, [0], [10]))
+    assert fetched.releasable(waiting={1}) == 4
+    assert fetched.take(4).partitions.tolist() == [0, 0, 0, 1]
+
+
+PER_MESSAGE = 16
+COUNT = 16 * PER_MESSAGE * 24  # 6,144 records, 384 messages, 96 a partition
+BATCH = 512  # 32 messages a step: a multiple of the partitions' 4 (shares stay equal)
+SYN = SyntheticConfig(vocab_max=5_000, seed=13)
+
+
+def fill(kafka: KafkaSettings, topic: str) -> None:
+    # Messages go round robin over the 4 partitions; slow enough that times tell them apart.
+    report = produce(kafka, ProduceConfig(topic=topic, count=COUNT, partitions=4,
+                                          records_per_message=PER_MESSAGE, rate=20_000), SYN)
+    assert report.acked == COUNT
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("prefetch", [65536, 0], ids=["fetch-thread", "same-thread"])
+def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, unique, prefetch):
+    topic = unique("event-time")
+    fill(kafka, topic)
+    got = []
+    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=2.0, poll_s=0.05,
+                     prefetch_records=prefetch)
+    shard = KafkaShard(spec, global_batch=BATCH, rank=0, world=1)
+    try:
+        while not shard.exhausted:
+            got.append(shard.next_batch())
+    finally:
+        shard.close()
+    out = ClickBatch.concat(got)
+    assert len(out) == COUNT
+    k = np.stack([out.timestamps_ms, out.offsets, out.partitions.astype(np.int64)], 1)
+    # Append order: the producer's message i went to partition i % 4 at offset i // 4.
+    message = out.offsets * 4 + out.partitions
+    assert np.all(np.diff(message) >= 0), "records out of append order"
+    assert np.all(np.diff(k[:, 0]) >= 0)
+    assert shard.order_overflows == 0
+
+
+def _job(kafka: KafkaSettings, topic: str, order: str) -> Job:
+    # Whole batches while the broker has more (a loaded machine's fetches can take seconds).
+    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=5.0, poll_s=0.05,
+                     order=order, fill_wait_s=30.0)  # type: ignore[arg-type]
+    return Job(spec, ModelConfig(model="deepfm", embed_dim=4, hidden=(8,), dtype="float64"),
+               StoreConfig(optimizer="adagrad", lr=0.05),
+               TrainConfig(staleness=0, global_batch=BATCH, log_every=0),
+               online=OnlineConfig(repartition_interval="0"), hooks=Hooks(return_state=True))
+
+
+@pytest.mark.broker
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_one_rank_and_two_ranks_train_the_same_model_in_event_time_order(kafka, unique,
+                                                                         max_diff):
+    topic = unique("event-time-ranks")
+    fill(kafka, topic)
+    one = run_rank(LocalComm(), _job(kafka, topic, "event-time"))
+    two = launch(run_rank, _job(kafka, topic, "event-time"),
+                 LaunchConfig(device="cpu", workers=2, timeout_s=120))
+    assert one.job_totals.samples == two[0].job_totals.samples == COUNT
+    dense, emb = max_diff(one, list(two))
+    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
