@@ -12,12 +12,12 @@ import math
 
 import numpy as np
 
-from streaming import auc
+from streaming import ClickBatch, Schema, auc
 from trainer.dist import Comm
 from trainer.sources import SyntheticShard, SyntheticSpec
 from trainer.step import Trainer
 
-__all__ = ["Progressive", "score_heldout"]
+__all__ = ["Progressive", "score_batches", "score_heldout"]
 
 _EVAL_CHUNK = 8192
 
@@ -53,10 +53,12 @@ class Progressive:
         y, p = self.arrays()
         return auc(y, p) if 0 < y.sum() < y.size else math.nan
 
-    def job_auc(self, comm: Comm) -> float:
-        """The progressive AUC over every rank's samples (collective)."""
+    def job_scores(self, comm: Comm) -> tuple[float, float]:
+        """The progressive AUC and mean log-loss over every rank's samples (collective)."""
         parts = comm.all_gather_object(self.arrays())
-        return auc(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        y = np.concatenate([p[0] for p in parts])
+        logits = np.concatenate([p[1] for p in parts])
+        return auc(y, logits), _logloss(y, 1 / (1 + np.exp(-logits.astype(np.float64))))
 
 
 def score_heldout(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
@@ -71,6 +73,35 @@ def score_heldout(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
         scores.append(trainer.predict(batch, local_view=local_view))
     parts = comm.all_gather_object((np.concatenate(labels), np.concatenate(scores)))
     y = np.concatenate([p[0] for p in parts])
-    p = np.clip(np.concatenate([p[1] for p in parts]), 1e-7, 1 - 1e-7)
-    logloss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
-    return auc(y, p), logloss
+    p = np.concatenate([p[1] for p in parts])
+    return auc(y, p), _logloss(y, p)
+
+
+def score_batches(trainer: Trainer, batches: list[ClickBatch], comm: Comm, schema: Schema
+                  ) -> tuple[float, float, int]:
+    """AUC, mean log-loss and count of records each rank holds in ``batches`` (its share of a
+    hold-out; shares may differ), with the model as it is now (collective: a rank with fewer
+    records scores empty chunks, so that every rank calls the same collectives)."""
+    mine = ClickBatch.concat(batches) if batches else None
+    n = len(mine) if mine is not None else 0
+    chunks = max(comm.all_gather_object(-(-n // _EVAL_CHUNK)))
+    labels, scores = [], []
+    for i in range(chunks):
+        lo = i * _EVAL_CHUNK
+        part = mine.take(slice(lo, lo + _EVAL_CHUNK)) if mine is not None else None
+        if part is None:
+            part = ClickBatch.empty(schema)
+        labels.append(part.labels)
+        scores.append(trainer.predict(part))
+    parts = comm.all_gather_object((np.concatenate(labels) if labels else np.zeros(0),
+                                    np.concatenate(scores) if scores else np.zeros(0)))
+    y = np.concatenate([p[0] for p in parts])
+    p = np.concatenate([p[1] for p in parts])
+    if not y.size:
+        return math.nan, math.nan, 0
+    return auc(y, p), _logloss(y, p), int(y.size)
+
+
+def _logloss(y: np.ndarray, p: np.ndarray) -> float:
+    p = np.clip(p, 1e-7, 1 - 1e-7)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))) if y.size else math.nan

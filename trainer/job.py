@@ -36,6 +36,10 @@ class Job:
         window: Records (not trained) whose access graph gives the graph placement; None = the
             first ``train.warmup`` records of the source (trained on too).
         heldout: Records scored after training (AUC, log-loss).
+        heldout_after_ms: Kafka source: records appended at or after this time (ms since the
+            epoch) are held out: scored after training with the final model, never trained.
+        run_records: Records this run reads over all ranks, shared out as ``--max-records``
+            is (0: no limit of its own).
         progressive: Recent training samples (over all ranks) scored before their update, for
             the progressive AUC.
         seed: Seed of the partitioner.
@@ -55,6 +59,8 @@ class Job:
     placement: Placement | None = None
     window: SyntheticSpec | None = None
     heldout: SyntheticSpec | None = None
+    heldout_after_ms: int | None = None
+    run_records: int = 0
     progressive: int = 0
     seed: int = 0
     metrics_port: int = 0
@@ -88,6 +94,8 @@ class RankResult:
             ``s = 0``; the two part when a merge of stale copies has not been trained through.
         heldout_logloss_local: Log-loss with each rank's own view.
         progressive_auc: AUC of the last training samples, scored before their update.
+        progressive_logloss: Mean log-loss of the same samples.
+        heldout_records: Records scored as held out (all ranks).
         placement: Explicit ids, replicas per rank and the partition time.
         state: The rank's model, when asked for.
         step_counters: Every step's counters, when asked for.
@@ -97,6 +105,11 @@ class RankResult:
         trained_offsets: int64 ``[n, 2]`` (partition, offset) of every record this rank read
             and had trained (routing may have trained it on another rank), when asked for.
         resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
+        resumed_records: Records the checkpoint it resumed from had trained (0: a fresh start).
+        sent_by_kind: Bytes every rank sent over the whole run, by purpose (the loop's
+            traffic between steps included; :data:`trainer.counters.KINDS`).
+        idle_seconds: Time of the loop's steps that trained nothing on any rank (waiting for
+            records, the ``idle_s`` before a Kafka source ends), part of ``seconds``.
     """
 
     rank: int
@@ -110,6 +123,8 @@ class RankResult:
     heldout_auc_local: float | None = None
     heldout_logloss_local: float | None = None
     progressive_auc: float | None = None
+    progressive_logloss: float | None = None
+    heldout_records: int = 0
     placement: dict[str, object] = field(default_factory=dict)
     state: ModelState | None = None
     step_counters: list[StepCounters] | None = None
@@ -117,8 +132,17 @@ class RankResult:
     online: dict[str, Any] = field(default_factory=dict)
     trained_offsets: np.ndarray | None = None
     resumed_from: int | None = None
+    resumed_records: int = 0
+    idle_seconds: float = 0.0
+    sent_by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def training_seconds(self) -> float:
+        """Wall time of the steps that trained something (``seconds`` less the idle time)."""
+        return max(self.seconds - self.idle_seconds, 0.0)
 
     @property
     def samples_per_s(self) -> float:
-        """Samples trained per second over the job."""
-        return self.job_totals.samples / self.seconds if self.seconds > 0 else 0.0
+        """Samples trained per second of training time (idle waits left out)."""
+        t = self.training_seconds
+        return self.job_totals.samples / t if t > 0 else 0.0

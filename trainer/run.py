@@ -25,9 +25,9 @@ import numpy as np
 from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
 from trainer import checkpoint as ckpt
-from trainer.counters import StepCounters, Totals
+from trainer.counters import KINDS, StepCounters, Totals
 from trainer.dist import Comm
-from trainer.evaluation import Progressive, score_heldout
+from trainer.evaluation import Progressive, score_batches, score_heldout
 from trainer.job import Job, RankResult
 from trainer.online import OnlineLoop, check_compatible, restore
 from trainer.placement import Start, initial_placement
@@ -68,15 +68,16 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             comm, trainer, source, job.online, job.train, clock, seed=job.seed,
             metrics=metrics, hooks=job.hooks,
             partition=job.partitions_online and comm.world > 1, resumed=manifest,
-            extra=shape, sink=open_delta_sink(job, comm)))
+            extra=shape, sink=open_delta_sink(job, comm), run_records=job.run_records))
         if metrics is not None:
             loop.publish_placement()
-        logs = _Logs(job, comm.world, metrics, trainer)
+        logs = _Logs(job, comm.world, metrics, trainer, schema=schema)
         if logs.ledger is not None:
             stack.enter_context(logs.ledger)
-        seconds = _train(comm, trainer, source, loop, start, logs, clock, job)
+        seconds, idle = _train(comm, trainer, source, loop, start, logs, clock, job)
         loop.finish()
     result = _result(comm, job, trainer, loop, logs, start, seconds, manifest)
+    result.idle_seconds = idle
     if metrics is not None and job.metrics_linger_s > 0:
         _linger(comm, clock, job.metrics_linger_s)
     return result
@@ -95,11 +96,25 @@ class _Logs:
     offsets: list[np.ndarray] = field(default_factory=list)
     progressive: Progressive | None = None
     ledger: Any = None
+    held: list[ClickBatch] = field(default_factory=list)  # --heldout-after: scored at the end
+    schema: Any = None
 
     def __post_init__(self) -> None:
         if self.job.progressive or self.metrics is not None:
-            keep = max(self.job.progressive, _PROGRESSIVE_METRIC) // self.world
-            self.progressive = Progressive(keep)
+            keep = (self.job.progressive or _PROGRESSIVE_METRIC) // self.world
+            self.progressive = Progressive(max(keep, 1))
+
+    def hold_out(self, batch: ClickBatch) -> ClickBatch:
+        """What of ``batch`` is trained: records appended before ``--heldout-after``; the
+        others are kept to be scored after training."""
+        after = self.job.heldout_after_ms
+        if after is None or not len(batch):
+            return batch
+        late = batch.timestamps_ms >= after
+        if not late.any():
+            return batch
+        self.held.append(batch.take(np.flatnonzero(late)))
+        return batch.take(np.flatnonzero(~late))
         if self.job.hooks.audit:
             self.trainer.exchange.start_audit()
         if self.job.hooks.ledger:
@@ -122,11 +137,14 @@ class _Logs:
 
 
 def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start: Start,
-           logs: _Logs, clock: Clock, job: Job) -> float:
-    """Step until the job ends; the wall time of the loop (the slowest rank's)."""
+           logs: _Logs, clock: Clock, job: Job) -> tuple[float, float]:
+    """Step until the job ends; the wall time of the loop and of its steps that trained
+    nothing anywhere (waiting for records, the idle time before a source ends), both the
+    slowest rank's."""
     train, buffered = job.train, start.buffered
     comm.barrier()
     t0 = clock.monotonic()
+    idle = 0.0
     while not train.steps or trainer.step_index < train.steps:
         t_step = clock.monotonic()
         ctl = loop.control()
@@ -136,10 +154,13 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
         else:
             batch = buffered.pop(0) if buffered else source.next_batch(loop.read_cap())
             done = not buffered and source.exhausted
+        handed = len(batch)
+        batch = logs.hold_out(batch)
         c = trainer.step(batch, exhausted=done)
-        if len(batch):
+        if handed:
             source.mark_trained()  # the step applied it: a checkpoint may now cover it
         if c is None or c.global_samples == 0:
+            idle += clock.monotonic() - t_step
             loop.note_read(len(batch))
             if c is None:
                 break
@@ -150,7 +171,8 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
         if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
             _log_progress(trainer, clock.monotonic() - t0, loop)
     trainer.finish_step()  # the last step's dense update is part of the training time
-    return float(max(comm.all_gather_object(clock.monotonic() - t0)))
+    times = comm.all_gather_object((clock.monotonic() - t0, idle))
+    return float(max(t for t, _ in times)), float(max(i for _, i in times))
 
 
 def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Logs,
@@ -158,7 +180,8 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
     """Score, gather and report (collective)."""
     result = RankResult(comm.rank, comm.world, trainer.totals, Totals(), seconds,
                         trainer.step_index, placement=start.info,
-                        resumed_from=manifest.step if manifest else None)
+                        resumed_from=manifest.step if manifest else None,
+                        resumed_records=manifest.records if manifest else 0)
     # A job-wide condition (a per-rank one would leave ranks in different collectives).
     if job.heldout is not None and trainer.placement.replica_counts().sum() > 0:
         result.heldout_auc_local, result.heldout_logloss_local = score_heldout(
@@ -170,8 +193,14 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
             result.heldout_auc_local = result.heldout_auc
             result.heldout_logloss_local = result.heldout_logloss
     if job.progressive and logs.progressive is not None:
-        result.progressive_auc = logs.progressive.job_auc(comm)
+        result.progressive_auc, result.progressive_logloss = logs.progressive.job_scores(comm)
+    if job.heldout_after_ms is not None:
+        result.heldout_auc, result.heldout_logloss, result.heldout_records = score_batches(
+            trainer, logs.held, comm, logs.schema)
     result.job_totals = gather_totals(comm, trainer.totals)
+    # Everything every rank sent, the loop's traffic between steps included (by kind).
+    result.sent_by_kind = dict(zip(KINDS, np.sum(
+        comm.all_gather_object(comm.traffic.sent.astype(np.int64)), axis=0).tolist()))
     result.online = loop.report()
     p = trainer.placement
     result.placement.update(version=p.version, explicit_ids=int(p.ids.size),

@@ -8,7 +8,9 @@ consumer), each with its environment variable. Sources:
   records after it are scored at the end (AUC, log-loss).
 * ``--source kafka``: each rank reads its share of the topic's partitions; the graph
   placement comes from the first ``--warmup`` records the ranks read (trained on too); the
-  AUC reported is progressive (each sample scored before its update) over the last records.
+  AUC reported is progressive (each sample scored before its update) over the last
+  ``--eval-window`` samples, or held out with ``--heldout-after`` (records appended from a
+  time on are scored after training and never trained).
 
 SIGINT/SIGTERM stop training after the current step (a second one stops at once). The last
 line printed is a JSON summary.
@@ -26,14 +28,32 @@ from typing import Any
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
 from streaming.runtime import add_flags, build, stop_on_signals
 from trainer.app.jsonout import strict_json
-from trainer.counters import PHASES
+from trainer.counters import ONLINE_KINDS, PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 __all__ = ["add_train_flags", "run_train"]
 
 log = logging.getLogger("hetgmp.train")
 
-_PROGRESSIVE = 50_000
+
+
+def heldout_time(text: str) -> int:
+    """``--heldout-after``: milliseconds since the epoch, or an ISO 8601 time (UTC unless it
+    says otherwise)."""
+    import datetime as dt
+
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected milliseconds since the epoch or an ISO 8601 time such as "
+            "2026-12-02T03:00:00Z") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
 
 
 def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None = None) -> None:
@@ -53,9 +73,16 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
     src.add_argument("--source", choices=["synthetic", "kafka"], default="synthetic",
                      help="in-memory synthetic stream, or a Kafka topic")
     src.add_argument("--records", type=int, default=200_000,
-                     help="records to train on (kafka: 0 = until the topic stays idle)")
+                     help="records this run trains on, over all ranks (kafka: 0 = until the "
+                          "topic stays idle; --max-records counts over resumed runs too)")
     src.add_argument("--heldout", type=int, default=20_000,
                      help="synthetic: records after the training range scored at the end")
+    src.add_argument("--heldout-after", type=heldout_time, default=None, metavar="TIME",
+                     help="kafka: records appended at or after TIME (ms since the epoch, or ISO "
+                          "8601) are held out: scored after training, never trained")
+    src.add_argument("--eval-window", type=int, default=20_000, metavar="N",
+                     help="the progressive AUC and log-loss cover the last N samples trained, "
+                          "each scored before its update")
     src.add_argument("--idle-s", type=float, default=10.0,
                      help="kafka: a rank's source ends after this long without records")
     src.add_argument("--prefetch-records", type=int, default=65536,
@@ -109,7 +136,9 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     online = build(OnlineConfig, args)
     model = build(ModelConfig, args, seed=args.seed)
     store = build(StoreConfig, args, "store", seed=args.seed)
-    common = dict(progressive=_PROGRESSIVE, seed=args.seed, online=online,
+    if args.eval_window < 1:
+        raise ValueError(f"--eval-window {args.eval_window}: must be >= 1")
+    common = dict(progressive=args.eval_window, seed=args.seed, online=online,
                   metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                   metrics_linger_s=args.metrics_linger_s)
     # Graph placement is computed online (cold start from hash) unless repartitioning is off:
@@ -120,6 +149,9 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
         if args.records < 1:
             raise ValueError(f"--records {args.records}: the synthetic source needs at least "
                              f"one record (0, 'until idle', is for --source kafka)")
+        if args.heldout_after is not None:
+            raise ValueError("--heldout-after is for --source kafka (the synthetic source holds "
+                             "out --heldout records after its training range)")
         if args.heldout < 0:
             raise ValueError(f"--heldout {args.heldout}: must be >= 0 (0: no held-out score)")
         syn = build(SyntheticConfig, args, "synthetic")
@@ -129,32 +161,61 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
                   heldout=SyntheticSpec(syn, w + args.records, args.heldout)
                   if args.heldout else None, **common)
     else:
+        # --records is this run's budget over all ranks, shared out as --max-records is (a
+        # rank whose partitions run dry leaves its share to the others).
+        if args.records < 0:
+            raise ValueError(f"a Kafka source needs records >= 0 (0: until idle), got "
+                             f"{args.records}")
         spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
-                         records=args.records, idle_s=args.idle_s,
+                         idle_s=args.idle_s,
                          reset_offsets=args.reset_offsets,
                          prefetch_records=args.prefetch_records, order=args.order,
                          max_skew_s=args.max_skew, fill_wait_s=args.fill_wait)
-        job = Job(spec, model, store, train, **common)
+        job = Job(spec, model, store, train, heldout_after_ms=args.heldout_after,
+                  run_records=args.records, **common)
     return job, launch
 
 
 def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:
     totals = result.job_totals.summary()
+    jt = result.job_totals
+    migrations = [e for e in result.online.get("events", []) if e.get("event") == "migration_done"]
+    steps_before = result.resumed_from or 0
     out: dict[str, Any] = {
         "command": "train",
         "source": args.source,
         "workers": result.world,
         "device": device,
-        "steps": result.steps,
+        # This run's; the *_total figures count the runs it resumed too.
+        "steps": result.steps - steps_before,
+        "steps_total": result.steps,
         "seconds": round(result.seconds, 3),
+        "training_seconds": round(result.training_seconds, 3),
+        "idle_seconds": round(result.idle_seconds, 3),
         "samples": totals["samples_trained"],
+        "samples_total": totals["samples_trained"] + result.resumed_records,
         "samples_per_s": round(result.samples_per_s, 1),
         "mean_loss": round(float(totals["mean_loss"]), 5),
         "heldout_auc": result.heldout_auc,
         "heldout_logloss": result.heldout_logloss,
+        "heldout": (f"{result.heldout_records} records appended at or after "
+                    f"{args.heldout_after} ms" if args.heldout_after is not None
+                    else f"{args.heldout} records after the training range"
+                    if args.source == "synthetic" and args.heldout else None),
+        "heldout_records": (result.heldout_records if args.heldout_after is not None
+                            else args.heldout if args.source == "synthetic" else 0),
         "progressive_auc": result.progressive_auc,
+        "progressive_logloss": result.progressive_logloss,
+        "eval_window": args.eval_window,
         "placement": result.placement,
         "placements_moved_to": result.online.get("placements", 0),
+        "migrations": len(migrations),
+        "rows_migrated": int(sum(e.get("rows_moved", 0) for e in migrations)),
+        # Everything the ranks sent (embedding path, dense all-reduce, the loop's own window,
+        # placement, migration and control traffic), per sample trained.
+        "bytes_per_sample_all": round(jt.per_sample(float(sum(result.sent_by_kind.values()))), 1),
+        "loop_bytes_per_sample": round(jt.per_sample(float(sum(
+            result.sent_by_kind.get(k, 0) for k in ONLINE_KINDS))), 1),
         "freshness_p50_s": result.online.get("freshness_p50_s"),
         "freshness_p99_s": result.online.get("freshness_p99_s"),
         "resumed_from_step": result.resumed_from,
@@ -216,10 +277,15 @@ def run_train(args: argparse.Namespace) -> int:
     summary = _summary(result, args, launch_config.device)
     auc = summary["heldout_auc"] if summary["heldout_auc"] is not None else summary[
         "progressive_auc"]
+    auc_of = ("held-out" if summary["heldout_auc"] is not None
+              else f"progressive, last {summary['eval_window']:,} samples")
     print(f"trained {summary['samples']:,} samples in {summary['steps']} steps on "
-          f"{summary['workers']} rank(s): {summary['samples_per_s']:,.0f} samples/s, "
-          f"loss {summary['mean_loss']:.4f}, AUC {auc if auc is None else round(auc, 4)}, "
-          f"{summary['bytes_per_sample']:,.0f} bytes/sample, "
+          f"{summary['workers']} rank(s): {summary['samples_per_s']:,.0f} samples/s over "
+          f"{summary['training_seconds']:.1f} s of training (+{summary['idle_seconds']:.1f} s "
+          f"idle), loss {summary['mean_loss']:.4f}, "
+          f"AUC {auc if auc is None else round(auc, 4)} ({auc_of}), "
+          f"{summary['bytes_per_sample']:,.0f} embedding bytes/sample "
+          f"({summary['bytes_per_sample_all']:,.0f} with the dense all-reduce and the loop's), "
           f"{summary['remote_rows_per_sample']:.3f} remote rows/sample, "
           f"max staleness {summary['max_staleness']}", flush=True)
     print(json.dumps(strict_json(summary), allow_nan=False), flush=True)

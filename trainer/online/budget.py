@@ -21,11 +21,15 @@ class RecordBudget:
         rank: This rank.
         world: Ranks in the job.
         records: Records read before this run (a resumed run counts on from its checkpoint).
+        run_limit: Records this run may read over all ranks (``--records`` on Kafka; 0: no
+            limit of its own), whatever came before.
     """
 
-    def __init__(self, limit: int, rank: int, world: int, records: int = 0) -> None:
+    def __init__(self, limit: int, rank: int, world: int, records: int = 0,
+                 run_limit: int = 0) -> None:
         self.limit, self.rank, self.world = limit, rank, world
         self.records = records
+        self.run_limit, self._run_start = run_limit, records
         self._rounds = 0
 
     def count(self, records: int) -> None:
@@ -33,14 +37,20 @@ class RecordBudget:
         self.records += records
         self._rounds += 1
 
+    def _remaining(self) -> int | None:
+        left = [self.limit - self.records] if self.limit else []
+        if self.run_limit:
+            left.append(self.run_limit - (self.records - self._run_start))
+        return max(min(left), 0) if left else None
+
     @property
     def spent(self) -> bool:
         """The limit is reached."""
-        return bool(self.limit) and self.records >= self.limit
+        return self._remaining() == 0
 
     def read_cap(self) -> int | None:
         """Most records this rank may read this step (None: no limit)."""
-        if not self.limit:
+        left = self._remaining()
+        if left is None:
             return None
-        return budget_share(max(self.limit - self.records, 0), self.rank, self.world,
-                            self._rounds)
+        return budget_share(left, self.rank, self.world, self._rounds)

@@ -77,13 +77,16 @@ class OnlineLoop:
         resumed: The checkpoint this run resumed from (None: a fresh start).
         extra: Settings recorded in checkpoints and checked at resume.
         sink: Where the delta log goes (None: no delta log).
+        run_records: Records this run reads over all ranks (0: until the source ends or
+            ``config.max_records``).
     """
 
     def __init__(self, comm: Comm, trainer: Trainer, source: Source, config: OnlineConfig,
                  train: TrainConfig, clock: Clock, *, seed: int = 0, metrics: Any = None,
                  hooks: Hooks | None = None, partition: bool = True,
                  resumed: ckpt.Manifest | None = None,
-                 extra: dict[str, Any] | None = None, sink: DeltaSink | None = None) -> None:
+                 extra: dict[str, Any] | None = None, sink: DeltaSink | None = None,
+                 run_records: int = 0) -> None:
         hooks = hooks or Hooks()
         fault: FaultPlan | None = hooks.fault
         if hooks.fault_file:
@@ -97,7 +100,8 @@ class OnlineLoop:
         self.schedule = dict(sorted(hooks.schedule))
         self.partition = partition and config.repartition.enabled
         self.stats = LoopStats(hooks.history, started_ms=clock.time() * 1000.0)
-        self.budget = RecordBudget(config.max_records, self.rank, self.world, records)
+        self.budget = RecordBudget(config.max_records, self.rank, self.world, records,
+                                   run_limit=run_records)
         self.window = WindowFeed(comm, trainer.n_fields, config.window, config.window_sample,
                                  seed)
         self.migrations = MigrationDriver(comm, trainer, config.migration_chunk_bytes,

@@ -78,6 +78,41 @@ def test_train_from_kafka_reads_every_partition_once(
     assert s["placements_moved_to"] >= 1 and s["placement"]["explicit_ids"] > 0
     assert s["progressive_auc"] is not None and 0.4 < s["progressive_auc"] < 1.0
     assert s["heldout_auc"] is None
+    # Honest figures: the --idle-s 4 wait at the end is idle time, not training time.
+    assert s["idle_seconds"] >= 3.0 and s["training_seconds"] <= s["seconds"] - 3.0
+    assert s["samples_per_s"] == pytest.approx(s["samples"] / s["training_seconds"], rel=1e-2)
+    assert s["eval_window"] == 20_000 and 0 < s["progressive_logloss"] < 1.0
+    assert s["bytes_per_sample_all"] > s["bytes_per_sample"] + s["dense_bytes_per_sample"]
+    assert s["loop_bytes_per_sample"] > 0  # the window went to the partitioner
+    assert s["migrations"] >= 1 and s["rows_migrated"] > 0
+    assert s["samples_total"] == s["samples"] and s["steps_total"] == s["steps"]
+
+
+@pytest.mark.broker
+def test_records_appended_after_heldout_after_are_scored_and_never_trained(
+    capsys: pytest.CaptureFixture[str], kafka: KafkaSettings, unique
+) -> None:
+    import time
+
+    topic = unique("heldout-after")
+    produce(kafka, ProduceConfig(topic=topic, count=6_000, partitions=2), SyntheticConfig(seed=3))
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(kafka, ProduceConfig(topic=topic, count=1_500, start=6_000, partitions=2),
+            SyntheticConfig(seed=3))
+    code = main(["--workers", "2", "--source", "kafka", "--records", "0", "--idle-s", "3",
+                 "--bootstrap-servers", kafka.bootstrap_servers, "--consumer-topic", topic,
+                 "--consumer-group-id", "", "--repartition-interval", "0",
+                 "--heldout-after", str(cut), "--eval-window", "2000", *SMALL])
+    assert code == 0
+    out = capsys.readouterr().out
+    s = _summary(out)
+    assert s["samples"] == 6_000  # not one of the late records trained
+    assert s["heldout_records"] == 1_500  # every one of them scored
+    assert 0.4 < s["heldout_auc"] < 1.0 and 0 < s["heldout_logloss"] < 1.0
+    assert s["eval_window"] == 2_000
+    assert "(held-out)" in out.strip().splitlines()[-2]
 
 
 def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,7 +132,7 @@ def test_cuda_with_fewer_gpus_than_ranks_is_a_usage_error_before_anything_starts
 @pytest.mark.broker
 @pytest.mark.slow
 def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaSettings, unique,
-                                                                   tmp_path) -> None:
+                                                                   tmp_path, capsys) -> None:
     """The whole path a deployment relies on: SIGTERM -> last step -> checkpoint -> commit ->
     exit 0; then --resume continues right after it."""
     import os
@@ -149,6 +184,10 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     assert code == 0
     final = ckpt.latest(tmp_path)
     assert final is not None and final.records == 40_000
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # This run's samples and steps, and the totals over both runs.
+    assert resumed["samples"] == 40_000 - s["samples"] and resumed["samples_total"] == 40_000
+    assert resumed["steps_total"] > resumed["steps"] > 0
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -49,6 +49,21 @@ def test_the_record_budget_caps_every_rank_and_ends_the_run() -> None:
     assert RecordBudget(0, 0, 2).read_cap() is None and not RecordBudget(0, 0, 2).spent
 
 
+def test_a_runs_own_budget_counts_from_where_it_resumed_and_the_jobs_still_bounds_it() -> None:
+    # --records 100 on a run resumed at 50 records: 100 more, shared by the ranks.
+    run = [RecordBudget(0, r, 2, records=50, run_limit=100) for r in range(2)]
+    assert sum(b.read_cap() or 0 for b in run) == 100
+    for b in run:
+        b.count(60)
+    assert sum(b.read_cap() or 0 for b in run) == 40 and not run[0].spent
+    for b in run:
+        b.count(40)
+    assert all(b.spent for b in run)
+    # --max-records 120 over the job as well: 70 left of it, fewer than the run's 100.
+    both = [RecordBudget(120, r, 2, records=50, run_limit=100) for r in range(2)]
+    assert sum(b.read_cap() or 0 for b in both) == 70
+
+
 def test_drift_is_a_rise_over_the_baseline_of_a_settled_placement() -> None:
     d = DriftDetector(threshold=0.25)
     for _ in range(BASELINE_STEPS):
