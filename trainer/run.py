@@ -103,6 +103,12 @@ class _Logs:
         if self.job.progressive or self.metrics is not None:
             keep = (self.job.progressive or _PROGRESSIVE_METRIC) // self.world
             self.progressive = Progressive(max(keep, 1))
+        if self.job.hooks.audit:
+            self.trainer.exchange.start_audit()
+        if self.job.hooks.ledger:
+            from trainer.testing import Ledger
+
+            self.ledger = Ledger(self.job.hooks.ledger, self.trainer.comm.rank)
 
     def hold_out(self, batch: ClickBatch) -> ClickBatch:
         """What of ``batch`` is trained: records appended before ``--heldout-after``; the
@@ -115,12 +121,6 @@ class _Logs:
             return batch
         self.held.append(batch.take(np.flatnonzero(late)))
         return batch.take(np.flatnonzero(~late))
-        if self.job.hooks.audit:
-            self.trainer.exchange.start_audit()
-        if self.job.hooks.ledger:
-            from trainer.testing import Ledger
-
-            self.ledger = Ledger(self.job.hooks.ledger, self.trainer.comm.rank)
 
     def add(self, batch: ClickBatch, c: StepCounters) -> None:
         hooks, tr = self.job.hooks, self.trainer
