@@ -147,6 +147,20 @@ class Prefetcher:
         with self._lock:
             return dict(self._highwaters)
 
+    def seek(self, offsets: dict[int, int]) -> None:
+        """Continue the partitions from ``offsets``; what was read ahead of them is dropped
+        (done on the thread, so that no poll from before the seek is queued after it)."""
+
+        def seek(consumer: ClickConsumer) -> None:
+            consumer.seek(offsets)
+            with self._lock:
+                self._queue.clear()
+                self._queued = self._queued_bytes = 0
+                self._snapshot, self._highwaters = consumer.snapshot(), {}
+                self._lock.notify_all()
+
+        self.call(seek)
+
     def call(self, fn: Callable[[ClickConsumer], T], timeout: float | None = None) -> T:
         """Run ``fn(consumer)`` on the consumer's thread between two polls; its result.
 

@@ -101,6 +101,10 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                      help="kafka: how long a step waits for a whole batch while the broker holds "
                           "more records than were read (a rank caught up with its log trains "
                           "what it has at once)")
+    src.add_argument("--passes", type=int, default=1, metavar="K",
+                     help="kafka: read the topic K times, each pass from the first record the "
+                          "first pass read to where it went idle, in order (not with "
+                          "--checkpoint-dir: a checkpoint's offsets cannot say which pass)")
     src.add_argument("--reset-offsets", choices=["checkpoint", "earliest", "latest"],
                      default="checkpoint",
                      help="kafka, with --resume: where each partition goes on: the "
@@ -166,11 +170,15 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
         if args.records < 0:
             raise ValueError(f"a Kafka source needs records >= 0 (0: until idle), got "
                              f"{args.records}")
+        if args.passes > 1 and online.checkpoint_dir:
+            raise ValueError("--passes with --checkpoint-dir: a checkpoint's offsets cannot say "
+                             "which pass they are in; checkpoint single-pass runs")
         spec = KafkaSpec(build(KafkaSettings, args), build(ConsumerConfig, args, "consumer"),
                          idle_s=args.idle_s,
                          reset_offsets=args.reset_offsets,
                          prefetch_records=args.prefetch_records, order=args.order,
-                         max_skew_s=args.max_skew, fill_wait_s=args.fill_wait)
+                         max_skew_s=args.max_skew, fill_wait_s=args.fill_wait,
+                         passes=args.passes)
         job = Job(spec, model, store, train, heldout_after_ms=args.heldout_after,
                   run_records=args.records, **common)
     return job, launch

@@ -72,6 +72,7 @@ class KafkaSpec:
     order: Literal["event-time", "fetched"] = "event-time"
     max_skew_s: float = 0.0
     fill_wait_s: float = 1.0
+    passes: int = 1
 
     def __post_init__(self) -> None:
         if self.records < 0 or not (self.idle_s > 0 and self.poll_s > 0):
@@ -82,10 +83,10 @@ class KafkaSpec:
             raise ValueError(f"prefetch_records must be >= 0 (0: poll on the training thread), "
                              f"got {self.prefetch_records}")
         if self.order not in ("event-time", "fetched") or not self.max_skew_s >= 0 \
-                or not self.fill_wait_s >= 0:
+                or not self.fill_wait_s >= 0 or self.passes < 1:
             raise ValueError(f"order must be 'event-time' or 'fetched', max_skew_s and "
-                             f"fill_wait_s >= 0, got {self.order!r}, {self.max_skew_s} and "
-                             f"{self.fill_wait_s}")
+                             f"fill_wait_s >= 0 and passes >= 1, got {self.order!r}, "
+                             f"{self.max_skew_s}, {self.fill_wait_s} and {self.passes}")
         if self.reset_offsets not in ("checkpoint", "earliest", "latest"):
             raise ValueError(f"reset_offsets must be checkpoint, earliest or latest, not "
                              f"{self.reset_offsets!r}")
@@ -123,6 +124,11 @@ class KafkaShard(Source):
         self._last_data = self._clock.monotonic()
         self._heard = {p: self._last_data for p in mine}  # when each partition last sent
         self._ended = not mine
+        # --passes: the range the first pass read (first offset, end) is read again.
+        self.passes_done = 0
+        self._range_start: dict[int, int] = {}
+        self._range_end: dict[int, int] | None = None
+        self._pass_over = False  # the current pass has read its range; its tail goes out
         self.positions: dict[int, int] = {}
         self.trained: dict[int, int] = {}
         self._handed: collections.deque[dict[int, int]] = collections.deque()
@@ -201,6 +207,8 @@ class KafkaShard(Source):
                 self._spent()
                 return ClickBatch.empty(self.schema)
             want = min(want, self._budget - self._read)
+        if self._pass_over and not len(self._buffer):
+            self._next_pass()
         self._fill(want)
         ready = self._releasable()
         if not ready or want <= 0:
@@ -274,7 +282,7 @@ class KafkaShard(Source):
         N ranks then train the same batches). A rank caught up with its log goes on at once
         with what it has (a live stream trains on what is there)."""
         deadline = self._clock.monotonic() + self.spec.fill_wait_s
-        while not self._ended and self._releasable() < want:
+        while not self._ended and not self._pass_over and self._releasable() < want:
             self._poll(want)
             if self._releasable() >= want or not self._behind() \
                     or self._clock.monotonic() >= deadline:
@@ -283,7 +291,7 @@ class KafkaShard(Source):
     def _releasable(self) -> int:
         """Records that may go out now: in event-time order, those no partition behind its log
         could still precede; all of them once the source has ended, or past the order limit."""
-        if self._ended:
+        if self._ended or self._pass_over:
             return len(self._buffer)
         ready = self._buffer.releasable(self._waiting())
         if ready < len(self._buffer) and len(self._buffer) >= self._order_limit:
@@ -305,6 +313,8 @@ class KafkaShard(Source):
         out = set()
         for p in self.partitions:
             high, at = highs.get(p), pos.get(p)
+            if self._range_end is not None:  # a later pass: its range's end is the end
+                high = self._range_end.get(p, self._range_start.get(p, 0))
             if not (high is not None and (at >= high if at is not None else high == 0)):
                 out.add(p)
         return out
@@ -323,16 +333,52 @@ class KafkaShard(Source):
             got = self.consumer.next_batch(max_records=max(room // 8, 64),
                                            timeout=self.spec.poll_s)
         now = self._clock.monotonic()
+        if len(got) and self._range_end is not None:  # a later pass reads its range only
+            end = np.array([self._range_end.get(int(p), 0) for p in got.partitions], np.int64)
+            got = got.take(np.flatnonzero(got.offsets < end))
         if len(got):
-            self._buffer.add(got)
             for p in np.unique(got.partitions).tolist():
                 self._heard[int(p)] = now
+                if self._range_end is None:
+                    self._range_start.setdefault(int(p), int(got.offsets[got.partitions == p][0]))
+            self._buffer.add(got)
             self._last_data = now
+        elif self._range_end is not None and not self._behind():
+            self._end_pass()
         elif now - self._last_data > self.spec.idle_s:
-            log.info("partitions %s idle for %.0fs: source ended", self.partitions,
-                     self.spec.idle_s)
-            self._ended = True
+            log.info("partitions %s idle for %.0fs: %s", self.partitions, self.spec.idle_s,
+                     "source ended" if self.spec.passes == 1 else "first pass over")
+            self._end_pass()
         self._pass_rejected()
+
+    def _end_pass(self) -> None:
+        """The pass has read its range: the source ends, or (``--passes``) the buffered tail
+        goes out and the next pass starts over."""
+        if self.passes_done + 1 >= self.spec.passes or not self._range_start:
+            self._ended = True
+            return
+        if self._range_end is None:
+            pos = self._read_positions()
+            self._range_end = {p: pos.get(p, o) for p, o in self._range_start.items()}
+        self._pass_over = True
+
+    def _next_pass(self) -> None:
+        """Read the first pass's range again, in the same order (checkpoints are refused with
+        passes: their offsets could not say which pass they are in)."""
+        start = dict(self._range_start)
+        self.passes_done += 1
+        log.info("partitions %s: pass %d of %d from offsets %s", self.partitions,
+                 self.passes_done + 1, self.spec.passes, start)
+        if self._prefetch is not None:
+            self._prefetch.seek(start)
+        else:
+            self.consumer.seek(start)
+        self._buffer = EventTimeBuffer(self.schema, self.spec.order == "event-time",
+                                       int(round(self.spec.max_skew_s * 1000)))
+        self.positions.update(start)
+        self._pass_over = False
+        self._last_data = now = self._clock.monotonic()
+        self._heard = {p: now for p in self.partitions}
 
     def _pass_rejected(self) -> None:
         """Move past messages whose records were all rejected (dead-lettered): they leave no

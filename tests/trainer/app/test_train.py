@@ -200,6 +200,11 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     (["--heldout", "-1"], "--heldout -1: must be >= 0"),
     (["--source", "kafka", "--records", "-1"], "a Kafka source needs records >= 0"),
     (["--source", "kafka", "--idle-s", "0"], "positive idle and poll times"),
+    (["--source", "kafka", "--passes", "2", "--checkpoint-dir", "ckpt"],
+     "--passes with --checkpoint-dir"),
+    (["--source", "kafka", "--passes", "0"], "passes >= 1"),
+    (["--heldout-after", "123"], "--heldout-after is for --source kafka"),
+    (["--eval-window", "0"], "--eval-window 0"),
     (["--metrics-port", "65535", "--workers", "2"], "with 2 rank(s) it must lie in 1..65534"),
     # Checked against the machine before any rank starts (they used to end in rank tracebacks).
     (["--workers", "1000"], "--workers 1000 x --threads 1 CPU ranks on"),

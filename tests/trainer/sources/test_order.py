@@ -118,6 +118,30 @@ def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, un
     assert shard.order_overflows == 0
 
 
+@pytest.mark.broker
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("prefetch", [65536, 0], ids=["fetch-thread", "same-thread"])
+def test_passes_replay_the_range_the_first_pass_read_each_time_in_order(kafka, unique, prefetch):
+    topic = unique("passes")
+    fill(kafka, topic)
+    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=1.5, poll_s=0.05,
+                     prefetch_records=prefetch, passes=3)
+    shard = KafkaShard(spec, global_batch=BATCH, rank=0, world=1)
+    got = []
+    try:
+        while not shard.exhausted:
+            got.append(shard.next_batch())
+    finally:
+        shard.close()
+    out = ClickBatch.concat(got)
+    assert len(out) == 3 * COUNT and shard.passes_done == 2
+    message = out.offsets * 4 + out.partitions
+    first = message[:COUNT]
+    assert np.all(np.diff(first) >= 0)
+    for k in (1, 2):  # the same records in the same order, each pass
+        assert np.array_equal(message[k * COUNT : (k + 1) * COUNT], first)
+
+
 def _job(kafka: KafkaSettings, topic: str, order: str) -> Job:
     # Whole batches while the broker has more (a loaded machine's fetches can take seconds).
     spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=5.0, poll_s=0.05,
