@@ -6,6 +6,8 @@ Protocol (one run; both modes see the same stream at the same rate):
   stream (``SyntheticStream``, ``--drift-every`` records between drifts, ``--seed``) to a fresh
   topic of ``--partitions`` partitions at ``--rate`` records/s while ``--workers`` ranks train
   from it (each rank reads its share of the partitions), until ``--records`` records.
+* ``hash``: hash placement throughout (no window, no partitioner, nothing migrated): the
+  baseline every placement has to pay for itself against.
 * ``static``: the ranks read the first ``--warmup`` records, rank 0 partitions their access
   graph (METIS plus replicas) while training waits, and the placement never changes again.
   ``online``: training starts at once on the hash placement; after ``--warmup`` records a full
@@ -17,7 +19,10 @@ Protocol (one run; both modes see the same stream at the same rate):
   step itself; checkpoints excluded), and whether a migration was in progress. The job's step
   time is the slowest rank's. Remote rows per sample after drift: steps from the first drift
   (record ``--drift-every``) on. Bytes per sample: the training path (as ``bench train``); the
-  online loop's own traffic (control, window, placement, rows migrated) is printed apart.
+  online loop's own traffic (control, window, placement, rows migrated) is printed apart, and
+  ``bytes_per_sample_all`` counts everything every rank sent (embedding path, dense
+  all-reduce, the loop's traffic) per sample trained. ``--small-vocab`` runs it all on a stream
+  of 26 fields of 10-1,000 values, where a graph placement has little to save.
   Freshness: a record's producer timestamp to the end of the step that applied its gradient,
   over the records appended after the ranks started training (records appended while the
   ranks were starting are a backlog, counted apart).
@@ -83,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--staleness", type=int, default=10, help="replica staleness bound s")
     p.add_argument("--replica-fraction", type=float, default=0.01, help="replica budget")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
-    p.add_argument("--modes", default="static,online", help="modes to run, in order")
+    p.add_argument("--modes", default="hash,static,online",
+                   help="modes to run, in order (hash, static, online)")
+    p.add_argument("--small-vocab", action="store_true",
+                   help="a stream of 26 fields of 10-1,000 values (small vocabularies)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 90k records, drift every 30k, at 5k records/s")
     return p
@@ -107,7 +115,7 @@ def _job(args: argparse.Namespace, kafka: KafkaSettings, topic: str, mode: str) 
     spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=f"{topic}-trainer"),
                      idle_s=30.0, poll_s=0.05)
     train = TrainConfig(staleness=args.staleness, global_batch=args.global_batch,
-                        placement="graph", warmup=args.warmup,
+                        placement="hash" if mode == "hash" else "graph", warmup=args.warmup,
                         replica_fraction=args.replica_fraction, log_every=0)
     online = OnlineConfig(
         repartition_interval=str(args.interval) if mode == "online" else "0",
@@ -142,7 +150,8 @@ def job_series(results: list[RankResult]) -> dict[str, np.ndarray]:
 def _run_mode(args: argparse.Namespace, broker: EmbeddedBroker, mode: str) -> dict[str, Any]:
     kafka = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="hetgmp-bench")
     topic = f"bench-online-{mode}-{int(time.time())}"
-    syn = SyntheticConfig(seed=args.seed, drift_every=args.drift_every)
+    syn = SyntheticConfig(seed=args.seed, drift_every=args.drift_every,
+                          **({"vocab_min": 10, "vocab_max": 1000} if args.small_vocab else {}))
     config = ProduceConfig(topic=topic, count=args.records, rate=args.rate,
                            partitions=args.partitions)
     # The topic must exist before the ranks look up its partitions.
@@ -188,13 +197,17 @@ def _summarise(args: argparse.Namespace, mode: str, results: list[RankResult], w
         "mode": mode,
         "records": int(totals.samples),
         "steps": int(s["step"].size),
-        "samples_per_s": round(totals.samples / max(results[0].seconds, 1e-9), 1),
+        # Over training time: steps in which no rank trained (waiting for records) left out.
+        "samples_per_s": round(results[0].samples_per_s, 1),
         "producer_records_per_s": round(report.records / max(wall, 1e-9), 1),
         "remote_rows_per_sample": round(per(s["rows_not_held"], s["samples"]), 4),
         "remote_rows_per_sample_after_drift": round(
             per(s["rows_not_held"][after], s["samples"][after]), 4),
         "bytes_per_sample": round(totals.per_sample(totals.embedding_bytes), 1),
         "online_bytes_per_sample": round(online_bytes / max(totals.samples, 1), 1),
+        "dense_bytes_per_sample": round(totals.per_sample(totals.dense_bytes), 1),
+        "bytes_per_sample_all": round(
+            sum(results[0].sent_by_kind.values()) / max(totals.samples, 1), 1),
         "placements": len(placements),
         "rows_migrated": int(sum(e["rows_moved"] for e in done)),
         "bytes_migrated": int(sum(e["bytes"] for e in done)),
@@ -256,6 +269,16 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{k} {v}" for k, v in row.items() if k != "mode"), flush=True)
     by = {r["mode"]: r for r in rows}
     ratios: dict[str, Any] = {}
+    if "hash" in by:
+        base = by["hash"]["bytes_per_sample_all"]
+        for mode in ("static", "online"):
+            if mode in by:
+                ratios[f"{mode}_bytes_all_over_hash"] = round(
+                    by[mode]["bytes_per_sample_all"] / max(base, 1e-9), 3)
+                print(f"{mode} vs hash, everything sent per sample: "
+                      f"{by[mode]['bytes_per_sample_all']:,.0f} / {base:,.0f} bytes = "
+                      f"{ratios[f'{mode}_bytes_all_over_hash']:.2f}x; samples/s "
+                      f"{by[mode]['samples_per_s']:,.0f} / {by['hash']['samples_per_s']:,.0f}")
     if "static" in by and "online" in by:
         st, on = by["static"], by["online"]
         ratios["remote_rows_after_drift_reduction"] = round(
@@ -280,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"online freshness p99: {on['freshness_p99_s']:.2f} s at "
               f"{on['producer_records_per_s']:,.0f} records/s produced, "
               f"{on['samples_per_s']:,.0f} trained (target <= 2 s)")
-    print(json.dumps({"bench": "online", "device": args.device, "rows": rows, "ratios": ratios}),
+    print(json.dumps({"bench": "online", "device": args.device,
+                      "stream": "small_vocab" if args.small_vocab else "default",
+                      "rows": rows, "ratios": ratios}),
           flush=True)
     return 0
 

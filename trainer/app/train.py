@@ -99,8 +99,8 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
                           "strict order)")
     src.add_argument("--fill-wait", type=float, default=1.0, metavar="SECONDS",
                      help="kafka: how long a step waits for a whole batch while the broker holds "
-                          "more records than were read (a rank caught up with its log trains "
-                          "what it has at once)")
+                          "enough unread records for one (a replay: batches then do not depend "
+                          "on fetch timing); near the end of the log a rank trains what it has")
     src.add_argument("--passes", type=int, default=1, metavar="K",
                      help="kafka: read the topic K times, each pass from the first record the "
                           "first pass read to where it went idle, in order (not with "

@@ -276,17 +276,33 @@ class KafkaShard(Source):
         return self._prefetch.snapshot() if self._prefetch is not None else self.consumer.snapshot()
 
     def _fill(self, want: int) -> None:
-        """Poll until ``want`` records may go out, or for at most ``fill_wait_s`` while a
-        partition is behind its log: records the broker already has make a whole batch, so
-        that a step's share of a rank does not depend on how fetches were timed (one rank and
-        N ranks then train the same batches). A rank caught up with its log goes on at once
-        with what it has (a live stream trains on what is there)."""
+        """Poll until ``want`` records may go out, or for at most ``fill_wait_s`` while the
+        broker holds enough unread records to make them: a replayed log then gives whole
+        batches, so that a step's share of a rank does not depend on how fetches were timed
+        (one rank and N ranks train the same batches). A rank near the end of its log goes on
+        at once with what it has: a live stream trains on what is there (waiting for a whole
+        batch there would only add to every record's freshness)."""
         deadline = self._clock.monotonic() + self.spec.fill_wait_s
         while not self._ended and not self._pass_over and self._releasable() < want:
             self._poll(want)
-            if self._releasable() >= want or not self._behind() \
-                    or self._clock.monotonic() >= deadline:
+            if self._releasable() >= want or self._clock.monotonic() >= deadline \
+                    or len(self._buffer) + self._unread() < want:
                 return
+
+    def _unread(self) -> float:
+        """Records the broker holds past what was read (of this pass's range), estimated from
+        the records a message has held so far."""
+        pos = self._read_positions()
+        highs = (self._prefetch.highwaters() if self._prefetch is not None
+                 else self.consumer.highwaters())
+        if self._range_end is not None:
+            highs = dict(self._range_end)
+        st = self.consumer.stats
+        if not st.messages or any(p not in highs for p in self.partitions):
+            return float("inf")  # not fetched yet: the log may hold anything
+        messages = sum(max(h - pos.get(p, h), 0) for p, h in highs.items()
+                       if p in self._heard)
+        return messages * st.records / st.messages
 
     def _releasable(self) -> int:
         """Records that may go out now: in event-time order, those no partition behind its log
