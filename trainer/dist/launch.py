@@ -23,6 +23,7 @@ import os
 import pickle
 import signal
 import socket
+import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, TypeVar
@@ -52,6 +53,9 @@ A = TypeVar("A")
 R = TypeVar("R")
 
 _STOP_GRACE_S = 5.0
+# A rank whose launcher died stops gracefully within this many collective timeouts, or exits.
+_ORPHAN_GRACE = 2.0
+_ORPHAN_EXIT = 75  # EX_TEMPFAIL: resume from the last checkpoint
 _LOOPBACK = "127.0.0.1"
 
 
@@ -232,8 +236,21 @@ def _child(rv: _Rendezvous, fn: Callable[[Comm, Any], Any], arg: Any,
     # dying: PR_SET_PDEATHSIG) asks the whole job to stop gracefully through the shared stop
     # event: last step, checkpoint, commit. A rank stuck in a collective with a dead peer does
     # not run the handler; the parent's stop then kills it after a grace period.
+    parent = os.getppid()
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        stop.set()
+        if os.getppid() != parent:
+            # The launcher is gone (killed -9): nobody kills this rank after a grace period if
+            # the graceful stop hangs (the broker gone too, a peer dead in a collective). It
+            # exits by itself then; the last complete checkpoint stands (MANIFEST is last).
+            timer = threading.Timer(_ORPHAN_GRACE * rv.timeout_s,
+                                    lambda: os._exit(_ORPHAN_EXIT))
+            timer.daemon = True
+            timer.start()
+
     if stop is not None:
-        signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+        signal.signal(signal.SIGTERM, on_term)
     die_with_parent()
     setup_logging(rv.log_level, f"%(asctime)s %(levelname)s rank{rv.rank} %(name)s: %(message)s",
                   kafka_level=logging.WARNING)

@@ -205,3 +205,75 @@ def test_a_job_on_one_machine_listens_on_loopback_only(targets) -> None:
     assert out and len(out[0]) == 2
     assert seen, "the job's rendezvous store was not seen listening"
     assert all(addr in ("127.0.0.1", "::1") for addr, _ in seen), seen
+
+
+def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
+    """SIGKILL to the launcher: the ranks get SIGTERM (PR_SET_PDEATHSIG) and stop gracefully;
+    one whose graceful stop hangs (here: it never looks at the stop) used to stay up for
+    good, with nobody left to kill it after a grace period. Now it exits within two
+    collective timeouts."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1]  # tests/trainer: launch_targets
+    script = (
+        "import launch_targets\n"
+        "from trainer.dist.launch import launch, stop_event\n"
+        "from trainer.types import LaunchConfig\n"
+        "launch(launch_targets.hold, 600.0, LaunchConfig(device='cpu', workers=2, timeout_s=1),"
+        " stop_event())\n")
+    env = {**os.environ, "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    launcher = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path)
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(ranks) < 2:
+            ranks = [pid for pid in _children(launcher.pid) if "spawn_main" in _cmdline(pid)]
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the ranks never started"
+        time.sleep(3.0)  # into hold's sleep
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(pid) for pid in ranks):
+            time.sleep(0.2)
+        left = [pid for pid in ranks if _alive(pid)]
+    finally:
+        for pid in {*ranks, *_children(launcher.pid)}:  # orphans are no longer its children
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
+    assert not left, f"ranks {left} outlived their launcher"
+
+
+def _children(pid: int) -> list[int]:
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
