@@ -298,8 +298,11 @@ class KafkaShard(Source):
         if self._range_end is not None:
             highs = dict(self._range_end)
         st = self.consumer.stats
-        if not st.messages or any(p not in highs for p in self.partitions):
+        now = self._clock.monotonic()
+        if any(p not in highs and now - self._heard[p] <= _SILENT_S for p in self.partitions):
             return float("inf")  # not fetched yet: the log may hold anything
+        if not st.messages:
+            return 0.0  # nothing at all within the silent time: an empty log
         messages = sum(max(h - pos.get(p, h), 0) for p, h in highs.items()
                        if p in self._heard)
         return messages * st.records / st.messages

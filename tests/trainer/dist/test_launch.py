@@ -234,7 +234,7 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
             ranks = [pid for pid in _children(launcher.pid) if "spawn_main" in _cmdline(pid)]
             time.sleep(0.2)
         assert len(ranks) == 2, "the ranks never started"
-        time.sleep(3.0)  # into hold's sleep
+        time.sleep(1.5)  # into hold's sleep
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(10)
         deadline = time.monotonic() + 20

@@ -144,7 +144,7 @@ def test_passes_replay_the_range_the_first_pass_read_each_time_in_order(kafka, u
 
 def _job(kafka: KafkaSettings, topic: str, order: str) -> Job:
     # Whole batches while the broker has more (a loaded machine's fetches can take seconds).
-    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=5.0, poll_s=0.05,
+    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=3.0, poll_s=0.05,
                      order=order, fill_wait_s=30.0)  # type: ignore[arg-type]
     return Job(spec, ModelConfig(model="deepfm", embed_dim=4, hidden=(8,), dtype="float64"),
                StoreConfig(optimizer="adagrad", lr=0.05),
