@@ -93,22 +93,26 @@ def fill(kafka: KafkaSettings, topic: str) -> None:
     assert report.acked == COUNT
 
 
+def read_all(spec: KafkaSpec) -> tuple[ClickBatch, KafkaShard]:
+    """Everything one rank's shard of every partition hands out, until it ends."""
+    shard = KafkaShard(spec, global_batch=BATCH, rank=0, world=1)
+    got = []
+    try:
+        while not shard.exhausted:
+            got.append(shard.next_batch())
+    finally:
+        shard.close()
+    return ClickBatch.concat(got), shard
+
+
 @pytest.mark.broker
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("prefetch", [65536, 0], ids=["fetch-thread", "same-thread"])
 def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, unique, prefetch):
     topic = unique("event-time")
     fill(kafka, topic)
-    got = []
-    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=2.0, poll_s=0.05,
-                     prefetch_records=prefetch)
-    shard = KafkaShard(spec, global_batch=BATCH, rank=0, world=1)
-    try:
-        while not shard.exhausted:
-            got.append(shard.next_batch())
-    finally:
-        shard.close()
-    out = ClickBatch.concat(got)
+    out, shard = read_all(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=2.0,
+                                    poll_s=0.05, prefetch_records=prefetch))
     assert len(out) == COUNT
     k = np.stack([out.timestamps_ms, out.offsets, out.partitions.astype(np.int64)], 1)
     # Append order: the producer's message i went to partition i % 4 at offset i // 4.
@@ -124,16 +128,8 @@ def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, un
 def test_passes_replay_the_range_the_first_pass_read_each_time_in_order(kafka, unique, prefetch):
     topic = unique("passes")
     fill(kafka, topic)
-    spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=1.5, poll_s=0.05,
-                     prefetch_records=prefetch, passes=3)
-    shard = KafkaShard(spec, global_batch=BATCH, rank=0, world=1)
-    got = []
-    try:
-        while not shard.exhausted:
-            got.append(shard.next_batch())
-    finally:
-        shard.close()
-    out = ClickBatch.concat(got)
+    out, shard = read_all(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=1.5,
+                                    poll_s=0.05, prefetch_records=prefetch, passes=3))
     assert len(out) == 3 * COUNT and shard.passes_done == 2
     message = out.offsets * 4 + out.partitions
     first = message[:COUNT]
