@@ -3,6 +3,7 @@
 No torch here. The names below are the package's public surface.
 """
 
+from streaming.arrow import ipc_message
 from streaming.broker import BrokerUnavailable, EmbeddedBroker
 from streaming.clients import CommitError
 from streaming.codec import DecodeConfig, Decoded, Decoder
@@ -57,6 +58,7 @@ __all__ = [
     "connect_with_retry",
     "ensure_topic",
     "feature_id",
+    "ipc_message",
     "produce",
     "serve_metrics",
     "topic_partitions",

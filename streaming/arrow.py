@@ -31,7 +31,7 @@ import pyarrow.types as pat
 from streaming.hashing import field_seeds, hash_spans
 from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
 
-__all__ = ["ArrowDecoder", "encode_arrow"]
+__all__ = ["ArrowDecoder", "encode_arrow", "ipc_message"]
 
 
 def encode_arrow(
@@ -68,11 +68,16 @@ def encode_arrow(
     for lo in range(0, n, rows_per_message):
         hi = min(lo + rows_per_message, n)
         batch = pa.RecordBatch.from_arrays([pa.array(c[lo:hi]) for c in columns], schema=arrow_schema)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, arrow_schema) as writer:
-            writer.write_batch(batch)
-        out.append(sink.getvalue().to_pybytes())
+        out.append(ipc_message(batch))
     return out
+
+
+def ipc_message(batch: pa.RecordBatch) -> bytes:
+    """``batch`` as one message: an Arrow IPC stream of its schema and that one batch."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
 class _Unusable(Exception):
@@ -245,7 +250,4 @@ def _read(payload: bytes) -> pa.RecordBatch:
 
 
 def _one_row(batch: pa.RecordBatch, row: int) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch.slice(row, 1))
-    return sink.getvalue().to_pybytes()
+    return ipc_message(batch.slice(row, 1))

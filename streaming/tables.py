@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
+from streaming.arrow import ipc_message
 from streaming.types import Schema
 
 __all__ = ["ColumnError", "TableSource", "arrow_messages", "is_table_path", "parse_column_map",
@@ -66,17 +67,22 @@ def parse_column_map(spec: str, schema: Schema) -> dict[str, str]:
     return out
 
 
-def _format_of(paths: list[str]) -> str:
+def _files_of(paths: list[str]) -> list[Path]:
+    """The files the paths name: themselves, or those below a directory (hidden ones and
+    ``_``-prefixed metadata files left out, as Spark and pyarrow write them)."""
+    return [f for p in map(Path, paths)
+            for f in (sorted(p.rglob("*")) if p.is_dir() else [p])
+            if f.is_file() and not f.name.startswith((".", "_"))]
+
+
+def _format_of(files: list[Path], paths: list[str]) -> str:
     kinds = set()
-    for path in paths:
-        p = Path(path)
-        files = [f for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p]
-        for f in files:
-            s = f.suffix.lower()
-            if s in PARQUET_SUFFIXES:
-                kinds.add("parquet")
-            elif s in ARROW_SUFFIXES:
-                kinds.add("ipc")
+    for f in files:
+        s = f.suffix.lower()
+        if s in PARQUET_SUFFIXES:
+            kinds.add("parquet")
+        elif s in ARROW_SUFFIXES:
+            kinds.add("ipc")
     if not kinds:
         raise FileNotFoundError(f"no Parquet or Arrow file in {', '.join(paths)}")
     if len(kinds) > 1:
@@ -109,10 +115,8 @@ class TableSource:
             raise FileNotFoundError(f"replay file not found: {', '.join(missing)}")
         self.paths = paths
         self.schema = schema
-        files = [str(f) for p in paths
-                 for f in (sorted(Path(p).rglob("*")) if Path(p).is_dir() else [Path(p)])
-                 if f.is_file() and not f.name.startswith((".", "_"))]
-        self.dataset = ds.dataset(files, format=_format_of(paths))
+        files = _files_of(paths)
+        self.dataset = ds.dataset([str(f) for f in files], format=_format_of(files, paths))
         mapping = column_map or {}
         self.fields = [_Field(schema.label, mapping.get(schema.label, schema.label), "label")]
         self.fields += [_Field(n, mapping.get(n, n), "dense") for n in schema.dense]
@@ -173,13 +177,8 @@ class TableSource:
 
 def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
     """One Arrow IPC stream (schema and one record batch) per ``per_message`` rows."""
-    out = []
-    for lo in range(0, batch.num_rows, per_message):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch.slice(lo, per_message))
-        out.append(sink.getvalue().to_pybytes())
-    return out
+    return [ipc_message(batch.slice(lo, per_message))
+            for lo in range(0, batch.num_rows, per_message)]
 
 
 def tsv_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:

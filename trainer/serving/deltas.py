@@ -55,6 +55,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
+from streaming import ipc_message
+
 __all__ = ["DENSE_CHUNK", "FORMAT", "GENERATION_SHIFT", "Delta", "DeltaKind", "Publish",
            "decode", "dense_messages", "log_version", "mark_message", "row_messages",
            "rows_per_message", "tombstone_messages"]
@@ -132,13 +134,6 @@ def _meta(kind: DeltaKind, head: Publish, **extra: int) -> dict[bytes, bytes]:
     return {f"hetgmp.{k}".encode(): str(v).encode() for k, v in out.items()}
 
 
-def _ipc(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue())
-
-
 def row_messages(ids: np.ndarray, values: np.ndarray, head: Publish) -> list[bytes]:
     """Changed rows (``values`` float ``[n, dim]``) as messages within the budget."""
     ids = np.asarray(ids, np.int64)
@@ -153,7 +148,7 @@ def row_messages(ids: np.ndarray, values: np.ndarray, head: Publish) -> list[byt
         batch = pa.record_batch([pa.array(ids[lo:lo + per]),
                                  pa.FixedSizeListArray.from_arrays(flat, dim)],
                                 names=["id", "values"])
-        out.append(_ipc(batch.replace_schema_metadata(_meta("rows", head))))
+        out.append(ipc_message(batch.replace_schema_metadata(_meta("rows", head))))
     return out
 
 
@@ -161,7 +156,7 @@ def tombstone_messages(ids: np.ndarray, head: Publish) -> list[bytes]:
     """Evicted rows as messages within the budget."""
     ids = np.asarray(ids, np.int64)
     per = MESSAGE_BYTES // 8
-    return [_ipc(pa.record_batch([pa.array(ids[lo:lo + per])], names=["id"])
+    return [ipc_message(pa.record_batch([pa.array(ids[lo:lo + per])], names=["id"])
                  .replace_schema_metadata(_meta("tombstones", head)))
             for lo in range(0, ids.size, per)]
 
@@ -174,7 +169,7 @@ def dense_messages(flat: np.ndarray, head: Publish) -> list[bytes]:
         batch = pa.record_batch([pa.array([lo], pa.int64()),
                                  pa.array([flat[lo:lo + DENSE_CHUNK]], pa.list_(pa.float32()))],
                                 names=["start", "values"])
-        out.append(_ipc(batch.replace_schema_metadata(
+        out.append(ipc_message(batch.replace_schema_metadata(
             _meta("dense", head, dense_size=flat.size))))
     return out
 
@@ -182,7 +177,7 @@ def dense_messages(flat: np.ndarray, head: Publish) -> list[bytes]:
 def mark_message(messages: int, head: Publish) -> bytes:
     """The message that closes a rank's publish of ``messages`` messages."""
     batch = pa.record_batch([pa.array([messages], pa.int64())], names=["messages"])
-    return _ipc(batch.replace_schema_metadata(_meta("mark", head)))
+    return ipc_message(batch.replace_schema_metadata(_meta("mark", head)))
 
 
 def decode(payload: bytes | None) -> Delta:
