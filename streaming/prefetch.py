@@ -90,8 +90,7 @@ class Prefetcher:
             self._thread.join()
             self._thread = None
         with self._lock:
-            self._queue.clear()
-            self._queued = self._queued_bytes = 0
+            self._drop_queue()
             while self._calls:
                 self._calls.popleft()[1].set_exception(RuntimeError("prefetcher stopped"))
 
@@ -123,7 +122,7 @@ class Prefetcher:
             while self._queue and n < max_records:
                 batch, snap, highs = self._queue.popleft()
                 self._queued -= len(batch)
-                self._queued_bytes -= _nbytes(batch)
+                self._queued_bytes -= batch.nbytes
                 self._snapshot, self._highwaters = snap, highs
                 if len(batch):
                     taken.append(batch)
@@ -154,8 +153,7 @@ class Prefetcher:
         def seek(consumer: ClickConsumer) -> None:
             consumer.seek(offsets)
             with self._lock:
-                self._queue.clear()
-                self._queued = self._queued_bytes = 0
+                self._drop_queue()
                 self._snapshot, self._highwaters = consumer.snapshot(), {}
                 self._lock.notify_all()
 
@@ -219,10 +217,15 @@ class Prefetcher:
         with self._lock:
             self._queue.append((batch, snapshot, highs))
             self._queued += len(batch)
-            self._queued_bytes += _nbytes(batch)
+            self._queued_bytes += batch.nbytes
             self.peak_records = max(self.peak_records, self._queued)
             self.peak_bytes = max(self.peak_bytes, self._queued_bytes)
             self._lock.notify_all()
+
+    def _drop_queue(self) -> None:
+        """Forget every queued batch (the lock held)."""
+        self._queue.clear()
+        self._queued = self._queued_bytes = 0
 
     def _serve_calls(self) -> None:
         while True:
@@ -241,7 +244,3 @@ class Prefetcher:
         for _, future in calls:
             future.set_exception(exc)
 
-
-def _nbytes(batch: ClickBatch) -> int:
-    return sum(int(a.nbytes) for a in (batch.labels, batch.dense, batch.ids, batch.partitions,
-                                       batch.offsets, batch.timestamps_ms))

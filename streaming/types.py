@@ -129,6 +129,11 @@ class ClickBatch:
         """A batch of the selected rows."""
         return ClickBatch(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch's arrays."""
+        return sum(int(getattr(self, f).nbytes) for f in self.__dataclass_fields__)
+
     def to_arrow(self, schema: Schema):  # -> pyarrow.RecordBatch (import kept lazy: it is heavy)
         """The batch as a ``pyarrow.RecordBatch`` with one column per schema field."""
         import pyarrow as pa
