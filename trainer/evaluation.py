@@ -71,9 +71,7 @@ def score_heldout(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
         batch = shard.next_batch()
         labels.append(batch.labels)
         scores.append(trainer.predict(batch, local_view=local_view))
-    parts = comm.all_gather_object((np.concatenate(labels), np.concatenate(scores)))
-    y = np.concatenate([p[0] for p in parts])
-    p = np.concatenate([p[1] for p in parts])
+    y, p = _gathered(comm, labels, scores)
     return auc(y, p), _logloss(y, p)
 
 
@@ -93,13 +91,19 @@ def score_batches(trainer: Trainer, batches: list[ClickBatch], comm: Comm, schem
             part = ClickBatch.empty(schema)
         labels.append(part.labels)
         scores.append(trainer.predict(part))
-    parts = comm.all_gather_object((np.concatenate(labels) if labels else np.zeros(0),
-                                    np.concatenate(scores) if scores else np.zeros(0)))
-    y = np.concatenate([p[0] for p in parts])
-    p = np.concatenate([p[1] for p in parts])
+    y, p = _gathered(comm, labels, scores)
     if not y.size:
         return math.nan, math.nan, 0
     return auc(y, p), _logloss(y, p), int(y.size)
+
+
+def _gathered(comm: Comm, labels: list[np.ndarray], scores: list[np.ndarray]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's labels and scores, in rank order (collective)."""
+    mine = (np.concatenate(labels) if labels else np.zeros(0),
+            np.concatenate(scores) if scores else np.zeros(0))
+    parts = comm.all_gather_object(mine)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def _logloss(y: np.ndarray, p: np.ndarray) -> float:

@@ -114,8 +114,7 @@ class KafkaShard(Source):
         self._budget = hi - lo if spec.records else None
         self.consumer = ClickConsumer(spec.kafka, spec.consumer, partitions=mine, clock=clock)
         self.schema = self.consumer.schema
-        self._buffer = EventTimeBuffer(self.schema, spec.order == "event-time",
-                                       int(round(spec.max_skew_s * 1000)))
+        self._buffer = self._new_buffer()
         # Past this many records held back for order, they go out anyway (memory stays bounded).
         # A fetch may bring one partition's next megabytes before any of another's.
         self._order_limit = max(4 * self.local_batch, spec.prefetch_records, _ORDER_BUFFER)
@@ -275,6 +274,15 @@ class KafkaShard(Source):
         """Next offset per partition of what the consumer has handed to this shard."""
         return self._prefetch.snapshot() if self._prefetch is not None else self.consumer.snapshot()
 
+    def _read_highwaters(self) -> dict[int, int]:
+        """High watermarks of the partitions as the fetch of what was handed out saw them."""
+        return (self._prefetch.highwaters() if self._prefetch is not None
+                else self.consumer.highwaters())
+
+    def _new_buffer(self) -> EventTimeBuffer:
+        return EventTimeBuffer(self.schema, self.spec.order == "event-time",
+                               int(round(self.spec.max_skew_s * 1000)))
+
     def _fill(self, want: int) -> None:
         """Poll until ``want`` records may go out, or for at most ``fill_wait_s`` while the
         broker holds enough unread records to make them: a replayed log then gives whole
@@ -293,10 +301,7 @@ class KafkaShard(Source):
         """Records the broker holds past what was read (of this pass's range), estimated from
         the records a message has held so far."""
         pos = self._read_positions()
-        highs = (self._prefetch.highwaters() if self._prefetch is not None
-                 else self.consumer.highwaters())
-        if self._range_end is not None:
-            highs = dict(self._range_end)
+        highs = self._read_highwaters() if self._range_end is None else dict(self._range_end)
         st = self.consumer.stats
         now = self._clock.monotonic()
         if any(p not in highs and now - self._heard[p] <= _SILENT_S for p in self.partitions):
@@ -326,9 +331,7 @@ class KafkaShard(Source):
     def _behind(self) -> set[int]:
         """Partitions not read to the end of their log (as the last fetch knew it), or not
         known to be."""
-        pos = self._read_positions()
-        highs = (self._prefetch.highwaters() if self._prefetch is not None
-                 else self.consumer.highwaters())
+        pos, highs = self._read_positions(), self._read_highwaters()
         out = set()
         for p in self.partitions:
             high, at = highs.get(p), pos.get(p)
@@ -392,8 +395,7 @@ class KafkaShard(Source):
             self._prefetch.seek(start)
         else:
             self.consumer.seek(start)
-        self._buffer = EventTimeBuffer(self.schema, self.spec.order == "event-time",
-                                       int(round(self.spec.max_skew_s * 1000)))
+        self._buffer = self._new_buffer()  # its newest keys read start over too
         self.positions.update(start)
         self._pass_over = False
         self._last_data = now = self._clock.monotonic()
