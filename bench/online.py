@@ -13,7 +13,8 @@ Protocol (one run; both modes see the same stream at the same rate):
   ``online``: training starts at once on the hash placement; after ``--warmup`` records a full
   partition is computed beside training, then every ``--interval`` records (and earlier on
   drift) the incremental partitioner repairs it and rows migrate live in chunks of at most
-  ``--chunk-bytes``.
+  ``--chunk-bytes``. ``auto``: ``--placement auto``, online repartitioning where graph
+  measurably sends fewer bytes per sample than hash, hash (no window, no routing) where not.
 * Per step and rank the loop records the rows not held (fetches plus replica refreshes), the
   samples, the bytes sent and the step's wall time (control, window, migration chunk and the
   step itself; checkpoints excluded), and whether a migration was in progress. The job's step
@@ -21,7 +22,10 @@ Protocol (one run; both modes see the same stream at the same rate):
   (record ``--drift-every``) on. Bytes per sample: the training path (as ``bench train``); the
   online loop's own traffic (control, window, placement, rows migrated) is printed apart, and
   ``bytes_per_sample_all`` counts everything every rank sent (embedding path, dense
-  all-reduce, the loop's traffic) per sample trained. ``--small-vocab`` runs it all on a stream
+  all-reduce, the loop's traffic) per sample trained, and ``placed_bytes_per_sample`` what a
+  placement changes (embedding path, window, placement, migration: the dense all-reduce and the
+  control round cost a step the same under any placement, and their bytes per sample move with
+  how full the steps were, which depends on timing here). ``--small-vocab`` runs it all on a stream
   of 26 fields of 10-1,000 values, where a graph placement has little to save.
   Freshness: a record's producer timestamp to the end of the step that applied its gradient,
   over the records appended after the ranks started training (records appended while the
@@ -46,7 +50,7 @@ from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
-from trainer.counters import ONLINE_KINDS
+from trainer.counters import EMBEDDING_KINDS, ONLINE_KINDS
 from trainer.dist.launch import launch, resolve_device
 from trainer.job import Job, RankResult
 from trainer.run import run_rank
@@ -56,6 +60,8 @@ from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, 
 __all__ = ["build_parser", "main", "parse_args", "job_series"]
 
 log = logging.getLogger("hetgmp.bench.online")
+
+PLACED_KINDS = (*EMBEDDING_KINDS, "window", "placement", "migrate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--staleness", type=int, default=10, help="replica staleness bound s")
     p.add_argument("--replica-fraction", type=float, default=0.01, help="replica budget")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
-    p.add_argument("--modes", default="hash,static,online",
-                   help="modes to run, in order (hash, static, online)")
+    p.add_argument("--modes", default="hash,static,online,auto",
+                   help="modes to run, in order (hash, static, online, auto)")
     p.add_argument("--small-vocab", action="store_true",
                    help="a stream of 26 fields of 10-1,000 values (small vocabularies)")
     p.add_argument("--quick", action="store_true",
@@ -115,11 +121,13 @@ def _job(args: argparse.Namespace, kafka: KafkaSettings, topic: str, mode: str) 
     spec = KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=f"{topic}-trainer"),
                      idle_s=30.0, poll_s=0.05)
     train = TrainConfig(staleness=args.staleness, global_batch=args.global_batch,
-                        placement="hash" if mode == "hash" else "graph", warmup=args.warmup,
+                        placement="hash" if mode == "hash" else "auto" if mode == "auto"
+                        else "graph",
+                        warmup=args.warmup,
                         replica_fraction=args.replica_fraction, log_every=0)
     online = OnlineConfig(
-        repartition_interval=str(args.interval) if mode == "online" else "0",
-        drift_threshold=args.drift_threshold if mode == "online" else 0.0,
+        repartition_interval=str(args.interval) if mode in ("online", "auto") else "0",
+        drift_threshold=args.drift_threshold if mode in ("online", "auto") else 0.0,
         window=args.window, window_sample=args.window_sample,
         migration_chunk_bytes=args.chunk_bytes, max_records=args.records)
     model = ModelConfig(model="deepfm", embed_dim=args.embed_dim, hidden=(64, 32),
@@ -190,7 +198,7 @@ def _summarise(args: argparse.Namespace, mode: str, results: list[RankResult], w
     placements = [e for e in events if e["event"] == "placement"]
     fresh_p99 = max(r.online["freshness_p99_s"] for r in results)
     fresh_p50 = float(np.median([r.online["freshness_p50_s"] for r in results]))
-    online_bytes = sum(r.online["traffic_sent"][k] for r in results for k in ONLINE_KINDS)
+    online_bytes = sum(results[0].sent_by_kind.get(k, 0) for k in ONLINE_KINDS)
     outside, during = s["seconds"][~s["migrating"]], s["seconds"][s["migrating"]]
     pct = lambda a, q: round(float(np.percentile(a, q)) * 1000, 2) if a.size else None  # noqa: E731
     row = {
@@ -205,10 +213,19 @@ def _summarise(args: argparse.Namespace, mode: str, results: list[RankResult], w
             per(s["rows_not_held"][after], s["samples"][after]), 4),
         "bytes_per_sample": round(totals.per_sample(totals.embedding_bytes), 1),
         "online_bytes_per_sample": round(online_bytes / max(totals.samples, 1), 1),
+        "online_bytes_per_sample_by_kind": {
+            k: round(results[0].sent_by_kind.get(k, 0) / max(totals.samples, 1), 1)
+            for k in ONLINE_KINDS},
         "dense_bytes_per_sample": round(totals.per_sample(totals.dense_bytes), 1),
         "bytes_per_sample_all": round(
             sum(results[0].sent_by_kind.values()) / max(totals.samples, 1), 1),
+        # What a placement changes: the embedding path and the loop's window, placement and
+        # migration traffic (not the dense all-reduce or the control round, whose bytes per
+        # sample depend on how full the steps were, which here depends on timing).
+        "placed_bytes_per_sample": round(sum(
+            results[0].sent_by_kind.get(k, 0) for k in PLACED_KINDS) / max(totals.samples, 1), 1),
         "placements": len(placements),
+        "auto_decisions": [e["decision"] for e in events if e["event"] == "placement_auto"],
         "rows_migrated": int(sum(e["rows_moved"] for e in done)),
         "bytes_migrated": int(sum(e["bytes"] for e in done)),
         "repartition_seconds": round(sum(e["seconds"] for e in placements), 3),
@@ -271,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[str, Any] = {}
     if "hash" in by:
         base = by["hash"]["bytes_per_sample_all"]
-        for mode in ("static", "online"):
+        for mode in ("static", "online", "auto"):
             if mode in by:
                 ratios[f"{mode}_bytes_all_over_hash"] = round(
                     by[mode]["bytes_per_sample_all"] / max(base, 1e-9), 3)
@@ -279,6 +296,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"{by[mode]['bytes_per_sample_all']:,.0f} / {base:,.0f} bytes = "
                       f"{ratios[f'{mode}_bytes_all_over_hash']:.2f}x; samples/s "
                       f"{by[mode]['samples_per_s']:,.0f} / {by['hash']['samples_per_s']:,.0f}")
+    if "auto" in by and "hash" in by and "online" in by:
+        for key, what in (("bytes_per_sample_all", "everything sent"),
+                          ("placed_bytes_per_sample", "what a placement changes")):
+            best = min(by["hash"][key], by["online"][key])
+            name = f"auto_{key.replace('_per_sample', '')}_over_best"
+            ratios[name] = round(by["auto"][key] / max(best, 1e-9), 3)
+            print(f"auto vs the better of hash and online, {what} per sample: "
+                  f"{by['auto'][key]:,.0f} / {best:,.0f} bytes = {ratios[name]:.2f}x "
+                  f"(target <= 1.05)")
+        print(f"auto decisions: {', '.join(by['auto']['auto_decisions']) or 'none'}")
     if "static" in by and "online" in by:
         st, on = by["static"], by["online"]
         ratios["remote_rows_after_drift_reduction"] = round(

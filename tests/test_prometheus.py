@@ -286,7 +286,7 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
         KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("prom-group")), idle_s=60,
                   poll_s=0.05),
         ModelConfig(embed_dim=8, hidden=(16,)),
-        train=TrainConfig(global_batch=1024, warmup=8_000, log_every=0),
+        train=TrainConfig(global_batch=1024, placement="graph", warmup=8_000, log_every=0),
         online=OnlineConfig(repartition_interval="12000", window=30_000,
                             checkpoint_dir=str(tmp_path), checkpoint_interval="15000",
                             max_records=RUN_RECORDS),

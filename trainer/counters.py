@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-__all__ = ["KINDS", "ONLINE_KINDS", "PHASES", "Traffic", "StepCounters", "Totals"]
+__all__ = ["EMBEDDING_KINDS", "KINDS", "ONLINE_KINDS", "PHASES", "Traffic", "StepCounters", "Totals"]
 
 KINDS = ("route", "header", "request", "response", "gradient", "flush", "eval", "dense",
          "control", "window", "placement", "migrate")
 ONLINE_KINDS = ("control", "window", "placement", "migrate")
 PHASES = ("route", "read", "compute", "write", "dense")
-_EMBEDDING_KINDS = ("route", "header", "request", "response", "gradient", "flush")
+EMBEDDING_KINDS = ("route", "header", "request", "response", "gradient", "flush")
 
 
 @dataclass
@@ -185,7 +185,7 @@ class Totals:
     @property
     def embedding_bytes(self) -> int:
         """Bytes sent for the embedding path: routing, headers, requests, rows, gradients."""
-        idx = [KINDS.index(k) for k in _EMBEDDING_KINDS]
+        idx = [KINDS.index(k) for k in EMBEDDING_KINDS]
         return int(self.traffic.sent[idx].sum())
 
     @property

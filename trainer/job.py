@@ -71,7 +71,7 @@ class Job:
     @property
     def partitions_online(self) -> bool:
         """Whether placements are computed from the stream while training (cold start: hash)."""
-        return (self.train.placement == "graph" and self.placement is None
+        return (self.train.placement in ("graph", "auto") and self.placement is None
                 and not self.hooks.schedule and self.online.repartition.enabled)
 
 

@@ -37,6 +37,8 @@ Gauges:
     (last step, this rank: rows neither owned nor held fresh, i.e. fetches plus replica refreshes,
     per sample trained; the figure the reports call remote rows per sample),
     ``hetgmp_placement_version``, ``hetgmp_rows_owned``, ``hetgmp_rows_replicated``,
+    ``hetgmp_placement_graph`` and ``hetgmp_placement_{hash,graph}_bytes_per_sample``
+    (``--placement auto``: graph in force, and the measured costs of the last decision),
     ``hetgmp_imbalance_ratio{what="samples"|"rows"}`` (max / mean over ranks),
     ``hetgmp_checkpoint_age_seconds`` (computed at scrape time), ``hetgmp_heldout_auc``,
     ``hetgmp_staleness_bound_updates``.
@@ -121,6 +123,13 @@ _GAUGES = (
     ("hetgmp_remote_rows_per_sample",
      "Last step: rows neither owned nor held fresh (fetches + refreshes) per sample trained."),
     ("hetgmp_placement_version", "Version of the placement this rank trains with."),
+    ("hetgmp_placement_graph",
+     "--placement auto: 1 while a graph placement is in force (tried or kept), 0 on hash."),
+    ("hetgmp_placement_hash_bytes_per_sample",
+     "--placement auto: bytes all ranks sent per sample on hash, as of the last decision."),
+    ("hetgmp_placement_graph_bytes_per_sample",
+     "--placement auto: bytes all ranks sent per sample on graph (loop traffic included), as "
+     "of the last decision."),
     ("hetgmp_rows_owned", "Embedding rows this rank owns."),
     ("hetgmp_rows_replicated", "Replicas of other ranks' rows this rank holds."),
     ("hetgmp_heldout_auc", "Rolling AUC of held-out (progressive validation) records."),
@@ -263,6 +272,17 @@ class TrainerMetrics(Collector):
             self._gauges["hetgmp_rows_owned"] = rows_owned
             self._gauges["hetgmp_rows_replicated"] = rows_replicated
             self._imbalance = {"samples": imbalance_samples, "rows": imbalance_rows}
+
+    def on_placement_choice(self, graph: bool, hash_bytes_per_sample: float | None,
+                            graph_bytes_per_sample: float | None) -> None:
+        """``--placement auto``: whether graph is in force, and the costs it last compared
+        (None: not measured yet)."""
+        with self._lock:
+            self._gauges["hetgmp_placement_graph"] = int(graph)
+            for name, value in (("hash", hash_bytes_per_sample),
+                                ("graph", graph_bytes_per_sample)):
+                if value is not None:
+                    self._gauges[f"hetgmp_placement_{name}_bytes_per_sample"] = value
 
     def on_repartition(self, seconds: float, kind: str, moves: PassReport | None = None) -> None:
         """Count one repartition that took ``seconds``; ``kind`` is "full" or "incremental";

@@ -114,14 +114,16 @@ class TrainConfig:
     )
     global_batch: int = field(default=4096, metadata={"help": "samples per step over all ranks"})
     steps: int = field(default=0, metadata={"help": "steps to train (0 = until the source ends)"})
-    placement: Literal["hash", "graph"] = field(
-        default="graph",
-        metadata={"help": "hash: rows sharded by id hash; graph: partitioned from a warm-up window"},
+    placement: Literal["auto", "hash", "graph"] = field(
+        default="auto",
+        metadata={"help": "hash: rows sharded by id hash; graph: partitioned from the stream's "
+                  "access graph; auto: graph where it measurably sends fewer bytes per sample "
+                  "than hash, re-decided as the stream changes (see --auto-margin)"},
     )
     route: Literal["auto", "on", "off"] = field(
         default="auto",
         metadata={"help": "send samples to the rank holding most of their rows "
-                  "(auto: on for graph placement, off for hash)"},
+                  "(auto: on while a graph placement is in force, off for hash)"},
     )
     route_epsilon: float = field(
         default=0.0,
@@ -161,7 +163,8 @@ class TrainConfig:
 
     @property
     def routes(self) -> bool:
-        """Whether samples are routed to the rank holding their rows."""
+        """Whether samples are routed to the rank holding their rows (at start: with
+        ``placement="auto"`` the online loop turns routing on while graph is in force)."""
         if self.route == "auto":
             return self.placement == "graph"
         return self.route == "on"
@@ -265,6 +268,12 @@ class OnlineConfig:
         metadata={"help": "fraction of the samples sent to rank 0's window (less traffic, "
                   "coarser graph)"},
     )
+    auto_margin: float = field(
+        default=0.03,
+        metadata={"help": "--placement auto keeps a graph placement when everything the ranks "
+                  "send per sample under it (window, placements, migrations included) is at "
+                  "most (1 - this) of what they sent under hash"},
+    )
     migration_chunk_bytes: int = field(
         default=2 << 20,
         metadata={"help": "most bytes of rows moved between two steps during a migration"},
@@ -304,6 +313,8 @@ class OnlineConfig:
             raise ValueError("drift_threshold >= 0, window >= 1, migration_chunk_bytes >= 1")
         if not 0 < self.window_sample <= 1 or self.keep_checkpoints < 1 or self.max_records < 0:
             raise ValueError("window_sample in (0, 1], keep_checkpoints >= 1, max_records >= 0")
+        if not 0.0 <= self.auto_margin < 1.0:
+            raise ValueError(f"auto_margin {self.auto_margin}: must lie in [0, 1)")
         if self.publish_interval < 0:
             raise ValueError("publish_interval >= 0 (0 = no delta log)")
         if self.resume and not self.checkpoint_dir:

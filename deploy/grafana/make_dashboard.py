@@ -86,7 +86,15 @@ PANELS: list[Panel] = [
         (f"max by (step) (increase(hetgmp_partitioner_moves_total{RATE}))",
          "rows moved by {{step}} / min"),
         ("max(hetgmp_placement_version)", "placement version"),
+        ("max(hetgmp_placement_graph)", "graph placement in force (--placement auto: 1)"),
     ]),
+    Panel("Placement auto: graph against hash", "bytes", [
+        ("max(hetgmp_placement_graph_bytes_per_sample)", "graph (loop traffic included)"),
+        ("max(hetgmp_placement_hash_bytes_per_sample)", "hash, for the same batches"),
+    ], "--placement auto: what the ranks sent per sample on the embedding path plus the loop's "
+       "window, placement and migration traffic, under graph, beside what hash would have sent "
+       "for the same batches, as of the last decision (the Migration panel shows which is in "
+       "force)."),
     Panel("Imbalance (max / mean over ranks)", "short", [
         ('max(hetgmp_imbalance_ratio{what="samples"})', "samples per step"),
         ('max(hetgmp_imbalance_ratio{what="rows"})', "rows owned"),

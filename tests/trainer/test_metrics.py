@@ -134,7 +134,17 @@ def test_placement_repartition_migration_checkpoint_auc(registry):
     assert ("hetgmp_checkpoint_age_seconds", ()) not in s
     assert ("hetgmp_heldout_auc", ()) not in s
     assert ("hetgmp_train_loss", ()) not in s
+    assert ("hetgmp_placement_graph", ()) not in s  # not --placement auto (yet)
     assert s[("hetgmp_repartitions_total", (("kind", "full"),))] == 0  # rate() sees the first one
+    m.on_placement_choice(False, 410.5, None)  # hash measured, graph not yet
+    s, _ = scrape(registry)
+    assert s[("hetgmp_placement_graph", ())] == 0
+    assert s[("hetgmp_placement_hash_bytes_per_sample", ())] == 410.5
+    assert ("hetgmp_placement_graph_bytes_per_sample", ()) not in s
+    m.on_placement_choice(True, 400.0, 250.0)
+    s, _ = scrape(registry)
+    assert (s[("hetgmp_placement_graph", ())], s[("hetgmp_placement_graph_bytes_per_sample", ())],
+            s[("hetgmp_placement_hash_bytes_per_sample", ())]) == (1, 250.0, 400.0)
 
     m.on_placement(4, rows_owned=1200, rows_replicated=30, imbalance_samples=1.25, imbalance_rows=1.5)
     m.on_repartition(3.0, "full")
@@ -179,6 +189,7 @@ def test_names_follow_conventions_and_every_series_has_the_rank(registry):
     m = TrainerMetrics(registry, rank=2, staleness_bound=1)
     m.on_step(step(0, [1]), 0.1, np.array([1.0]), False)
     m.on_placement(1, 1, 1, 1.0, 1.0)
+    m.on_placement_choice(True, 1.0, 1.0)
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))

@@ -148,6 +148,10 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     # Graph placement is computed online (cold start from hash) unless repartitioning is off:
     # then once, from a warm-up window, and never again (HET-GMP's static placement).
     static = train.placement == "graph" and not online.repartition.enabled
+    if train.placement == "auto" and not online.repartition.enabled:
+        raise ValueError("--placement auto decides once a repartition interval, and "
+                         "--repartition-interval is 0: give an interval, or --placement graph "
+                         "(computed once from --warmup records) or hash")
     check_metrics_port(args.metrics_port, job_ranks(launch), zero="off")
     if args.source == "synthetic":
         if args.records < 1:
@@ -217,6 +221,8 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "eval_window": args.eval_window,
         "placement": result.placement,
         "placements_moved_to": result.online.get("placements", 0),
+        # --placement auto: where it ended and every decision, with the costs it compared.
+        "placement_auto": result.online.get("placement_auto"),
         "migrations": len(migrations),
         "rows_migrated": int(sum(e.get("rows_moved", 0) for e in migrations)),
         # Everything the ranks sent (embedding path, dense all-reduce, the loop's own window,

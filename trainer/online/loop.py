@@ -9,6 +9,8 @@ and composes one small object per concern:
 * the window feed (:class:`WindowFeed`): every sample trained reaches rank 0's partitioner;
 * the repartitioner (:class:`Repartitioner`, rank 0): when a placement is due (interval, drift,
   cold start) and computing it in the partitioner process beside training;
+* the placement chooser (:class:`AutoPlacement`, ``--placement auto``): graph kept only while
+  the bytes the ranks send say it pays;
 * the migration driver (:class:`MigrationDriver`): the new placement is broadcast, and rows move
   to their new owners one chunk between two steps;
 * the checkpointer (:class:`Checkpointer`): checkpoint, then commit the offsets it covers;
@@ -27,14 +29,16 @@ import math
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 import torch
 
-from partitioner import PartitionConfig
+from partitioner import PartitionConfig, Placement, default_owner
 from streaming import ClickBatch
 from streaming.runtime import Clock
 from trainer import checkpoint as ckpt
-from trainer.counters import KINDS, StepCounters
+from trainer.counters import EMBEDDING_KINDS, KINDS, StepCounters
 from trainer.dist import Comm
+from trainer.online.auto import AutoPlacement
 from trainer.online.budget import RecordBudget
 from trainer.online.checkpointer import Checkpointer
 from trainer.online.control import Control, Proposal, agree
@@ -54,6 +58,9 @@ log = logging.getLogger(__name__)
 
 # Steps between refreshes of the placement gauges (rows owned grow as rows are created).
 _PUBLISH_EVERY = 10
+# The traffic a placement changes (what --placement auto compares): the embedding path and the
+# loop's own window, placement and migration traffic; not the dense all-reduce or the control.
+_PLACED_KINDS = [KINDS.index(k) for k in (*EMBEDDING_KINDS, "window", "placement", "migrate")]
 
 
 class Diverged(RuntimeError):
@@ -127,6 +134,16 @@ class OnlineLoop:
                 trainer.n_fields, config.window, pc, config.repartition, train.warmup,
                 config.drift_threshold, computed=trainer.placement.ids.size > 0,
                 records=records, now=clock.monotonic())
+        self.auto: AutoPlacement | None = None
+        if train.placement == "auto" and self.partition:
+            interval = config.repartition
+            self.auto = AutoPlacement(interval.count or config.window, config.auto_margin,
+                                      graph=trainer.placement.ids.size > 0, records=records)
+            if train.route == "auto":
+                trainer.routes = self.auto.routes
+        self._auto_says: str | None = None
+        self._auto_reported = 0
+        self._sent = comm.traffic.sent.copy()
         self._last = Proposal()
         self.moved_chunk = False
         self.checkpoint_seconds = 0.0
@@ -136,10 +153,14 @@ class OnlineLoop:
     def control(self) -> Control:
         """The control all-reduce and everything decided by it (collective)."""
         rep, migrating = self.repartitioner, self.migrations.active
-        due = rep is not None and rep.due(self.records, self.clock.monotonic(), migrating)
+        resting = self.auto is not None and not self.auto.feeding
+        due = rep is not None and rep.due(self.records, self.clock.monotonic(),
+                                          migrating or resting)
         if due == "drift" and rep is not None:
             self.stats.event("drift", step=self.trainer.step_index, records=self.records,
                              level=rep.drift.level, baseline=rep.drift.baseline)
+        sent = self.comm.traffic.sent.copy()
+        delta, self._sent = sent - self._sent, sent
         ctl = agree(self.comm, Proposal(
             stop=self.comm.stop_requested(), repartition=bool(due),
             ready=rep is not None and rep.ready and not migrating,
@@ -147,6 +168,7 @@ class OnlineLoop:
             publish=self.rank == 0 and self.publisher.due(),
             diverged=self._last.diverged, records=self._last.records, rows_not_held=self._last.rows_not_held,
             samples=self._last.samples, window=self.window.outgoing,
+            placed_bytes=int(delta[_PLACED_KINDS].sum()), hash_rows=self._last.hash_rows,
             rows_owned=len(self.trainer.store), newest_ms=self._last.newest_ms))
         self.publisher.observe(ctl.newest_ms)
         self.stats.sample_imbalance = ctl.sample_imbalance or self.stats.sample_imbalance
@@ -160,6 +182,12 @@ class OnlineLoop:
         ctl.stop = ctl.stop or self.budget.spent
         if rep is not None and ctl.samples:
             rep.observe(ctl.rows_not_held / ctl.samples, migrating)
+        if self.auto is not None:
+            # A placement about to be received counts as a migration: no decision this round.
+            self._auto_says = self.auto.observe(
+                records=self.records, samples=ctl.samples, placed_bytes=ctl.placed_bytes,
+                hash_rows=ctl.hash_rows, migrating=migrating or ctl.ready)
+            self._auto_report()
         return ctl
 
     def between_steps(self, ctl: Control) -> None:
@@ -171,8 +199,10 @@ class OnlineLoop:
         self.moved_chunk = self.migrations.active or ctl.ready
         self.checkpoint_seconds = 0.0
         finished = self.migrations.completed
-        if int(ctl.window_rows.sum()):
-            self.window.exchange(ctl.window_rows)
+        if int(ctl.window_words.sum()):
+            self.window.exchange(ctl.window_words)
+        if self._auto_says is not None:
+            self._auto_switch(self._auto_says)
         if ctl.repartition and self.repartitioner is not None:
             kind = self.repartitioner.start(self.window.take(), self.trainer.placement,
                                             self.records, self.clock.monotonic())
@@ -181,6 +211,9 @@ class OnlineLoop:
         if ctl.ready:
             computed = self.repartitioner.take() if self.repartitioner is not None else None
             self.migrations.receive(computed, self.records)
+            if self.auto is not None:
+                self.auto.on_graph()
+                self._auto_routes()
         elif not self.migrations.active and self.schedule:
             due = [s for s in self.schedule if s <= self.trainer.step_index]
             if due:
@@ -188,6 +221,8 @@ class OnlineLoop:
         if self.migrations.active:
             self.migrations.move_chunk(self.records)
         if self.migrations.completed != finished:
+            if self.auto is not None:
+                self.auto.on_migrated(self.records)
             self.publish_placement()
         if ctl.publish:
             self.publisher.publish()
@@ -206,11 +241,11 @@ class OnlineLoop:
                    migrating: bool) -> None:
         """Account for a trained step: window samples, freshness, history, metrics."""
         tr = self.trainer
-        if self.partition:
+        if self.partition and (self.auto is None or self.auto.feeding):
             self.window.offer(batch.ids, tr.last_routed_in, tr.last_dest)
         newest = int(batch.timestamps_ms.max()) if len(batch) else -1
         self._last = Proposal(records=len(batch), rows_not_held=c.rows_not_held,
-                              samples=c.samples_trained,
+                              samples=c.samples_trained, hash_rows=self._hash_rows(batch, c),
                               diverged=not math.isfinite(c.loss_sum), newest_ms=newest)
         fresh = self.stats.freshness_of(batch.timestamps_ms, self.clock.time() * 1000.0)
         self.stats.history.append(StepRecord(
@@ -220,6 +255,45 @@ class OnlineLoop:
             self.metrics.on_step(c, seconds, fresh, migrating)
             if tr.step_index % _PUBLISH_EVERY == 0:
                 self.publish_placement()
+
+    def _hash_rows(self, batch: ClickBatch, c: StepCounters) -> int:
+        """Rows this rank's batch fetches under hash: on hash, those it did not hold; on graph,
+        the distinct ids it read that hash gives another rank (``--placement auto`` only)."""
+        if self.auto is None:
+            return 0
+        if self.auto.on_hash:
+            return c.rows_not_held
+        ids = np.unique(batch.ids)
+        return int(np.count_nonzero(default_owner(ids, self.world) != self.rank))
+
+    def _auto_switch(self, says: str) -> None:
+        """``--placement auto`` decided (every rank, the same step): back to hash, or try graph
+        again after a rest."""
+        self._auto_says = None
+        rep = self.repartitioner
+        if rep is not None:  # rank 0: the next partition is a cold start's, a warm-up on
+            rep.cold(self.records, self.clock.monotonic())
+        if says == "hash":
+            self.window.clear()
+            self.migrations.start(
+                Placement.hash(self.world, version=self.trainer.placement.version + 1),
+                self.records)
+        self._auto_routes()
+
+    def _auto_report(self) -> None:
+        """A decision of ``--placement auto`` goes to the events and the metrics."""
+        auto = self.auto
+        assert auto is not None
+        if len(auto.decisions) == self._auto_reported:
+            return
+        self._auto_reported = len(auto.decisions)
+        d = auto.decisions[-1]
+        self.stats.event("placement_auto", step=self.trainer.step_index, **d)
+        self.publish_placement()
+
+    def _auto_routes(self) -> None:
+        if self.auto is not None and self.trainer.train_config.route == "auto":
+            self.trainer.routes = self.auto.routes and self.world > 1
 
     def note_read(self, n: int) -> None:
         """Records read for a step that trained nothing (counted at the next control round)."""
@@ -282,10 +356,17 @@ class OnlineLoop:
         tr = self.trainer
         self.metrics.on_placement(tr.placement.version, len(tr.store), len(tr.replicas),
                                   self.stats.sample_imbalance, self.stats.row_imbalance)
+        if self.auto is not None:
+            d = self.auto.decisions[-1] if self.auto.decisions else {}
+            self.metrics.on_placement_choice(self.auto.state in ("trial", "graph"),
+                                             d.get("hash_bytes_per_sample"),
+                                             d.get("graph_bytes_per_sample"))
 
     def report(self) -> dict[str, Any]:
         """What the loop saw on this rank (plain data: it travels back from spawned ranks)."""
         return {**self.stats.report(),
+                "placement_auto": None if self.auto is None else {
+                    "state": self.auto.state, "decisions": list(self.auto.decisions)},
                 "traffic_sent": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.sent)},
                 "records": self.records, "offsets": self.source.snapshot(),
                 "publish": self.publisher.report()}

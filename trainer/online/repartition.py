@@ -74,7 +74,7 @@ class Repartitioner:
 
     def due(self, records: int, now: float, migrating: bool) -> bool | str:
         """Whether to start a partition: False, or why (``"warmup"``, ``"interval"``,
-        ``"drift"``)."""
+        ``"drift"``); ``migrating``: a migration is in progress, or no partition may start."""
         if self.busy or migrating:
             return False
         read, seconds = records - self._since[0], now - self._since[1]
@@ -110,6 +110,16 @@ class Repartitioner:
                                              current if self.computed else None, version)
         self.computed = True
         return kind
+
+    def cold(self, records: int, now: float) -> None:
+        """Start over as at cold start (``--placement auto`` went back to hash): a partition
+        under way is dropped, and the next one is a full one, due a warm-up after now."""
+        if self._future is not None:
+            self._future.cancel()  # one already running ends in the thread, unread
+            self._future = None
+        self.computed = False
+        self._since = (records, now)
+        self.drift.reset()
 
     def take(self) -> PlacementResult:
         """The placement computed (blocks until it is; raises what the partitioner raised)."""

@@ -10,24 +10,25 @@ from trainer.dist import ThreadComm, run_threads
 from trainer.online import DriftDetector, FreshnessHistogram, Proposal, RecordBudget
 from trainer.online.control import decode, encode, width
 from trainer.online.drift import BASELINE_STEPS
-from trainer.online.window import WindowFeed
+from trainer.online.window import WindowFeed, pack, unpack
 
 
 def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     world = 3
     a = Proposal(stop=True, records=5, rows_not_held=7, samples=4, window=2, rows_owned=10,
-                 newest_ms=1_000)
+                 newest_ms=1_000, placed_bytes=900, hash_rows=100)
     b = Proposal(repartition=True, ready=True, checkpoint=True, records=1, samples=6,
-                 rows_owned=30, newest_ms=3_000)
-    c = Proposal(diverged=True, publish=True, window=9)
+                 rows_owned=30, newest_ms=3_000, placed_bytes=50)
+    c = Proposal(diverged=True, publish=True, window=9, hash_rows=7)
     v = encode(a, 0, world) + encode(b, 1, world) + encode(c, 2, world)
-    assert v.shape == (width(world),) == (9 + 4 * world,)
+    assert v.shape == (width(world),) == (11 + 4 * world,)
     ctl = decode(v, world)
     assert (ctl.stop, ctl.repartition, ctl.ready, ctl.checkpoint, ctl.diverged,
             ctl.publish) == (True, True, True, True, True, True)
     assert ctl.newest_ms == 3_000  # the newest over ranks, not a sum
     assert (ctl.records, ctl.rows_not_held, ctl.samples) == (6, 7, 10)
-    assert ctl.window_rows.tolist() == [2, 0, 9]
+    assert (ctl.placed_bytes, ctl.hash_rows) == (950, 107)
+    assert ctl.window_words.tolist() == [2, 0, 9]
     assert ctl.trained.tolist() == [4, 6, 0]
     assert ctl.rows_owned.tolist() == [10, 30, 0]
     assert ctl.sample_imbalance == pytest.approx(6 / (10 / 3))
@@ -35,7 +36,7 @@ def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     assert decode(np.zeros(width(world), np.int64), world).sample_imbalance is None
     nothing = sum(encode(Proposal(), r, world) for r in range(world))
     assert decode(nothing, world).newest_ms == -1  # no rank read a timed record
-    with pytest.raises(ValueError, match="has 17 values"):
+    with pytest.raises(ValueError, match="has 19 values"):
         decode(np.zeros(5, np.int64), 2)
 
 
@@ -96,24 +97,42 @@ def test_freshness_percentiles_stay_close_in_bounded_memory() -> None:
     assert np.isnan(FreshnessHistogram().percentile(50))
 
 
-def _feed(comm: ThreadComm, _: None) -> list[int]:
+def _feed(comm: ThreadComm, _: None) -> tuple[list[int], list[np.ndarray]]:
     feed = WindowFeed(comm, fields=2, window=25)
     held = []
     for step in range(6):
         ids = np.full((4, 2), 100 * comm.rank + step)
+        ids[:, 1] = 7 * np.arange(4) + 1_000 * comm.rank + step
         dest = np.array([0, 1, 1, 0])  # rank 1's samples 0 and 3 were routed to rank 0
         routed_in = np.full((2, 2), -1) if comm.rank == 0 else np.zeros((0, 2), np.int64)
         feed.offer(ids, routed_in, dest if comm.rank else None)
-        window_rows = np.array([0, feed.outgoing])  # what the control vector would say
-        window_rows = np.sum(comm.all_gather_object(window_rows), axis=0)
-        feed.exchange(window_rows)
+        window_words = np.array([0, feed.outgoing])  # what the control vector would say
+        window_words = np.sum(comm.all_gather_object(window_words), axis=0)
+        feed.exchange(window_words)
         held.append(feed.held)
-    return held
+    return held, feed.take()
 
 
 def test_the_window_feed_brings_each_sample_to_rank_0_once_and_trims() -> None:
-    held0, held1 = run_threads(_feed, None, 2)
+    (held0, parts), (held1, _) = run_threads(_feed, None, 2)
     # Per step rank 0 keeps its 4 samples, the 2 routed to it, and rank 1's other 2.
     assert held0[:3] == [8, 16, 24]
     assert all(h < 25 + 8 for h in held0) and held0[-1] >= 25
     assert held1 == [0] * 6
+    # Rank 1's samples arrive whole and in their order (packed on the way), the last step's
+    # two after rank 0's own.
+    got = parts[-1]
+    assert got.tolist() == [[105, 1012], [105, 1019]]
+
+
+@pytest.mark.parametrize("distinct", [1, 300, 70_000])
+def test_a_packed_window_message_holds_the_ids_and_is_smaller(distinct: int) -> None:
+    rng = np.random.default_rng(distinct)
+    ids = rng.integers(-2**63, 2**63 - 1, distinct, dtype=np.int64)[
+        rng.integers(0, distinct, (40_000, 26))]
+    message = pack(ids)
+    assert np.array_equal(unpack(message, 26), ids)
+    # 16-bit positions up to 65,536 distinct ids, 32-bit past: a quarter or half of the ids'.
+    positions = 2 if distinct <= 1 << 16 else 4
+    assert message.nbytes == 16 + 8 * np.unique(ids).size + ids.size * positions
+    assert pack(ids[:0]).size == 0 and unpack(pack(ids[:0]), 26).shape == (0, 26)

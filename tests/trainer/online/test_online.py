@@ -283,7 +283,7 @@ def test_placement_follows_a_drifting_stream(kafka: KafkaSettings, unique) -> No
         KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("drift-group")), idle_s=5.0,
                   poll_s=0.05),
         ModelConfig(embed_dim=8, hidden=(16,)),
-        train=TrainConfig(global_batch=1024, warmup=8_000, log_every=0),
+        train=TrainConfig(global_batch=1024, placement="graph", warmup=8_000, log_every=0),
         online=OnlineConfig(repartition_interval="10000", window=30_000, max_records=STREAM))
     results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=120))
     assert results[0].job_totals.samples == STREAM
