@@ -234,6 +234,12 @@ def _summarise(args: argparse.Namespace, mode: str, results: list[RankResult], w
         "step_p50_ms_during_migration": pct(during, 50),
         "step_p99_ms_during_migration": pct(during, 99),
         "steps_during_migration": int(during.size),
+        # Samples a step trained (job-wide), median: a live stream's steps fill to what has
+        # arrived, so steps after a pause (a partition's CPU) are fuller and longer.
+        "step_samples_p50_outside_migration": float(np.median(s["samples"][~s["migrating"]]))
+        if outside.size else None,
+        "step_samples_p50_during_migration": float(np.median(s["samples"][s["migrating"]]))
+        if during.size else None,
         "freshness_p50_s": round(fresh_p50, 3),
         "freshness_p99_s": round(fresh_p99, 3),
         "freshness_backlog_records": int(sum(r.online["freshness_backlog"] for r in results)),

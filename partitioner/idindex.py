@@ -155,6 +155,24 @@ class IdIndex:
         self._dead += int(buckets.size)
         return int(buckets.size)
 
+    def copy(self) -> IdIndex:
+        """An independent copy (one array copy, no rehash)."""
+        other = IdIndex.__new__(IdIndex)
+        other._max_load, other.size, other._dead = self._max_load, self.size, self._dead
+        other._table = self._table.copy()
+        other._keys, other._vals = other._table["key"], other._table["val"]
+        other._mask = self._mask
+        return other
+
+    def assign(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Set the slots of ids already present (raises if one is absent)."""
+        flat = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        buckets = self.locate(flat)
+        if (buckets < 0).any():
+            raise KeyError(f"{int((buckets < 0).sum())} id(s) not in the index, e.g. "
+                           f"{int(flat[buckets < 0][0])}")
+        self._vals[buckets] = np.ascontiguousarray(slots, dtype=np.int64).ravel()
+
     def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
         """Add ids (unique, non-negative, not yet present) with their slots."""
         new = np.ascontiguousarray(ids, dtype=np.int64).ravel()

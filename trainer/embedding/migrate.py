@@ -81,6 +81,7 @@ class Migration:
         moved = self.plan.moved_ids
         self._pos = np.searchsorted(self._ids, moved)
         self.done = 0
+        self._in_force: Placement | None = None
 
     @property
     def total(self) -> int:
@@ -105,10 +106,16 @@ class Migration:
 
     def advance(self) -> Placement:
         """Mark the next chunk moved; the placement in force from now on."""
-        hi = min(self.done + self.chunk_rows, self.total)
-        self._owners[self._pos[self.done:hi]] = self.plan.dst[self.done:hi]
+        lo, hi = self.done, min(self.done + self.chunk_rows, self.total)
+        self._owners[self._pos[lo:hi]] = self.plan.dst[lo:hi]
         self.done = hi
-        return self.current()
+        before = self._in_force
+        now = self.current()
+        if before is not None and now is not self.new:
+            # Same ids and replica sets as the step before but for this chunk's rows.
+            now.inherit_holders(before, self.plan.moved_ids[lo:hi])
+        self._in_force = now
+        return now
 
     def current(self) -> Placement:
         """The placement in force: chunks done have their new owners, the rest their old ones.
@@ -121,7 +128,9 @@ class Migration:
         owners = self._owners.copy()
         staged = Placement(self.old.version, self.old.num_workers, self._ids, owners)
         replicas = tuple(r[staged.owner_of(r) != w] for w, r in enumerate(self.new.replicas))
-        return Placement(self.old.version, self.old.num_workers, self._ids, owners, replicas)
+        placement = Placement(self.old.version, self.old.num_workers, self._ids, owners, replicas)
+        self._in_force = placement
+        return placement
 
 
 def move_chunk(comm: Comm, store: EmbeddingStore, replicas: ReplicaTable, ids: np.ndarray,
