@@ -22,9 +22,9 @@ that decides it there, so the loop compares bytes the ranks actually send, on th
   batch it read). Two, because the first interval after a cold start is a placement's worst: it
   was computed from the warm-up alone, and the window grows and the incremental passes improve
   it after (measured on the default stream, 2 ranks, intervals of 8,000 records: 0.89-0.94 of
-  hash's bytes over the first interval, 0.72-0.82 over the second, 0.63-0.70 after). Graph is kept when it costs at most ``1 - margin`` of
-  that; otherwise the rows go back to their hash owners, routing and the window feed stop, and
-  hash stays (``rest``).
+  hash's bytes over the first interval, 0.72-0.82 over the second, 0.63-0.70 after). Graph is
+  kept when it costs at most ``1 - margin`` of that; otherwise the rows go back to their hash
+  owners, routing and the window feed stop, and hash stays (``rest``).
 * ``graph``: the comparison runs again every interval; if graph stops paying (the stream
   changed), the placement goes back to hash.
 * ``rest``: after a rest that doubles with each failed try (4 intervals, then 8, up to 64), the
