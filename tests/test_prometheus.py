@@ -95,6 +95,7 @@ def test_every_dashboard_metric_is_exported():
     # Gauges have samples once they have a value: give every one a value.
     m.on_step(StepCounters(samples_trained=1, global_samples=1), 0.1, np.ones(1), False)
     m.on_placement(1, 1, 1, 1.0, 1.0)
+    m.on_placement_choice(True, 1.0, 1.0)
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
     known = sample_names(trainer) | streaming_sample_names() | serve_sample_names()
@@ -286,7 +287,8 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
         KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("prom-group")), idle_s=60,
                   poll_s=0.05),
         ModelConfig(embed_dim=8, hidden=(16,)),
-        train=TrainConfig(global_batch=1024, placement="graph", warmup=8_000, log_every=0),
+        # auto: the default stream keeps graph, and the decisions feed the auto panel.
+        train=TrainConfig(global_batch=1024, placement="auto", warmup=8_000, log_every=0),
         online=OnlineConfig(repartition_interval="12000", window=30_000,
                             checkpoint_dir=str(tmp_path), checkpoint_interval="15000",
                             max_records=RUN_RECORDS),

@@ -65,7 +65,8 @@ def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
         start.placement = job.placement
     elif job.partitions_online:
         kind = "online"
-    elif train.placement == "graph" and world > 1:
+    elif train.placement in ("graph", "auto") and world > 1:  # auto without an interval
+        kind = "graph"
         t0 = clock.monotonic()
         ids = _window_ids(job, comm, source, start.buffered)
         computed = graph_placement(ids, world, train, job.seed) if ids is not None else None

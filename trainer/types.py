@@ -165,8 +165,8 @@ class TrainConfig:
     def routes(self) -> bool:
         """Whether samples are routed to the rank holding their rows (at start: with
         ``placement="auto"`` the online loop turns routing on while graph is in force)."""
-        if self.route == "auto":
-            return self.placement == "graph"
+        if self.route == "auto":  # auto placement: on here, the online loop decides after
+            return self.placement in ("graph", "auto")
         return self.route == "on"
 
 

@@ -107,7 +107,8 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
     from trainer.types import ModelConfig, TrainConfig
 
     stream = SyntheticStream(SyntheticConfig(vocab_max=5_000, seed=5))
-    train = TrainConfig(global_batch=2 * sizes[0][0], replica_fraction=0.05, route_epsilon=0.0)
+    train = TrainConfig(global_batch=2 * sizes[0][0], replica_fraction=0.05, route_epsilon=0.0,
+                        route="on")
     placement = graph_placement(stream.feature_ids(0, 5_000), comm.world, train)
     trainer = Trainer(comm, placement, 26, 13, model=ModelConfig(embed_dim=4, hidden=(8,)),
                       train=train)

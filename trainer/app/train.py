@@ -147,11 +147,11 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
                   metrics_linger_s=args.metrics_linger_s)
     # Graph placement is computed online (cold start from hash) unless repartitioning is off:
     # then once, from a warm-up window, and never again (HET-GMP's static placement).
-    static = train.placement == "graph" and not online.repartition.enabled
-    if train.placement == "auto" and not online.repartition.enabled:
-        raise ValueError("--placement auto decides once a repartition interval, and "
-                         "--repartition-interval is 0: give an interval, or --placement graph "
-                         "(computed once from --warmup records) or hash")
+    static = train.placement in ("graph", "auto") and not online.repartition.enabled
+    if train.placement == "auto" and static:
+        log.warning("--placement auto decides once a repartition interval, and "
+                    "--repartition-interval is 0: the graph placement is computed once from "
+                    "--warmup records, as --placement graph would (give an interval for auto)")
     check_metrics_port(args.metrics_port, job_ranks(launch), zero="off")
     if args.source == "synthetic":
         if args.records < 1:
