@@ -37,6 +37,7 @@ The last line printed is the JSON summary ``{"bench": "online", "rows": [...]}``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import threading
@@ -158,8 +159,9 @@ def job_series(results: list[RankResult]) -> dict[str, np.ndarray]:
 def _run_mode(args: argparse.Namespace, broker: EmbeddedBroker, mode: str) -> dict[str, Any]:
     kafka = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="hetgmp-bench")
     topic = f"bench-online-{mode}-{int(time.time())}"
-    syn = SyntheticConfig(seed=args.seed, drift_every=args.drift_every,
-                          **({"vocab_min": 10, "vocab_max": 1000} if args.small_vocab else {}))
+    syn = SyntheticConfig(seed=args.seed, drift_every=args.drift_every)
+    if args.small_vocab:
+        syn = dataclasses.replace(syn, vocab_min=10, vocab_max=1000)
     config = ProduceConfig(topic=topic, count=args.records, rate=args.rate,
                            partitions=args.partitions)
     # The topic must exist before the ranks look up its partitions.

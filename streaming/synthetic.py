@@ -18,6 +18,10 @@ each, benchmarks must not retune them):
   AUC of ``p`` itself on the generated labels is the ceiling a model can reach
   (:meth:`SyntheticStream.ceiling_auc`).
 
+``shape="user_item"`` makes logs of another kind instead (a user and an item field with
+power-law degrees, a few context fields, no planted segments, preference drift): see
+:mod:`streaming.user_item`.
+
 Categorical values are rendered as 8 hex digits like Criteo's (a 32-bit scramble of the value's
 index), so the same decoder and the same feature-id hash serve real and synthetic logs.
 """
@@ -25,6 +29,7 @@ index), so the same decoder and the same feature-id hash serve real and syntheti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -63,8 +68,15 @@ class SyntheticConfig:
     """Parameters of the synthetic stream (see the module docstring for their meaning)."""
 
     seed: int = field(default=0, metadata={"help": "seed: same seed, same bytes"})
+    shape: Literal["segments", "user_item"] = field(
+        default="segments",
+        metadata={"help": "segments: 26 fields drawn from 64 communities' hot sets; user_item: "
+                  "a user and an item field with power-law degrees and a few context fields, "
+                  "no communities (see streaming.user_item)"})
     n_dense: int = field(default=13, metadata={"help": "integer features per record"})
-    n_sparse: int = field(default=26, metadata={"help": "categorical fields per record"})
+    n_sparse: int = field(
+        default=0, metadata={"help": "categorical fields per record (0: the shape's, 26 for "
+                             "segments, 8 for user_item: user, item and 6 context fields)"})
     vocab_min: int = field(default=10, metadata={"help": "smallest field vocabulary"})
     vocab_max: int = field(
         default=1_000_000, metadata={"help": "largest field vocabulary (sizes log-spaced)"}
@@ -87,8 +99,34 @@ class SyntheticConfig:
     weight_scale: float = field(
         default=0.45, metadata={"help": "spread of ground-truth per-value weights (sets AUC)"}
     )
+    users: int = field(default=6_000, metadata={"help": "user_item: users"})
+    items: int = field(default=4_000, metadata={"help": "user_item: items"})
+    user_zipf: float = field(
+        default=0.8, metadata={"help": "user_item: Zipf exponent of user activity"})
+    item_zipf: float = field(
+        default=1.0, metadata={"help": "user_item: Zipf exponent of item popularity"})
+    taste_size: int = field(default=30, metadata={"help": "user_item: items in a user's taste"})
+    taste_prob: float = field(
+        default=0.5, metadata={"help": "user_item: probability the item is from the user's taste"})
+    taste_bonus: float = field(
+        default=1.0, metadata={"help": "user_item: ground-truth logit bonus of a taste item"})
+    context_user_prob: float = field(
+        default=0.8, metadata={"help": "user_item: probability a context field holds the "
+                               "user's own value (a user's country, device)"})
+    context_max: int = field(
+        default=1_000, metadata={"help": "user_item: largest context vocabulary"})
 
     def __post_init__(self) -> None:
+        if self.shape not in ("segments", "user_item"):
+            raise ValueError(f"shape {self.shape!r}: segments or user_item")
+        if self.n_sparse == 0:
+            object.__setattr__(self, "n_sparse", 26 if self.shape == "segments" else 8)
+        if self.shape == "user_item":
+            if self.n_sparse < 2 or self.users < 1 or self.items < 1 or self.taste_size < 1:
+                raise ValueError("user_item needs n_sparse >= 2 (user, item, contexts) and "
+                                 "users, items, taste_size >= 1")
+            if not 0.0 <= self.taste_prob <= 1.0 or not 0.0 <= self.context_user_prob <= 1.0:
+                raise ValueError("taste_prob and context_user_prob must lie in [0, 1]")
         if not 0 < self.vocab_min <= self.vocab_max:
             raise ValueError("need 0 < vocab_min <= vocab_max")
         if self.segments < 1 or self.hot_size < 1 or self.n_sparse < 1:
@@ -135,9 +173,16 @@ class SyntheticStream:
     def __init__(self, config: SyntheticConfig | None = None) -> None:
         self.config = c = config or SyntheticConfig()
         self.schema = c.schema
-        self.vocab = np.unique(np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64))
-        if self.vocab.size != c.n_sparse:  # unique() merged equal sizes: keep them all
-            self.vocab = np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
+        self._user_item = None
+        if c.shape == "user_item":
+            from streaming.user_item import UserItemShape
+
+            self._user_item = UserItemShape(c)
+            self.vocab = self._user_item.vocab
+        else:
+            sizes = np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
+            # Sorted and distinct, unless that merged equal sizes: then all of them, in order.
+            self.vocab = np.unique(sizes) if np.unique(sizes).size == c.n_sparse else sizes
         # Inverse-CDF tables of each field's global Zipf over its vocabulary.
         self._cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab]
         self._cdf_all = np.concatenate([f + cdf for f, cdf in enumerate(self._cdf)])
@@ -187,6 +232,9 @@ class SyntheticStream:
         start = k * BLOCK
         rng = np.random.default_rng([c.seed, 2, k])
         index = start + np.arange(BLOCK)
+        if self._user_item is not None:
+            values, bonus = self._user_item.values(rng, index)
+            return self._finish(rng, start, values, np.full(BLOCK, -1, np.int32), bonus)
         epoch = index // c.drift_every
         seg_rank = np.searchsorted(self._segment_cdf, rng.random(BLOCK), side="right")
         seg_rank = np.minimum(seg_rank, c.segments - 1)
@@ -212,6 +260,12 @@ class SyntheticStream:
         # Scatter ranks over the vocabulary with a fixed affine bijection (7919 is prime), so
         # popular global values are not simply the smallest indices.
         values[rows, cols] = (rank * 7919 + 13) % self.vocab[cols]
+        return self._finish(rng, start, values, segment, None)
+
+    def _finish(self, rng: np.random.Generator, start: int, values: np.ndarray,
+                segment: np.ndarray, bonus: np.ndarray | None) -> SyntheticBlock:
+        """Missing fields, dense features and labels of a block whose values are drawn."""
+        c = self.config
         missing = rng.random((BLOCK, c.n_sparse)) < c.missing_prob
         # Counts like Criteo's; capped below 10**6 (the decimal table's range), far in the tail.
         dense = np.minimum(
@@ -221,6 +275,8 @@ class SyntheticStream:
         dense[dense_missing] = -1
         logit = c.label_bias + self._weights(values, missing).sum(axis=1)
         logit += np.log1p(np.maximum(dense, 0)) @ self._dense_w
+        if bonus is not None:
+            logit += bonus
         prob = 1.0 / (1.0 + np.exp(-logit))
         labels = (rng.random(BLOCK) < prob).astype(np.int8)
         return SyntheticBlock(start, values, missing, dense, labels, prob, segment)

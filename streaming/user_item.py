@@ -1,0 +1,117 @@
+"""The user-item shape of the synthetic stream: no planted communities, power-law degrees.
+
+Real interaction logs (ratings, plays, purchases) look little like the segmented default stream:
+a few thousand users and items, every id in tens to hundreds of samples, co-access coming from
+each user's own tastes rather than from communities the whole stream shares. This shape makes
+such logs, so that a placement is measured on both kinds (issue 29):
+
+* field 0 is the user: ``users`` ids whose activity is Zipf(``user_zipf``) over a fixed random
+  order (power-law degrees, the most active users not simply the smallest ids);
+* field 1 is the item: with probability ``taste_prob`` one of the user's ``taste_size`` items
+  (drawn from the items' popularity when the user's taste was formed), else an item from the
+  global popularity, Zipf(``item_zipf``) over ``items`` ids;
+* the other fields are context (device, country, hour, ...), vocabularies log-spaced from
+  ``vocab_min`` to ``context_max``: with probability ``context_user_prob`` a value fixed per
+  user and field (a user's country), else a Zipf(``field_zipf``) draw;
+* drift every ``drift_every`` records (preference drift): ``drift_fraction`` of the users form
+  a new taste and as many item popularity ranks are reshuffled among themselves;
+* labels as in the segmented shape (a logistic ground truth additive over (field, value)), plus
+  ``taste_bonus`` on the logit when the item came from the user's taste.
+
+Record ``i`` is a pure function of ``(config, i)``, as for the segmented shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streaming.hashing import fmix64
+from streaming.synthetic import SyntheticConfig, _zipf_cdf
+
+__all__ = ["UserItemShape", "context_vocab"]
+
+
+def context_vocab(config: SyntheticConfig) -> np.ndarray:
+    """Vocabulary of every field: users, items, then the context fields."""
+    contexts = config.n_sparse - 2
+    sizes = np.round(np.geomspace(config.vocab_min, max(config.context_max, config.vocab_min),
+                                  max(contexts, 1))).astype(np.int64)[:contexts]
+    return np.concatenate([[config.users, config.items], sizes]).astype(np.int64)
+
+
+class UserItemShape:
+    """Field values of user-item records, block by block (see the module docstring).
+
+    Args:
+        config: The stream's settings (``shape="user_item"``).
+    """
+
+    def __init__(self, config: SyntheticConfig) -> None:
+        self.config = c = config
+        self.vocab = context_vocab(c)
+        rng = np.random.default_rng([c.seed, 0x0515])
+        self._user_order = rng.permutation(c.users)
+        self._user_cdf = _zipf_cdf(c.users, c.user_zipf)
+        self._item_cdf = _zipf_cdf(c.items, c.item_zipf)
+        self._ctx_cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab[2:]]
+        self._ctx_salt = rng.integers(0, 2**63, size=max(c.n_sparse - 2, 1), dtype=np.uint64)
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _epoch(self, e: int) -> tuple[np.ndarray, np.ndarray]:
+        """(item of each popularity rank, taste uint32 ``[users, taste_size]``) in epoch ``e``."""
+        if e in self._epochs:
+            return self._epochs[e]
+        c = self.config
+        rng = np.random.default_rng([c.seed, 3, e])
+        if e == 0:
+            popularity = rng.permutation(c.items)
+            taste = self._draw_taste(rng, popularity, c.users)
+        else:
+            popularity, taste = self._epoch(e - 1)
+            popularity, taste = popularity.copy(), taste.copy()
+            k = max(1, int(round(c.drift_fraction * c.items)))
+            ranks = rng.choice(c.items, size=min(k, c.items), replace=False)
+            popularity[ranks] = popularity[rng.permutation(ranks)]
+            users = rng.choice(c.users, size=max(1, int(round(c.drift_fraction * c.users))),
+                               replace=False)
+            taste[users] = self._draw_taste(rng, popularity, users.size)
+        if len(self._epochs) > 8:  # bounded memory on endless streams
+            self._epochs.pop(min(self._epochs))
+        self._epochs[e] = (popularity, taste)
+        return popularity, taste
+
+    def _draw_taste(self, rng: np.random.Generator, popularity: np.ndarray,
+                    users: int) -> np.ndarray:
+        c = self.config
+        ranks = np.searchsorted(self._item_cdf, rng.random((users, c.taste_size)), side="right")
+        return popularity[np.minimum(ranks, c.items - 1)].astype(np.uint32)
+
+    def values(self, rng: np.random.Generator, index: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """uint32 ``[B, fields]`` value indexes of records ``index`` and the logit bonus of
+        each (``taste_bonus`` where the item came from the user's taste)."""
+        c = self.config
+        n = index.size
+        values = np.empty((n, c.n_sparse), np.uint32)
+        rank = np.minimum(np.searchsorted(self._user_cdf, rng.random(n), side="right"),
+                          c.users - 1)
+        user = self._user_order[rank]
+        values[:, 0] = user
+        from_taste = rng.random(n) < c.taste_prob
+        pick = rng.integers(0, c.taste_size, n)
+        global_rank = np.minimum(np.searchsorted(self._item_cdf, rng.random(n), side="right"),
+                                 c.items - 1)
+        epoch = index // c.drift_every
+        for e in np.unique(epoch):  # a block spans at most a couple of epochs
+            rows = np.flatnonzero(epoch == e)
+            popularity, taste = self._epoch(int(e))
+            values[rows, 1] = np.where(from_taste[rows], taste[user[rows], pick[rows]],
+                                       popularity[global_rank[rows]])
+        own = rng.random((n, max(c.n_sparse - 2, 0))) < c.context_user_prob
+        for j, cdf in enumerate(self._ctx_cdf):
+            vocab = int(self.vocab[2 + j])
+            fixed = (fmix64(user.astype(np.uint64) ^ self._ctx_salt[j]) % np.uint64(vocab))
+            drawn = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), vocab - 1)
+            values[:, 2 + j] = np.where(own[:, j], fixed.astype(np.int64), drawn)
+        return values, np.where(from_taste, c.taste_bonus, 0.0)
+
