@@ -76,6 +76,7 @@ from partitioner import (
     plan_diff,
     remote_ids,
     route,
+    route_batch,
     row_imbalance,
 )
 from partitioner.assemble import build_placement
@@ -138,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offline-passes", type=int, default=3,
                         help="incremental passes over the records after the static partition "
                              "(--offline only)")
+    parser.add_argument("--shape", choices=["segments", "user_item"], default="segments",
+                        help="the synthetic stream's shape: segments (26 fields, planted "
+                             "communities) or user_item (user, item and context fields, "
+                             "power-law degrees, no communities)")
+    parser.add_argument("--route-rounds", type=int, default=0,
+                        help="batch-aware routing: rounds of moves after routing each global "
+                             "batch (partitioner.batch_routing; 0: the trainer's default "
+                             "routing alone)")
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers "
                              "(--offline: 100k records)")
@@ -155,8 +164,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.records = min(args.records, 100_000)
     if args.records < 1 or not 0 <= args.replica_fraction <= 1:
         parser.error("--records must be positive and --replica-fraction in [0, 1]")
-    if args.offline_passes < 0:
-        parser.error("--offline-passes must be >= 0")
+    if args.offline_passes < 0 or args.route_rounds < 0:
+        parser.error("--offline-passes and --route-rounds must be >= 0")
+    if args.oracle and args.shape != "segments":
+        parser.error("--oracle reads the segments the user_item shape does not have")
     if args.periods < 1 or args.window < 1 or args.period_records < 1:
         parser.error("--periods, --window and --period-records must be positive")
     args.worker_counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
@@ -164,8 +175,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _score(records: np.ndarray, placement: Placement, global_batch: int,
-           split_in_order: bool, seen: tuple[np.ndarray, np.ndarray] | None = None
-           ) -> tuple[float, int, float, np.ndarray]:
+           split_in_order: bool, seen: tuple[np.ndarray, np.ndarray] | None = None,
+           rounds: int = 0) -> tuple[float, int, float, np.ndarray]:
     """Remote rows summed over the period, samples, the worst step sample imbalance, and the
     remote rows by what the window knew of their ids (with ``seen``, the window's sorted
     distinct ids and their sample counts): ``[unseen, seen once, seen more]``."""
@@ -176,6 +187,8 @@ def _score(records: np.ndarray, placement: Placement, global_batch: int,
         batch = records[lo:lo + global_batch]
         if split_in_order:
             workers = (np.arange(batch.shape[0]) * n // batch.shape[0]).astype(np.int32)
+        elif rounds:
+            workers = route_batch(batch, placement, rounds=rounds)
         else:
             workers = route(batch, placement)
         missing = remote_ids(batch, workers, placement)
@@ -259,7 +272,7 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
             placement = current[name]
             remote, samples, step_imb, classes = _score(
                 records, placement, args.global_batch, split_in_order=(name == "hash"),
-                seen=seen)
+                seen=seen, rounds=args.route_rounds)
             rows_imb = row_imbalance(placement, window.indices) if name != "hash" else 1.0
             track = tracks[name]
             if t == 0:
@@ -339,7 +352,7 @@ def _offline_row(ids: np.ndarray, placement: Placement, graph: WindowGraph,
                  seconds: float, label: str = "") -> dict[str, object]:
     """Score an offline placement on its own records, print its line and return its row."""
     remote, samples, step_imb, _ = _score(ids, placement, args.global_batch,
-                                          split_in_order=False)
+                                          split_in_order=False, rounds=args.route_rounds)
     rate = remote / samples
     imb = max(step_imb, row_imbalance(placement, graph.indices))
     copies = int(placement.replica_counts().mean())
@@ -402,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.offline:
         # Drift off: no record of the run comes after a drift event.
-        static = SyntheticConfig(seed=args.seed, drift_every=args.records + 1)
+        static = SyntheticConfig(seed=args.seed, shape=args.shape, drift_every=args.records + 1)
         began = time.perf_counter()
         stream = SyntheticStream(static)
         ids = stream.block_ids(stream.take(0, args.records))
@@ -411,13 +424,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.global_batch}, replicas {args.replica_fraction:.1%} per worker, one full "
               f"partition then {args.offline_passes} incremental passes, scored on the records "
               f"they were computed from")
+        offline = _offline(ids, args)
+        for row in offline:
+            row.update(shape=args.shape, protocol="offline", records=args.records,
+                       route_rounds=args.route_rounds)
         summary: dict[str, object] = {
-            "bench": "partition", "protocol": "offline", "records": args.records,
+            "bench": "partition", "protocol": "offline", "shape": args.shape,
+            "records": args.records, "route_rounds": args.route_rounds,
             "replica_fraction": args.replica_fraction, "offline_passes": args.offline_passes,
-            "rows": _offline(ids, args)}
+            "rows": offline}
         print(json.dumps(summary))
         return 0
-    stream_config = SyntheticConfig(seed=args.seed)
+    stream_config = SyntheticConfig(seed=args.seed, shape=args.shape)
     total = args.window + args.periods * args.period_records
     began = time.perf_counter()
     stream = SyntheticStream(stream_config)
@@ -431,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.worker_counts:
         tracks = _run_workers(n, ids, args, segments)
         rows.extend(_summary(n, tracks, args, stream_config.drift_every))
-    summary = {"bench": "partition", "replica_fraction": args.replica_fraction,
+    for row in rows:
+        row.update(shape=args.shape, protocol="rolling", records=total,
+                   route_rounds=args.route_rounds)
+    summary = {"bench": "partition", "protocol": "rolling", "shape": args.shape,
+               "route_rounds": args.route_rounds, "replica_fraction": args.replica_fraction,
                "replica_basis": args.replica_basis,
                "rows": [r for r in rows if r["strategy"] != ORACLE]}
     if args.oracle:

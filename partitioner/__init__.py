@@ -5,6 +5,7 @@ selection, sample routing, migration plans and the measures the benchmark report
 torch, no I/O.
 """
 
+from partitioner.batch_routing import fetched_rows, refine_routing, route_batch
 from partitioner.full import FullPartitioner
 from partitioner.hashing import fmix64
 from partitioner.idindex import IdIndex
@@ -50,16 +51,19 @@ __all__ = [
     "capacity",
     "check_replica_basis",
     "default_owner",
+    "fetched_rows",
     "find_sorted",
     "fmix64",
     "imbalance",
     "migrated_bytes",
     "migrated_rows",
     "plan_diff",
+    "refine_routing",
     "remote_ids",
     "remote_rows",
     "remote_rows_per_sample",
     "route",
+    "route_batch",
     "route_window",
     "row_imbalance",
     "sample_imbalance",

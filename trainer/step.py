@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from partitioner import Placement, capacity, route
+from partitioner import Placement, capacity, route, route_batch
 from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
@@ -271,8 +271,11 @@ class Trainer:
             raise ValueError(f"rank {self.comm.rank} was given {n} samples, more than its "
                              f"share of the global batch ({self._share} of "
                              f"{self.train_config.global_batch})")
-        if n:
-            dest = route(batch.ids, self.placement, self.train_config.route_epsilon)
+        tc = self.train_config
+        if n and tc.route_rounds:
+            dest = route_batch(batch.ids, self.placement, tc.route_epsilon, tc.route_rounds)
+        elif n:
+            dest = route(batch.ids, self.placement, tc.route_epsilon)
         else:
             dest = np.zeros(0, dtype=np.int32)
         return _Prepared(dest=dest, packed=_pack(batch.take(np.argsort(dest, kind="stable"))))

@@ -131,6 +131,12 @@ class TrainConfig:
                   "step: more locality, but every step waits for the fullest rank (0.05 saved "
                   "under 1%% of remote rows and cost ~3%% of throughput here)"},
     )
+    route_rounds: int = field(
+        default=0,
+        metadata={"help": "batch-aware routing: rounds of moves after routing a rank's batch, "
+                  "so that samples gather where their rows are fetched anyway "
+                  "(partitioner.batch_routing; 0 = off)"},
+    )
     warmup: int = field(
         default=50_000,
         metadata={"help": "records whose access graph gives the graph placement (they are "
@@ -155,8 +161,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.staleness < 0 or self.global_batch < 1 or self.steps < 0 or self.warmup < 0:
             raise ValueError("staleness, steps, warmup >= 0 and global_batch >= 1 required")
-        if self.route_epsilon < 0:
-            raise ValueError("route_epsilon must be >= 0")
+        if self.route_epsilon < 0 or self.route_rounds < 0:
+            raise ValueError("route_epsilon and route_rounds must be >= 0")
         if not 0.0 <= self.replica_fraction <= 1.0 or self.dense_lr <= 0:
             raise ValueError("replica_fraction in [0, 1] and dense_lr > 0 required")
         check_replica_basis(self.replica_basis)

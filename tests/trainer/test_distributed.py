@@ -61,6 +61,10 @@ def _jobs(world: int) -> list[Job]:
     stale = replace(EXACT["train"], staleness=STALE_S)
     jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], stale, placement=graph,
                     hooks=Hooks(audit=True, record_steps=True)))
+    # Batch-aware routing moves samples between ranks: what is computed must not change.
+    batched = replace(EXACT["train"], route_rounds=3, route_epsilon=0.25)
+    jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], batched, placement=graph,
+                    hooks=Hooks(return_state=True)))
     if world == 2:
         auc_ids = SyntheticStream(AUC_SYN).feature_ids(AUC_WINDOW.start, AUC_WINDOW.records)
         auc_graph = graph_placement(auc_ids, 2, AUC_JOB["train"])  # type: ignore[arg-type]
@@ -96,9 +100,10 @@ def three_ranks() -> list[list[RankResult]]:
     return [list(r) for r in zip(*per_rank)]
 
 
-@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn"), (5, "wide")],
+@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn"), (4, "deepfm"),
+                                       (6, "wide")],
                          ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd",
-                              "graph-replicas-ring-all-reduce"])
+                              "graph-batch-aware-routing", "graph-replicas-ring-all-reduce"])
 def test_two_ranks_s0_equal_single_process(two_ranks, single, max_diff, job: int,
                                            model: str) -> None:
     ranks = two_ranks[job]
@@ -116,8 +121,9 @@ def test_two_ranks_s0_equal_single_process(two_ranks, single, max_diff, job: int
         assert totals.max_staleness == 0
 
 
-@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn")],
-                         ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd"])
+@pytest.mark.parametrize("job,model", [(0, "deepfm"), (1, "deepfm"), (2, "dcn"), (4, "deepfm")],
+                         ids=["hash", "graph-replicas", "graph-replicas-dcn-sgd",
+                              "graph-batch-aware-routing"])
 def test_three_ranks_s0_equal_single_process(three_ranks, single, max_diff, job: int,
                                              model: str) -> None:
     dense, emb = max_diff(single[model], three_ranks[job])
@@ -152,7 +158,7 @@ def test_staleness_bound_on_three_ranks(three_ranks, recount_lags) -> None:
 
 
 def test_two_ranks_s10_reach_single_process_auc(two_ranks, single) -> None:
-    ranks, reference = two_ranks[4], single["auc"]
+    ranks, reference = two_ranks[5], single["auc"]
     totals = ranks[0].job_totals
     assert totals.samples == reference.job_totals.samples == 80_000
     assert totals.max_staleness == 10 and totals.counts["replica_pushes"] > 0
