@@ -5,16 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
-from trainer.dist.launch import launch
-from trainer.job import Job
 from trainer.online.auto import AutoPlacement
-from trainer.run import run_rank
-from trainer.sources import KafkaSpec
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
 
 TRIAL = 1_000
 
@@ -99,17 +91,8 @@ def test_a_resumed_graph_placement_is_kept_until_hash_was_measured() -> None:
 RECORDS = 60_000
 
 
-def _auto_run(kafka: KafkaSettings, unique, syn: SyntheticConfig, name: str) -> dict:
-    topic = unique(name)
-    produce(kafka, ProduceConfig(topic=topic, count=RECORDS, partitions=2), syn)
-    job = Job(
-        KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique(f"{name}-group")),
-                  idle_s=5.0, poll_s=0.05),
-        ModelConfig(embed_dim=8, hidden=(16,)),
-        train=TrainConfig(global_batch=1024, placement="auto", warmup=12_000, log_every=0),
-        online=OnlineConfig(repartition_interval="8000", window=30_000, max_records=RECORDS))
-    results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=120))
-    assert results[0].job_totals.samples == RECORDS
+def _auto_run(online_run, syn: SyntheticConfig, name: str) -> dict:
+    results = online_run(name, syn, RECORDS, placement="auto", warmup=12_000, interval=8_000)
     auto = results[0].online["placement_auto"]
     assert auto == results[1].online["placement_auto"]  # every rank decided the same
     return auto
@@ -117,11 +100,10 @@ def _auto_run(kafka: KafkaSettings, unique, syn: SyntheticConfig, name: str) -> 
 
 @pytest.mark.broker
 @pytest.mark.slow
-def test_auto_keeps_hash_where_every_rank_touches_every_row(kafka: KafkaSettings,
-                                                              unique) -> None:
+def test_auto_keeps_hash_where_every_rank_touches_every_row(online_run) -> None:
     # 26 fields of 2 to 10 values: every batch uses nearly all of the 150 rows on every rank,
     # so no placement cuts fetches and the loop's own traffic is pure cost.
-    auto = _auto_run(kafka, unique, SyntheticConfig(seed=3, vocab_min=2, vocab_max=10), "tiny")
+    auto = _auto_run(online_run, SyntheticConfig(seed=3, vocab_min=2, vocab_max=10), "tiny")
     decisions = [d["decision"] for d in auto["decisions"]]
     assert decisions and decisions[0] == "back to hash", auto
     assert "keep graph" not in decisions
@@ -131,9 +113,8 @@ def test_auto_keeps_hash_where_every_rank_touches_every_row(kafka: KafkaSettings
 
 @pytest.mark.broker
 @pytest.mark.slow
-def test_auto_keeps_graph_on_the_default_synthetic_stream(kafka: KafkaSettings,
-                                                          unique) -> None:
-    auto = _auto_run(kafka, unique, SyntheticConfig(seed=3), "default")
+def test_auto_keeps_graph_on_the_default_synthetic_stream(online_run) -> None:
+    auto = _auto_run(online_run, SyntheticConfig(seed=3), "default")
     decisions = [d["decision"] for d in auto["decisions"]]
     assert decisions and set(decisions) == {"keep graph"}, auto
     assert auto["state"] == "graph"

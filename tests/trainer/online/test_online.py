@@ -273,20 +273,11 @@ STREAM = 100_000
 
 @pytest.mark.broker
 @pytest.mark.slow
-def test_placement_follows_a_drifting_stream(kafka: KafkaSettings, unique) -> None:
+def test_placement_follows_a_drifting_stream(online_run) -> None:
     from bench.online import job_series
 
-    topic = unique("online-drift")
-    produce(kafka, ProduceConfig(topic=topic, count=STREAM, partitions=2),
-            SyntheticConfig(seed=2, drift_every=DRIFT_EVERY))
-    job = Job(
-        KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("drift-group")), idle_s=5.0,
-                  poll_s=0.05),
-        ModelConfig(embed_dim=8, hidden=(16,)),
-        train=TrainConfig(global_batch=1024, placement="graph", warmup=8_000, log_every=0),
-        online=OnlineConfig(repartition_interval="10000", window=30_000, max_records=STREAM))
-    results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=120))
-    assert results[0].job_totals.samples == STREAM
+    results = online_run("online-drift", SyntheticConfig(seed=2, drift_every=DRIFT_EVERY),
+                         STREAM, placement="graph", warmup=8_000, interval=10_000)
     events = results[0].online["events"]
     done = [e for e in events if e["event"] == "migration_done"]
     versions = [e["version"] for e in done]
