@@ -15,14 +15,16 @@ that decides it there, so the loop compares bytes the ranks actually send, on th
 * ``hash``: training starts on the hash placement, unrouted, as ``--placement hash`` would. Its
   embedding bytes per remote row fetched (the rows a rank's batch uses that it does not own)
   calibrate a price: hash's cost of a step is that price times the rows its batches would fetch
-  under hash. The window fills meanwhile and the cold-start partition runs as in online mode.
+  under hash. The window fills meanwhile (its bytes are not hash's: ``--placement hash`` sends
+  no window) and the cold-start partition runs as in online mode.
 * ``trial``: once the graph placement is in force, the bytes sent over two repartition
   intervals (window, placements, migrations and routing included) are compared with the price
   times the rows hash would have fetched for the same batches (each rank counts them on the
   batch it read). Two, because the first interval after a cold start is a placement's worst: it
   was computed from the warm-up alone, and the window grows and the incremental passes improve
-  it after (measured on the default stream, 2 ranks, intervals of 8,000 records: 0.89-0.94 of
-  hash's bytes over the first interval, 0.72-0.82 over the second, 0.63-0.70 after). Graph is
+  it after (measured on the default stream, 2 ranks, intervals of 12,000 records: 0.88 of
+  hash's bytes over the first two intervals, 0.76-0.78 over each one after; with intervals of
+  8,000, 0.94 over the first two). Graph is
   kept when it costs at most ``1 - margin`` of that; otherwise the rows go back to their hash
   owners, routing and the window feed stop, and hash stays (``rest``).
 * ``graph``: the comparison runs again every interval; if graph stops paying (the stream
@@ -119,11 +121,13 @@ class AutoPlacement:
             self._switching = False
             self.state, self.graph, self._since = "trial", Tally(), records
 
-    def observe(self, *, records: int, samples: int, placed_bytes: int, hash_rows: int,
-                migrating: bool) -> str | None:
+    def observe(self, *, records: int, samples: int, embedding_bytes: int, loop_bytes: int,
+                hash_rows: int, migrating: bool) -> str | None:
         """One control round, summed over ranks: the samples trained in the previous step, the
-        bytes a placement changes sent since the previous round, and the rows hash fetches
-        (fetched, on hash; would fetch, for the batches read, on graph).
+        embedding path's and the loop's (window, placements, migrations) bytes sent since the
+        previous round, and the rows hash fetches (fetched, on hash; would fetch, for the
+        batches read, on graph). On hash the loop's bytes are left out: they are the window
+        filling for the next try, which ``--placement hash`` would not send.
 
         Returns:
             ``"hash"`` when the placement must go back to hash now, ``"graph"`` when a rest
@@ -131,13 +135,13 @@ class AutoPlacement:
         """
         if self.state in ("hash", "rest"):
             if not migrating and not self._switching:
-                self.hash.add(placed_bytes, hash_rows, samples)
+                self.hash.add(embedding_bytes, hash_rows, samples)
             if self.state == "rest" and records - self._since >= self._rest * self.trial_records:
                 self.state, self._rest, self._since = "hash", min(2 * self._rest, _REST_MAX), records
                 self._decide("try graph", records)
                 return "graph"
             return None
-        self.graph.add(placed_bytes, hash_rows, samples)
+        self.graph.add(embedding_bytes + loop_bytes, hash_rows, samples)
         length = self.trial_records * (2 if self.state == "trial" else 1)
         if records - self._since < length or migrating:
             return None

@@ -6,17 +6,17 @@ all-reduce of one small int64 vector sums the proposals, and every rank decodes 
 :class:`Control`. So every decision (stop, repartition, switch placement, checkpoint) is taken by
 every rank at the same step, without a message of its own.
 
-Wire format, ``11 + 4 * world`` int64 values summed over ranks::
+Wire format, ``12 + 4 * world`` int64 values summed over ranks::
 
     0 stop | 1 repartition | 2 ready | 3 checkpoint | 4 diverged | 5 publish   (flags)
     6 records | 7 rows not held | 8 samples trained         (the previous step, summed)
-    9 bytes a placement changes (embedding path, window, placement, migration), sent since
-      the previous control round | 10 rows the previous step's batches fetch under hash
+    9 embedding-path bytes | 10 the loop's window, placement and migration bytes (sent since
+      the previous control round) | 11 rows the previous step's batches fetch under hash
                                                         (summed; --placement auto)
-    11 + r            window words rank r sends to rank 0 now (its packed samples)
-    11 + world + r    samples rank r trained in the previous step
-    11 + 2 world + r  rows rank r owns
-    11 + 3 world + r  newest Kafka append time (ms) rank r read in the previous step, -1 none
+    12 + r            window words rank r sends to rank 0 now (its packed samples)
+    12 + world + r    samples rank r trained in the previous step
+    12 + 2 world + r  rows rank r owns
+    12 + 3 world + r  newest Kafka append time (ms) rank r read in the previous step, -1 none
 
 :func:`encode` and :func:`decode` are pure; :func:`agree` is the collective.
 """
@@ -33,7 +33,7 @@ from trainer.dist import Comm
 __all__ = ["Control", "Proposal", "agree", "decode", "encode", "width"]
 
 _FLAGS = 6
-_SUMS = 5
+_SUMS = 6
 _PER_RANK = 4
 
 
@@ -51,8 +51,9 @@ class Proposal:
         records: Records this rank read in the previous step.
         rows_not_held: Rows it neither owned nor held fresh in the previous step.
         samples: Samples it trained in the previous step.
-        placed_bytes: Bytes it sent since the previous control round on the embedding path and
-            for the loop's window, placement and migration (what a placement changes).
+        embedding_bytes: Bytes it sent on the embedding path since the previous control round.
+        loop_bytes: Bytes it sent meanwhile for the loop's window, placements and migrations
+            (with the embedding path's, what a placement changes).
         hash_rows: Rows its batch of the previous step fetches under the hash placement (those
             it uses and does not own by hash), for ``--placement auto``.
         window: int64 words of window samples it sends to rank 0 now.
@@ -70,7 +71,8 @@ class Proposal:
     records: int = 0
     rows_not_held: int = 0
     samples: int = 0
-    placed_bytes: int = 0
+    embedding_bytes: int = 0
+    loop_bytes: int = 0
     hash_rows: int = 0
     window: int = 0
     rows_owned: int = 0
@@ -90,7 +92,8 @@ class Control:
     records: int = 0
     rows_not_held: int = 0
     samples: int = 0
-    placed_bytes: int = 0
+    embedding_bytes: int = 0
+    loop_bytes: int = 0
     hash_rows: int = 0
     window_words: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     trained: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -122,8 +125,8 @@ def encode(p: Proposal, rank: int, world: int) -> np.ndarray:
     """Rank ``rank``'s proposal as its addend of the control vector."""
     v = np.zeros(width(world), np.int64)
     v[:_FLAGS] = [p.stop, p.repartition, p.ready, p.checkpoint, p.diverged, p.publish]
-    v[_FLAGS:_FLAGS + _SUMS] = [p.records, p.rows_not_held, p.samples, p.placed_bytes,
-                                p.hash_rows]
+    v[_FLAGS:_FLAGS + _SUMS] = [p.records, p.rows_not_held, p.samples, p.embedding_bytes,
+                                p.loop_bytes, p.hash_rows]
     base = _FLAGS + _SUMS
     v[base + rank] = p.window
     v[base + world + rank] = p.samples
@@ -141,7 +144,7 @@ def decode(v: np.ndarray, world: int) -> Control:
     return Control(stop=bool(v[0]), repartition=bool(v[1]), ready=bool(v[2]),
                    checkpoint=bool(v[3]), diverged=bool(v[4]), publish=bool(v[5]),
                    records=int(v[6]), rows_not_held=int(v[7]), samples=int(v[8]),
-                   placed_bytes=int(v[9]), hash_rows=int(v[10]),
+                   embedding_bytes=int(v[9]), loop_bytes=int(v[10]), hash_rows=int(v[11]),
                    window_words=v[base:base + world].copy(),
                    trained=v[base + world:base + 2 * world].copy(),
                    rows_owned=v[base + 2 * world:base + 3 * world].copy(),

@@ -60,7 +60,8 @@ log = logging.getLogger(__name__)
 _PUBLISH_EVERY = 10
 # The traffic a placement changes (what --placement auto compares): the embedding path and the
 # loop's own window, placement and migration traffic; not the dense all-reduce or the control.
-_PLACED_KINDS = [KINDS.index(k) for k in (*EMBEDDING_KINDS, "window", "placement", "migrate")]
+_EMBEDDING = [KINDS.index(k) for k in EMBEDDING_KINDS]
+_LOOP = [KINDS.index(k) for k in ("window", "placement", "migrate")]
 
 
 class Diverged(RuntimeError):
@@ -168,7 +169,8 @@ class OnlineLoop:
             publish=self.rank == 0 and self.publisher.due(),
             diverged=self._last.diverged, records=self._last.records, rows_not_held=self._last.rows_not_held,
             samples=self._last.samples, window=self.window.outgoing,
-            placed_bytes=int(delta[_PLACED_KINDS].sum()), hash_rows=self._last.hash_rows,
+            embedding_bytes=int(delta[_EMBEDDING].sum()), loop_bytes=int(delta[_LOOP].sum()),
+            hash_rows=self._last.hash_rows,
             rows_owned=len(self.trainer.store), newest_ms=self._last.newest_ms))
         self.publisher.observe(ctl.newest_ms)
         self.stats.sample_imbalance = ctl.sample_imbalance or self.stats.sample_imbalance
@@ -185,8 +187,9 @@ class OnlineLoop:
         if self.auto is not None:
             # A placement about to be received counts as a migration: no decision this round.
             self._auto_says = self.auto.observe(
-                records=self.records, samples=ctl.samples, placed_bytes=ctl.placed_bytes,
-                hash_rows=ctl.hash_rows, migrating=migrating or ctl.ready)
+                records=self.records, samples=ctl.samples, embedding_bytes=ctl.embedding_bytes,
+                loop_bytes=ctl.loop_bytes, hash_rows=ctl.hash_rows,
+                migrating=migrating or ctl.ready)
             self._auto_report()
         return ctl
 
