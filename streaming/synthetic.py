@@ -182,7 +182,8 @@ class SyntheticStream:
         else:
             sizes = np.round(np.geomspace(c.vocab_min, c.vocab_max, c.n_sparse)).astype(np.int64)
             # Sorted and distinct, unless that merged equal sizes: then all of them, in order.
-            self.vocab = np.unique(sizes) if np.unique(sizes).size == c.n_sparse else sizes
+            distinct = np.unique(sizes)
+            self.vocab = distinct if distinct.size == c.n_sparse else sizes
         # Inverse-CDF tables of each field's global Zipf over its vocabulary.
         self._cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab]
         self._cdf_all = np.concatenate([f + cdf for f, cdf in enumerate(self._cdf)])

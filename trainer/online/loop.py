@@ -140,8 +140,7 @@ class OnlineLoop:
             interval = config.repartition
             self.auto = AutoPlacement(interval.count or config.window, config.auto_margin,
                                       graph=trainer.placement.ids.size > 0, records=records)
-            if train.route == "auto":
-                trainer.routes = self.auto.routes
+            self._auto_routes()
         self._auto_says: str | None = None
         self._auto_reported = 0
         self._sent = comm.traffic.sent.copy()

@@ -105,14 +105,19 @@ def read_all(spec: KafkaSpec) -> tuple[ClickBatch, KafkaShard]:
     return ClickBatch.concat(got), shard
 
 
+def fill_and_read(kafka, topic: str, prefetch: int, **spec):
+    """Produce the test's records to ``topic`` and read them all as one rank (``spec``: more
+    KafkaSpec settings)."""
+    fill(kafka, topic)
+    return read_all(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), poll_s=0.05,
+                              prefetch_records=prefetch, **spec))
+
+
 @pytest.mark.broker
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("prefetch", [65536, 0], ids=["fetch-thread", "same-thread"])
 def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, unique, prefetch):
-    topic = unique("event-time")
-    fill(kafka, topic)
-    out, shard = read_all(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=2.0,
-                                    poll_s=0.05, prefetch_records=prefetch))
+    out, shard = fill_and_read(kafka, unique("event-time"), prefetch, idle_s=2.0)
     assert len(out) == COUNT
     k = np.stack([out.timestamps_ms, out.offsets, out.partitions.astype(np.int64)], 1)
     # Append order: the producer's message i went to partition i % 4 at offset i // 4.
@@ -126,10 +131,7 @@ def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, un
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("prefetch", [65536, 0], ids=["fetch-thread", "same-thread"])
 def test_passes_replay_the_range_the_first_pass_read_each_time_in_order(kafka, unique, prefetch):
-    topic = unique("passes")
-    fill(kafka, topic)
-    out, shard = read_all(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=""), idle_s=1.5,
-                                    poll_s=0.05, prefetch_records=prefetch, passes=3))
+    out, shard = fill_and_read(kafka, unique("passes"), prefetch, idle_s=1.5, passes=3)
     assert len(out) == 3 * COUNT and shard.passes_done == 2
     message = out.offsets * 4 + out.partitions
     first = message[:COUNT]
