@@ -28,10 +28,13 @@ workers, 9.93 at 8).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from partitioner.assemble import build_placement, match_labels
-from partitioner.graph import CompactWindow, compact, per_worker_counts, soft_batches
+from partitioner.graph import CompactWindow, compact, per_worker_counts
+from partitioner.greedy import alternate, edge_cost
 from partitioner.metis import bipartite_parts
 from partitioner.types import PartitionConfig, Placement, WindowGraph
 
@@ -45,6 +48,11 @@ def metis_owners(cw: CompactWindow, config: PartitionConfig, nparts: int | None 
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Partition the window's bipartite graph and derive an owner for every placeable id.
 
+    A graph of more than ``config.metis_edges`` edges is cut first: METIS partitions a uniform
+    sample of the samples (seeded) with the ids that sample uses twice or more, and one
+    alternating pass over the whole window (``partitioner.greedy``) then routes every sample
+    and decides every placeable id, those METIS saw included.
+
     Args:
         cw: The compacted window.
         config: Partitioner settings.
@@ -52,23 +60,53 @@ def metis_owners(cw: CompactWindow, config: PartitionConfig, nparts: int | None 
 
     Returns:
         (part of each sample, part of each compact id with -1 for ids below ``min_count``,
-        bool mask of the ids that were in the graph).
+        bool mask of the placeable ids: eligible and not hubs).
     """
     parts = nparts or config.num_workers
     steps = max(cw.num_samples / config.global_batch, 1.0)
     eligible = cw.degree >= config.min_count
     in_graph = eligible & (cw.degree <= config.hub_per_step * steps)
-    whole = soft_batches(cw.degree, cw.num_samples, config.global_batch)
-    weight = np.maximum(1, np.round(_EDGE_SCALE * whole / np.maximum(cw.degree, 1.0)))
-    sample_part, id_part = bipartite_parts(
-        cw, in_graph, parts, id_edge_weight=weight.astype(np.int64),
-        ufactor=int(round(1000 * config.epsilon)), seed=config.seed)
+    edges = int(np.count_nonzero(in_graph[cw.entry_id]))
+    cap = config.metis_edges
+    if cap and edges > cap and cw.num_samples > 2 * parts:
+        sample_part, id_part = _sampled_metis(cw, in_graph, parts, cap / edges, config)
+        cfg = config if parts == config.num_workers else replace(config, num_workers=parts)
+        owner, worker = alternate(cw, np.maximum(id_part, 0), in_graph, cfg, known=id_part >= 0)
+        id_part = np.where(in_graph, owner, -1).astype(np.int64)
+        sample_part = worker
+    else:
+        weight = np.maximum(1, np.round(_EDGE_SCALE * edge_cost(
+            cw.degree, cw.num_samples, config.global_batch)))
+        sample_part, id_part = bipartite_parts(
+            cw, in_graph, parts, id_edge_weight=weight.astype(np.int64),
+            ufactor=int(round(1000 * config.epsilon)), seed=config.seed)
     # Eligible ids outside the graph (hubs) go to the part whose samples use them most.
     rest = eligible & ~in_graph
     if rest.any():
         counts = per_worker_counts(cw, sample_part.astype(np.int64), parts)
         id_part[rest] = np.argmax(counts[rest], axis=1)
     return sample_part, id_part, in_graph
+
+
+def _sampled_metis(cw: CompactWindow, in_graph: np.ndarray, parts: int, fraction: float,
+                   config: PartitionConfig) -> tuple[np.ndarray, np.ndarray]:
+    """METIS on a uniform ``fraction`` of the samples and the graph ids they use twice or more.
+
+    Degrees, hubs and edge weights are the sample's own (its steps are fewer). Returns
+    ``bipartite_parts``' answer: -1 for the samples and ids left out.
+    """
+    rng = np.random.default_rng(config.seed)
+    chosen = rng.random(cw.num_samples) < fraction
+    picked = int(chosen.sum())
+    entry_in = chosen[cw.entry_sample]
+    degree = np.bincount(cw.entry_id[entry_in], minlength=cw.num_ids).astype(np.float64)
+    steps = max(picked / config.global_batch, 1.0)
+    keep = in_graph & (degree >= 2) & (degree <= config.hub_per_step * steps)
+    weight = np.maximum(1, np.round(_EDGE_SCALE * edge_cost(degree, picked,
+                                                            config.global_batch)))
+    return bipartite_parts(cw, keep, parts, id_edge_weight=weight.astype(np.int64),
+                           ufactor=int(round(1000 * config.epsilon)), seed=config.seed,
+                           sample_mask=chosen)
 
 
 class FullPartitioner:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from partitioner.routing import assign_with_capacity, capacity
 from partitioner.types import WindowGraph
@@ -15,6 +16,8 @@ from partitioner.types import WindowGraph
 __all__ = [
     "CompactWindow",
     "compact",
+    "dense_numbering",
+    "pair_key",
     "local_counts_compact",
     "per_worker_counts",
     "route_compact",
@@ -51,11 +54,48 @@ class CompactWindow:
         return int(self.ids.size)
 
 
+def dense_numbering(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` by hashing instead of sorting every entry.
+
+    Arrow's dictionary encoding numbers the distinct values in one hash pass; only the distinct
+    values are then sorted and the codes renumbered to their rank. On the 13M entries of a
+    500k x 26 window (276k distinct ids): 0.37 s against 3.1 s for ``np.unique``.
+    """
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if values.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    encoded = pa.array(values).dictionary_encode()
+    distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(distinct, kind="stable")
+    rank = np.empty(order.size, dtype=np.int32 if order.size < 2**31 else np.int64)
+    rank[order] = np.arange(order.size)
+    numbered = rank[codes]
+    del encoded, codes
+    # Arrow's allocator keeps freed blocks for reuse; hand the hash table's back now.
+    pa.default_memory_pool().release_unused()
+    return distinct[order], numbered
+
+
+def pair_key(row: np.ndarray, width: int, column: np.ndarray) -> np.ndarray:
+    """``row * width + column`` as int64 (entry arrays may be int32), for a ``bincount``."""
+    key = np.multiply(row, width, dtype=np.int64)
+    key += column
+    return key
+
+
 def compact(window: WindowGraph) -> CompactWindow:
-    """Renumber the window's ids densely and count their (weighted) accesses."""
-    ids, entry_id = np.unique(window.indices, return_inverse=True)
-    entry_id = entry_id.astype(np.int64, copy=False)
-    entry_sample = window.sample_of_entry()
+    """Renumber the window's ids densely and count their (weighted) accesses.
+
+    The entry arrays are int32 when the window's samples and ids fit (they are the bulk of a
+    partition's memory: 13M entries for 500k x 26); keys built from them go through
+    ``pair_key``.
+    """
+    ids, entry_id = dense_numbering(window.indices)
+    small = max(window.num_samples, ids.size) < np.iinfo(np.int32).max
+    index = np.int32 if small else np.int64
+    entry_id = entry_id.astype(index, copy=False)
+    entry_sample = np.repeat(np.arange(window.num_samples, dtype=index), np.diff(window.indptr))
     sample_weight = window.sample_weights()
     weights = None if window.weights is None else sample_weight[entry_sample]
     degree = np.bincount(entry_id, weights=weights, minlength=ids.size).astype(np.float64)
@@ -66,7 +106,7 @@ def compact(window: WindowGraph) -> CompactWindow:
 def per_worker_counts(cw: CompactWindow, worker_of_sample: np.ndarray,
                       num_workers: int) -> np.ndarray:
     """Weighted accesses of each id from each worker: float64 ``[G, num_workers]``."""
-    key = cw.entry_id * num_workers + worker_of_sample[cw.entry_sample]
+    key = pair_key(cw.entry_id, num_workers, worker_of_sample[cw.entry_sample])
     weights = None if bool(np.all(cw.sample_weight == 1.0)) else cw.sample_weight[cw.entry_sample]
     flat = np.bincount(key, weights=weights, minlength=cw.num_ids * num_workers)
     return flat.astype(np.float64, copy=False).reshape(cw.num_ids, num_workers)
@@ -99,7 +139,7 @@ def local_counts_compact(cw: CompactWindow, owner: np.ndarray, replica: np.ndarr
         num_workers: Number of workers.
     """
     n = num_workers
-    scores = np.bincount(cw.entry_sample * n + owner[cw.entry_id],
+    scores = np.bincount(pair_key(cw.entry_sample, n, owner[cw.entry_id]),
                          minlength=cw.num_samples * n).reshape(cw.num_samples, n)
     if replica is not None:
         hit = np.any(replica, axis=1)[cw.entry_id]

@@ -442,6 +442,11 @@ class PartitionConfig:
         hub_per_step: Ids used by more than this many samples per step are hubs: in every batch of
             every worker that uses them, so the cut cannot save them; they stay out of the METIS
             graph and are replicated or given to their heaviest user afterwards.
+        metis_edges: Most (sample, id) edges the full partition hands METIS (0: no cap). A
+            larger window's graph is cut to a uniform sample of its samples and the rows the
+            sample misses are placed by an alternating greedy pass over the whole window
+            (``partitioner.greedy``): METIS's time grows with its edges and was 12 of the 16 s
+            of a 500k x 26 window's partition.
         seed: Seed for METIS and every tie-break.
         rounds: Refinement rounds of the incremental partitioner.
         migration_cost: Fetches (in soft batches over the window) a move must save to be made;
@@ -458,6 +463,7 @@ class PartitionConfig:
     replica_basis: ReplicaBasis = "touched"
     min_count: int = 2
     hub_per_step: float = 20.0
+    metis_edges: int = 1_250_000
     seed: int = 0
     rounds: int = 3
     migration_cost: float = 1.0
@@ -469,6 +475,8 @@ class PartitionConfig:
         if self.epsilon < 0 or not 0 <= self.replica_fraction <= 1:
             raise ValueError("epsilon must be >= 0 and replica_fraction in [0, 1]")
         check_replica_basis(self.replica_basis)
+        if self.metis_edges < 0:
+            raise ValueError("metis_edges must be >= 0 (0: no cap)")
         if self.min_count < 1 or self.max_move_fraction < 0 or self.migration_cost < 0:
             raise ValueError("min_count >= 1, max_move_fraction >= 0, migration_cost >= 0")
 
@@ -506,6 +514,9 @@ class PassReport:
     group_balance: int = 0
     refine: int = 0
     row_balance: int = 0
+    #: The pass's placement fetched more on the samples it looked at than the current one
+    #: (by the soft count), so the current placement was kept and nothing moved.
+    kept_current: bool = False
 
     def moves_by_step(self) -> dict[str, int]:
         """Rows moved by each step, keyed by :attr:`STEPS`."""
@@ -518,6 +529,9 @@ class PassReport:
 
     def describe(self) -> str:
         """One line for a log: the moves by step, against the budget."""
+        if self.kept_current:
+            return (f"pass over {self.new_samples} new samples kept the current placement "
+                    f"(its own would fetch more)")
         return (f"{self.moved} row move(s) over {self.new_samples} new samples: regroup "
                 f"{self.regroup}, group balance {self.group_balance}, refine {self.refine} "
                 f"(budget {self.budget}), row balance {self.row_balance} (outside the budget)")
