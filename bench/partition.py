@@ -53,6 +53,10 @@ Protocol (one run, every strategy on the same records):
   ``static`` is METIS and replicas alone. JSON rows carry ``replica_basis`` and the mean
   ``replicas_per_worker``, the summary ``"protocol": "offline"``.
 
+Every row carries ``seconds`` (offline: the strategy's partitioning time; rolling: the mean
+repartition) and ``peak_mem_mb``, the process's peak resident memory during its partitions
+(Linux's high-water mark, reset before each; the records and the window are resident too).
+
 The last line printed is the JSON summary ``{"bench": "partition", "rows": [...]}``.
 """
 
@@ -63,6 +67,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -98,12 +103,35 @@ class _Track:
     imbalance: list[float] = field(default_factory=list)
     migrated: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    peak_mb: list[float] = field(default_factory=list)
     initial_rows: int = 0
     initial_seconds: float = 0.0
     # Incremental only: row moves of its passes by step (PassReport), summed over the periods.
     pass_moves: dict[str, int] = field(default_factory=dict)
     # Remote rows whose id the window had never seen, had seen in one sample, in more.
     seen_classes: np.ndarray = field(default_factory=lambda: np.zeros(3, dtype=np.int64))
+
+
+_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
+
+def _reset_peak() -> None:
+    """Start a new peak-memory reading (Linux: the kernel's resident-set high-water mark)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_mb() -> float | None:
+    """The process's peak resident memory since ``_reset_peak``, in MiB (None off Linux)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,9 +286,13 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
                 migrated = plan_diff(old, new, args.row_bytes).rows_moved
                 current[name] = new
             elif name in partitioners and (t == 0 or name != "static"):
+                _reset_peak()
                 began = time.perf_counter()
                 new = partitioners[name].partition(window, None if t == 0 else old)
                 seconds = time.perf_counter() - began
+                peak = _peak_mb()
+                if peak is not None:
+                    tracks[name].peak_mb.append(peak)
                 report = getattr(partitioners[name], "last_pass", None)
                 if report is not None:
                     counts = {"budget": report.budget, **report.moves_by_step()}
@@ -324,6 +356,10 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
             "imbalance": round(max(tr.imbalance), 4),
             "initial_rows_migrated": int(init_rows),
             "initial_seconds": round(init_sec, 3),
+            # Seconds a repartition takes on average, and the process's peak memory during
+            # any of them (the window and the records scored are resident throughout).
+            "seconds": round(sum(tr.seconds) / max(len(tr.seconds), 1), 3),
+            "peak_mem_mb": max(tr.peak_mb) if tr.peak_mb else None,
         }
         # What the window knew of the remote rows' ids: rows no placement built from it could
         # hold (ids it never saw), and ids it saw in a single sample.
@@ -349,7 +385,8 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
 
 def _offline_row(ids: np.ndarray, placement: Placement, graph: WindowGraph,
                  args: argparse.Namespace, strategy: str, basis: str, hash_rate: float,
-                 seconds: float, label: str = "") -> dict[str, object]:
+                 seconds: float, label: str = "", peak: float | None = None
+                 ) -> dict[str, object]:
     """Score an offline placement on its own records, print its line and return its row."""
     remote, samples, step_imb, _ = _score(ids, placement, args.global_batch,
                                           split_in_order=False, rounds=args.route_rounds)
@@ -357,12 +394,14 @@ def _offline_row(ids: np.ndarray, placement: Placement, graph: WindowGraph,
     imb = max(step_imb, row_imbalance(placement, graph.indices))
     copies = int(placement.replica_counts().mean())
     n = placement.num_workers
+    peak_text = "-" if peak is None else f"{peak:.0f}"
     print(f"{n:>7} {strategy:>11} {basis:>9} {copies:>15} {rate:9.3f} "
-          f"{100 * (1 - rate / hash_rate):7.1f}% {imb:9.3f} {seconds:8.1f}  {label}", flush=True)
+          f"{100 * (1 - rate / hash_rate):7.1f}% {imb:9.3f} {seconds:8.1f} {peak_text:>8}  "
+          f"{label}", flush=True)
     return {"workers": n, "strategy": strategy, "replica_basis": basis,
             "remote_rows_per_sample": round(rate, 4),
             "reduction_vs_hash": round(1.0 - rate / hash_rate, 4), "imbalance": round(imb, 4),
-            "seconds": round(seconds, 3), "replicas_per_worker": copies}
+            "seconds": round(seconds, 3), "replicas_per_worker": copies, "peak_mem_mb": peak}
 
 
 def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object]]:
@@ -370,35 +409,42 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
     graph = WindowGraph.from_dense(ids)
     rows: list[dict[str, object]] = []
     print(f"{'workers':>7} {'strategy':>11} {'budget of':>9} {'mean replicas':>15} "
-          f"{'rr/sample':>9} {'vs hash':>8} {'imbalance':>9} {'seconds':>8}")
+          f"{'rr/sample':>9} {'vs hash':>8} {'imbalance':>9} {'seconds':>8} {'peak MB':>8}")
     for n in args.worker_counts:
         hashed = Placement.hash(n)
         remote, samples, _, _ = _score(ids, hashed, args.global_batch, split_in_order=True)
         hash_rate = remote / samples
         rows.append({"workers": n, "strategy": "hash", "replica_basis": None,
                      "remote_rows_per_sample": round(hash_rate, 4), "reduction_vs_hash": 0.0,
-                     "imbalance": 1.0, "seconds": 0.0, "replicas_per_worker": 0})
+                     "imbalance": 1.0, "seconds": 0.0, "replicas_per_worker": 0,
+                     "peak_mem_mb": None})
         print(f"{n:>7} {'hash':>11} {'-':>9} {0:>15} {hash_rate:9.3f} {0.0:7.1f}% "
               f"{1.0:9.3f} {0.0:8.1f}", flush=True)
         for basis in REPLICA_BASES:
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
                                      seed=args.seed, min_count=1,
                                      replica_fraction=args.replica_fraction, replica_basis=basis)
+            _reset_peak()
             began = time.perf_counter()
             placement = FullPartitioner(config).partition(graph, None)
             seconds = time.perf_counter() - began
             rows.append(_offline_row(ids, placement, graph, args, "static", basis, hash_rate,
-                                     seconds))
+                                     seconds, peak=_peak_mb()))
             refiner = IncrementalPartitioner(config, recent_fraction=1.0)
             moved, seconds = 0, 0.0
+            peaks: list[float] = []
             for done in range(1, args.offline_passes + 1):
+                _reset_peak()
                 began = time.perf_counter()
                 repaired = refiner.partition(graph, placement)
                 seconds += time.perf_counter() - began
+                peak = _peak_mb()
+                peaks += [] if peak is None else [peak]
                 moved += plan_diff(placement, repaired, args.row_bytes).rows_moved
                 placement = repaired
                 row = _offline_row(ids, placement, graph, args, "incremental", basis, hash_rate,
-                                   seconds, label=f"pass {done}")
+                                   seconds, label=f"pass {done}",
+                                   peak=max(peaks) if peaks else None)
             if args.offline_passes:
                 row.update(passes=args.offline_passes, rows_migrated=moved)
                 rows.append(row)
