@@ -431,22 +431,24 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
             rows.append(_offline_row(ids, placement, graph, args, "static", basis, hash_rate,
                                      seconds, peak=_peak_mb()))
             refiner = IncrementalPartitioner(config, recent_fraction=1.0)
-            moved, seconds = 0, 0.0
+            moved, kept, seconds = 0, 0, 0.0
             peaks: list[float] = []
             for done in range(1, args.offline_passes + 1):
                 _reset_peak()
                 began = time.perf_counter()
                 repaired = refiner.partition(graph, placement)
                 seconds += time.perf_counter() - began
+                held = refiner.last_pass is not None and refiner.last_pass.kept_current
+                kept += int(held)
                 peak = _peak_mb()
                 peaks += [] if peak is None else [peak]
                 moved += plan_diff(placement, repaired, args.row_bytes).rows_moved
                 placement = repaired
                 row = _offline_row(ids, placement, graph, args, "incremental", basis, hash_rate,
-                                   seconds, label=f"pass {done}",
+                                   seconds, label=f"pass {done}" + (" kept" if held else ""),
                                    peak=max(peaks) if peaks else None)
             if args.offline_passes:
-                row.update(passes=args.offline_passes, rows_migrated=moved)
+                row.update(passes=args.offline_passes, rows_migrated=moved, kept_passes=kept)
                 rows.append(row)
     return rows
 
