@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.graph import CompactWindow, pair_key, soft_batches
+from partitioner.graph import CompactWindow, per_worker_counts, sample_scores, soft_batches
 from partitioner.routing import assign_with_capacity, capacity
 from partitioner.types import PartitionConfig
 
@@ -55,23 +55,19 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
     """
     n = config.num_workers
     owner = owner.astype(np.int64, copy=True)
-    use = placeable[cw.entry_id]
-    samples, rows = cw.entry_sample[use], cw.entry_id[use]
-    cost = edge_cost(cw.degree, cw.num_samples, config.global_batch)[rows]
-    weight = None
-    if not bool(np.all(cw.sample_weight == 1.0)):
-        weight = cw.sample_weight[samples]
-        cost = cost * weight
+    # Ids that may not move weigh nothing in the routing: a zero cost drops their entries.
+    cost = edge_cost(cw.degree, cw.num_samples, config.global_batch) * placeable
+    weighted = not bool(np.all(cw.sample_weight == 1.0))
     cap = capacity(cw.num_samples, n, config.epsilon)
     worker = np.zeros(cw.num_samples, dtype=np.int64)
-    first = cost if known is None else cost * known[rows]
+    first = cost if known is None else cost * known
     for done in range(max(passes, 1)):
-        held = np.bincount(pair_key(samples, n, owner[rows]), weights=first if done == 0 else cost,
-                           minlength=cw.num_samples * n).reshape(cw.num_samples, n)
+        held = sample_scores(cw, owner, n, weight_of_id=first if done == 0 else cost)
+        if weighted:
+            held *= cw.sample_weight[:, None]
         worker = assign_with_capacity(held, cap).astype(np.int64)
-        counts = np.bincount(pair_key(rows, n, worker[samples]), weights=weight,
-                             minlength=cw.num_ids * n)
-        counts = counts.reshape(cw.num_ids, n).astype(np.float64)
+        del held
+        counts = per_worker_counts(cw, worker, n)
         loads = np.bincount(worker, minlength=n)
         fetched = soft_batches(counts, float(loads.mean()), config.batch_per_worker)
         best = np.argmax(fetched, axis=1)
