@@ -175,6 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="batch-aware routing: rounds of moves after routing each global "
                              "batch (partitioner.batch_routing; 0: the trainer's default "
                              "routing alone)")
+    parser.add_argument("--scale", action="store_true",
+                        help="the scale curve instead (bench/partition_scale.py): full and "
+                             "incremental seconds, peak memory and remote rows per sample for "
+                             "windows of --scale-windows samples")
+    parser.add_argument("--scale-windows", default="200000,1000000,4000000",
+                        help="comma-separated window sizes of the scale curve (--scale only)")
+    parser.add_argument("--scale-passes", type=int, default=3,
+                        help="incremental passes per window, each after --period-records new "
+                             "records (--scale only)")
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers "
                              "(--offline: 100k records)")
@@ -187,9 +196,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.offline and (args.oracle or args.replica_basis != "touched"):
         parser.error("--offline runs both replica bases itself and has no oracle")
+    if args.scale and (args.offline or args.oracle):
+        parser.error("--scale is a protocol of its own: not with --offline or --oracle")
     if args.quick:
         args.window, args.period_records, args.periods = 50_000, 25_000, 4
         args.records = min(args.records, 100_000)
+        if args.scale:
+            args.scale_windows, args.scale_passes = "50000,200000", 2
     if args.records < 1 or not 0 <= args.replica_fraction <= 1:
         parser.error("--records must be positive and --replica-fraction in [0, 1]")
     if args.offline_passes < 0 or args.route_rounds < 0:
@@ -198,6 +211,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--oracle reads the segments the user_item shape does not have")
     if args.periods < 1 or args.window < 1 or args.period_records < 1:
         parser.error("--periods, --window and --period-records must be positive")
+    try:
+        args.scale_windows = [int(x) for x in str(args.scale_windows).split(",") if x.strip()]
+    except ValueError:
+        parser.error("--scale-windows takes comma-separated integers")
+    if args.scale and (not args.scale_windows or min(args.scale_windows) < 1
+                       or args.scale_passes < 0):
+        parser.error("--scale-windows must be positive sizes and --scale-passes >= 0")
     args.worker_counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
     return args
 
@@ -430,7 +450,7 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
             seconds = time.perf_counter() - began
             rows.append(_offline_row(ids, placement, graph, args, "static", basis, hash_rate,
                                      seconds, peak=_peak_mb()))
-            refiner = IncrementalPartitioner(config, recent_fraction=1.0)
+            refiner = IncrementalPartitioner(config, recent_fraction=1.0, recent_cap=None)
             moved, kept, seconds = 0, 0, 0.0
             peaks: list[float] = []
             for done in range(1, args.offline_passes + 1):
@@ -461,6 +481,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:  # the generator is part of this project; say what is missing
         print(f"bench partition needs streaming.synthetic: {exc}", file=sys.stderr)
         return 2
+    if args.scale:
+        from bench.partition_scale import run as run_scale
+
+        print(json.dumps({"bench": "partition", "protocol": "scale", "shape": args.shape,
+                          "period_records": args.period_records,
+                          "replica_fraction": args.replica_fraction,
+                          "replica_basis": args.replica_basis, "rows": run_scale(args)}))
+        return 0
     if args.offline:
         # Drift off: no record of the run comes after a drift event.
         static = SyntheticConfig(seed=args.seed, shape=args.shape, drift_every=args.records + 1)
