@@ -102,3 +102,31 @@ def test_remote_rows_are_classed_by_what_the_window_saw_of_their_ids() -> None:
     # 9 and 4 unseen, 5 seen once, 7 and 8 seen more.
     assert _seen_classes(np.array([4, 5, 7, 8, 9]), window_ids, counts).tolist() == [2, 1, 2]
     assert _seen_classes(np.array([4, 5]), window_ids[:0], counts[:0]).tolist() == [2, 0, 0]
+
+
+def test_scale_curve_reports_full_and_incremental_for_every_window(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--scale", "--workers", "2", "--scale-windows", "20000,60000",
+                 "--scale-passes", "2", "--period-records", "5000", "--global-batch", "1024"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["protocol"] == "scale"
+    rows = {(r["strategy"], r["window"]): r for r in summary["rows"]}
+    assert set(rows) == {(s, w) for s in ("full", "incremental") for w in (20000, 60000)}
+    for (strategy, window), row in rows.items():
+        assert row["edges"] == 26 * window and row["seconds"] > 0
+        assert row["peak_mem_mb"] is None or row["peak_mem_mb"] > 0
+        # Scored on the records after the window: better than hash on the same records.
+        assert row["remote_rows_per_sample"] < row["hash_remote_rows_per_sample"]
+        if strategy == "incremental":
+            # A pass looks at the new samples or the least share of the window, if more.
+            assert row["new_samples"] == max(5000, window // 4)
+            assert len(row["pass_seconds"]) == 2
+            assert row["seconds_per_1k_new"] == pytest.approx(
+                1000 * row["seconds"] / row["new_samples"], rel=1e-2, abs=1e-3)
+
+
+def test_scale_refuses_the_other_protocols() -> None:
+    for extra in (["--offline"], ["--oracle"], ["--scale-windows", "0"]):
+        with pytest.raises(SystemExit):
+            main(["--scale", *extra])
