@@ -157,17 +157,20 @@ def build_placement(cw: CompactWindow, owner: np.ndarray, current: Placement | N
     balanced = balance_rows(owner, affinity, eligible, n, config.epsilon, fixed_rows)
     # Replicas are chosen against the routing the trainer will see without them.
     routed = first_route
+    routed_counts: np.ndarray | None = counts
     if not np.array_equal(balanced, owner):
         routed = route_compact(cw, balanced, None, n, config.epsilon)
+        routed_counts = None
     owner = balanced
     if config.replica_basis == "window":
         rows = cw.num_ids if window_rows is None else window_rows
         replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction,
-                                   config.batch_per_worker, budget_rows=rows)
+                                   config.batch_per_worker, budget_rows=rows,
+                                   counts=routed_counts)
     else:
         scale = 1.0 if window_rows is None else window_rows / max(cw.num_ids, 1)
         replicas = choose_replicas(cw, owner, routed, n, config.replica_fraction * scale,
-                                   config.batch_per_worker)
+                                   config.batch_per_worker, counts=routed_counts)
 
     window_ids = cw.ids
     keep = owner != default_owner(window_ids, n)

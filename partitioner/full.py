@@ -71,10 +71,12 @@ def metis_owners(cw: CompactWindow, config: PartitionConfig, nparts: int | None 
     if cap and edges > cap and cw.num_samples > 2 * parts:
         sample_part, id_part = _sampled_metis(cw, in_graph, parts, cap / edges, config)
         cfg = config if parts == config.num_workers else replace(config, num_workers=parts)
-        owner, worker = alternate(cw, np.maximum(id_part, 0), in_graph, cfg, known=id_part >= 0)
+        owner, worker, counts = alternate(cw, np.maximum(id_part, 0), in_graph, cfg,
+                                          known=id_part >= 0)
         id_part = np.where(in_graph, owner, -1).astype(np.int64)
         sample_part = worker
     else:
+        counts = None
         weight = np.maximum(1, np.round(_EDGE_SCALE * edge_cost(
             cw.degree, cw.num_samples, config.global_batch)))
         sample_part, id_part = bipartite_parts(
@@ -83,7 +85,8 @@ def metis_owners(cw: CompactWindow, config: PartitionConfig, nparts: int | None 
     # Eligible ids outside the graph (hubs) go to the part whose samples use them most.
     rest = eligible & ~in_graph
     if rest.any():
-        counts = per_worker_counts(cw, sample_part.astype(np.int64), parts)
+        if counts is None:
+            counts = per_worker_counts(cw, sample_part.astype(np.int64), parts)
         id_part[rest] = np.argmax(counts[rest], axis=1)
     return sample_part, id_part, in_graph
 

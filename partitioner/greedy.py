@@ -36,7 +36,7 @@ def edge_cost(degree: np.ndarray, num_samples: int, global_batch: int) -> np.nda
 
 def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
               config: PartitionConfig, passes: int = 1, known: np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run ``passes`` alternating passes (see the module docstring).
 
     Args:
@@ -51,7 +51,8 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
             but do not pull samples before they are.
 
     Returns:
-        (int32 owner of each compact id, int64 worker of each sample after the last routing).
+        (int32 owner of each compact id, int64 worker of each sample after the last routing,
+        ``per_worker_counts`` for that routing).
     """
     n = config.num_workers
     owner = owner.astype(np.int64, copy=True)
@@ -60,6 +61,7 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
     weighted = not bool(np.all(cw.sample_weight == 1.0))
     cap = capacity(cw.num_samples, n, config.epsilon)
     worker = np.zeros(cw.num_samples, dtype=np.int64)
+    counts = np.zeros((cw.num_ids, n))
     first = cost if known is None else cost * known
     for done in range(max(passes, 1)):
         held = sample_scores(cw, owner, n, weight_of_id=first if done == 0 else cost)
@@ -72,4 +74,4 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
         fetched = soft_batches(counts, float(loads.mean()), config.batch_per_worker)
         best = np.argmax(fetched, axis=1)
         owner[placeable] = best[placeable]
-    return owner.astype(np.int32), worker
+    return owner.astype(np.int32), worker, counts

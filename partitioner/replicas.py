@@ -11,7 +11,8 @@ __all__ = ["choose_replicas"]
 
 def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: np.ndarray,
                     num_workers: int, fraction: float, batch_per_worker: float,
-                    budget_rows: int | None = None) -> tuple[np.ndarray, ...]:
+                    budget_rows: int | None = None,
+                    counts: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Per-worker replica sets under a budget of ``fraction`` of the rows each worker touches
     (or, with ``budget_rows``, of that many rows).
 
@@ -31,11 +32,14 @@ def choose_replicas(cw: CompactWindow, id_owner: np.ndarray, worker_of_sample: n
         budget_rows: Give every worker a budget of ``fraction * budget_rows`` copies instead
             (the rows of the whole access window: the same budget everywhere, as a cache sized
             against the embedding table would have).
+        counts: ``per_worker_counts(cw, worker_of_sample, num_workers)``, when the caller has
+            it already.
 
     Returns:
         One sorted int64 array of ids per worker.
     """
-    counts = per_worker_counts(cw, worker_of_sample, num_workers)
+    if counts is None:
+        counts = per_worker_counts(cw, worker_of_sample, num_workers)
     loads = np.bincount(worker_of_sample, weights=cw.sample_weight, minlength=num_workers)
     out = []
     for worker in range(num_workers):

@@ -109,7 +109,9 @@ def test_alternate_keeps_fixed_rows_and_balances_samples(
     cfg = config(3, global_batch=300)
     start = (cw.ids % 3).astype(np.int32)
     placeable = cw.degree >= 5
-    owner, worker = alternate(cw, start, placeable, cfg, passes=2)
+    owner, worker, counts = alternate(cw, start, placeable, cfg, passes=2)
+    np.testing.assert_array_equal(counts.sum(axis=1), cw.degree)
+    np.testing.assert_array_equal(np.argmax(counts, axis=1)[placeable], owner[placeable])
     np.testing.assert_array_equal(owner[~placeable], start[~placeable])
     assert np.bincount(worker, minlength=3).max() <= np.floor(1.05 * 1000)
 
