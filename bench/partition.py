@@ -154,9 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "community labels: a ceiling for placement quality, not a strategy")
     parser.add_argument("--replica-fraction", type=float, default=0.01,
                         help="replica budget per worker (default 1%%)")
-    parser.add_argument("--replica-basis", choices=REPLICA_BASES, default="touched",
-                        help="what the budget is a fraction of: the rows a worker's samples "
-                             "touch (default) or all the window's rows")
+    parser.add_argument("--replica-basis", choices=REPLICA_BASES, default=None,
+                        help="what the budget is a fraction of: all the window's rows "
+                             "(default, HET-GMP's count) or the rows a worker's samples touch")
     parser.add_argument("--offline", action="store_true",
                         help="HET-GMP's protocol instead: one partition of a static stream, "
                              "scored on the records it was computed from, with the budget "
@@ -194,10 +194,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.offline and (args.oracle or args.replica_basis != "touched"):
+    if args.offline and (args.oracle or args.replica_basis is not None):
         parser.error("--offline runs both replica bases itself and has no oracle")
     if args.scale and (args.offline or args.oracle):
         parser.error("--scale is a protocol of its own: not with --offline or --oracle")
+    args.replica_basis = args.replica_basis or PartitionConfig.replica_basis
     if args.quick:
         args.window, args.period_records, args.periods = 50_000, 25_000, 4
         args.records = min(args.records, 100_000)

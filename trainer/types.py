@@ -148,9 +148,10 @@ class TrainConfig:
                   "--replica-basis"},
     )
     replica_basis: ReplicaBasis = field(
-        default="touched",
-        metadata={"help": "what --replica-fraction counts: the rows a rank's samples use, or "
-                  "all the rows of the access window (a cache sized against the table)"},
+        default="window",
+        metadata={"help": "what --replica-fraction counts: all the rows of the access window "
+                  "(HET-GMP's count, a cache sized against the table), or the rows a rank's "
+                  "samples use (touched: fewer copies)"},
     )
     dense_optimizer: Literal["adam", "adagrad", "sgd"] = field(
         default="adam", metadata={"help": "optimizer of the dense (MLP) parameters"}

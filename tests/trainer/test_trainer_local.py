@@ -84,11 +84,11 @@ def test_eviction_bounds_the_store_on_an_endless_stream() -> None:
 def test_the_replica_budget_basis_reaches_the_partitioner() -> None:
     ids = SyntheticStream(SyntheticConfig(seed=4)).feature_ids(0, 4000)
     distinct = np.unique(ids).size
-    touched = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02), seed=4)
-    table = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02, replica_basis="window"),
-                            seed=4)
-    # Counted against the whole window, every rank gets 2% of all its rows (it has more
-    # candidates than that); counted against its own rows, fewer.
+    table = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02), seed=4)
+    touched = graph_placement(ids, 2, TrainConfig(replica_fraction=0.02,
+                                                  replica_basis="touched"), seed=4)
+    # Counted against the whole window (the default), every rank gets 2% of all its rows (it
+    # has more candidates than that); counted against its own rows, fewer.
     assert table.replica_counts().tolist() == [int(0.02 * distinct)] * 2
     assert (touched.replica_counts() < table.replica_counts()).all()
 
