@@ -155,3 +155,32 @@ def test_peak_memory_of_a_full_partition_is_bounded() -> None:
     FullPartitioner(config).partition(window, None)
     rise = field("VmHWM") - before
     assert rise <= 8 * ids.nbytes / 2**20, (rise, ids.nbytes / 2**20)
+
+
+@pytest.mark.parametrize("shape", ["segments", "user_item"])
+def test_full_and_incremental_stay_balanced_on_both_shapes(shape: str) -> None:
+    # Rows owned (over the window's distinct ids: an incremental pass balances them all, the
+    # ones it does not look at weighing where they are) and each step's samples within
+    # 1 + epsilon of the mean,
+    # on the planted-community stream and on the user-item one, after a full partition (METIS
+    # on a sample: the window has more edges than the cap) and an incremental pass after drift.
+    from streaming.synthetic import SyntheticConfig, SyntheticStream
+
+    stream = SyntheticStream(SyntheticConfig(seed=2, shape=shape,  # type: ignore[arg-type]
+                                             drift_every=15_000))
+    ids = stream.block_ids(stream.take(0, 30_000))
+    workers, batch = 4, 2048
+    cfg = PartitionConfig(num_workers=workers, global_batch=batch, metis_edges=60_000)
+    refiner = IncrementalPartitioner(cfg)
+    first = refiner.partition(WindowGraph.from_dense(ids[:20_000], start=0), None)
+    window = WindowGraph.from_dense(ids[10_000:30_000], start=10_000)
+    second = refiner.partition(window, first)
+    assert refiner.last_pass is not None
+    cap = 1.05 * batch / workers
+    for placement, records in ((first, ids[:20_000]), (second, ids[10_000:30_000])):
+        rows = np.bincount(placement.owner_of(np.unique(records)), minlength=workers)
+        assert rows.max() <= np.ceil(1.05 * rows.mean()), rows
+        for lo in range(0, records.shape[0], batch):
+            part = records[lo:lo + batch]
+            loads = np.bincount(route(part, placement), minlength=workers)
+            assert loads.max() <= np.ceil(cap * part.shape[0] / batch), loads
