@@ -10,8 +10,10 @@ edges at the segments shape's 26 fields), on the synthetic stream (``--shape``, 
 
 Every placement is scored on the P records after its window (remote rows per sample, routed
 with ``partitioner.route``, as in the rolling protocol), against hash on the same records.
-``seconds`` is the partition's time, ``peak_mem_mb`` the process's resident high-water mark
-during it (reset before; the stream's ids, about ``8 x fields`` bytes a record, are resident).
+``seconds`` is the partition's time, ``peak_mem_mb`` the resident high-water mark of the
+process that ran it (one process per window size, reset before each partition): the
+interpreter, the pages of the window's records it reads (``8 x fields`` bytes a sample,
+memory-mapped from a file the run writes) and the partitioner's own work.
 ``new_samples`` is what a pass looked at: the P new samples, or the least share of the window
 a pass takes (a quarter of it, at most 65,536 samples), whichever is more. ``seconds_per_1k_new``
 divides a pass's time by it: the issue asks for it to stay within a factor of 2 across the
@@ -19,14 +21,18 @@ curve. The first pass after the full partition also summarises the window's dist
 (``partitioner.window_ids``), a cost of the window, not of the pass: ``seconds`` is the mean of
 the passes after it, ``first_pass_seconds`` and ``pass_seconds`` say what every pass took.
 
-The records are generated in slices and kept as one int64 id matrix; the generator's own peak is
-about 1 GB a slice whatever W.
+The records are generated once, in slices (the generator's peak is about 1 GB a slice whatever
+W), and saved as one int64 id matrix to a temporary file (``8 x fields`` bytes a record).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Literal, cast
 
 import numpy as np
@@ -126,20 +132,39 @@ def _print(row: dict[str, object]) -> None:
           f"{'-' if per_1k is None else f'{per_1k:.3f}':>8}", flush=True)
 
 
+def _measure(path: str, w: int, args: argparse.Namespace, n: int) -> list[dict[str, object]]:
+    """One window size in a process of its own (see ``run``)."""
+    ids = np.load(path, mmap_mode="r")
+    return _one_window(ids, w, args, n)
+
+
 def run(args: argparse.Namespace) -> list[dict[str, object]]:
-    """Run the curve for every window size and worker count; returns the JSON rows."""
+    """Run the curve for every window size and worker count; returns the JSON rows.
+
+    The ids are generated once and saved; each (workers, window) runs in a fresh process that
+    maps the file, so its peak memory is the interpreter, the pages of the records it reads and
+    the partitioner's own work, not the other windows' records or the generator's leftovers.
+    """
     windows = sorted(args.scale_windows)
     records = windows[-1] + (args.scale_passes + 1) * args.period_records
     began = time.perf_counter()
     ids = _generate(args.shape, args.seed, records)
-    print(f"scale curve: {records} records x {ids.shape[1]} fields ({ids.nbytes / 2**20:.0f} MB "
+    fields, size = ids.shape[1], ids.nbytes
+    print(f"scale curve: {records} records x {fields} fields ({size / 2**20:.0f} MB "
           f"of ids) generated in {time.perf_counter() - began:.1f} s; windows "
           f"{', '.join(str(w) for w in windows)}; {args.scale_passes} incremental passes of "
           f"{args.period_records} new samples each; scored on the next {args.period_records}")
     rows: list[dict[str, object]] = []
-    for n in args.worker_counts:
-        print(f"\n== {n} workers ==\n{'window':>10} {'edges':>12} {'strategy':>12} "
-              f"{'seconds':>9} {'peak MB':>9} {'rr/sample':>9} {'vs hash':>8} {'s/1k new':>8}")
-        for w in windows:
-            rows.extend(_one_window(ids, w, args, n))
+    with tempfile.TemporaryDirectory(prefix="hetgmp-scale-") as tmp:
+        path = str(Path(tmp) / "ids.npy")
+        np.save(path, ids)
+        del ids
+        spawn = mp.get_context("spawn")
+        for n in args.worker_counts:
+            print(f"\n== {n} workers ==\n{'window':>10} {'edges':>12} {'strategy':>12} "
+                  f"{'seconds':>9} {'peak MB':>9} {'rr/sample':>9} {'vs hash':>8} "
+                  f"{'s/1k new':>8}", flush=True)
+            for w in windows:
+                with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+                    rows.extend(pool.submit(_measure, path, w, args, n).result())
     return rows
