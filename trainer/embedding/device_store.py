@@ -1,0 +1,412 @@
+"""The embedding store with its index, metadata and admission counts in tensors on one device.
+
+:class:`~trainer.embedding.store.EmbeddingStore` keeps its rows on the device but everything
+that decides about them (the id -> slot index, versions, last use, the free list, admission
+counts) in numpy, so on a GPU every lookup copies the batch's ids to the host and the slots
+back. :class:`DeviceStore` keeps all of it in tensors beside the rows, in
+:class:`~trainer.embedding.device_index.DeviceIndex` for the two id maps (rows and admission
+candidates), and makes the same decisions: the same rows are created, admitted, updated and
+evicted, with the same values and versions, on the same calls (``tests/trainer/embedding/
+test_device_store.py`` runs both on long random streams).
+
+Ids are int64 tensors (numpy arrays are accepted and moved to the device). Host waits per call,
+on CUDA (everything else is queued):
+
+* :meth:`lookup`: one readback, the positions of the ids without a row (its length sizes the
+  rows to create), plus one for the admitted count when ``admit_after > 1``; the stash design
+  of the index adds one per insert. New rows take their initial values from the host
+  (:func:`~trainer.embedding.optimizer.initial_rows` needs unsigned 64-bit products, which
+  torch's kernels do not define), a copy of the new ids only.
+* :meth:`apply`: none. Updates of ids without a row go to a sink row (the last one, never a
+  slot) and are counted on the device; :attr:`stats` reads the count.
+* :meth:`maintain`, :meth:`export`, :meth:`changes`, :meth:`take`, :meth:`put`: between steps;
+  they read the index's entries (one readback) or the ids given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainer.embedding.device_index import DEFAULT_DESIGN, Design, DeviceIndex
+from trainer.embedding.optimizer import RowOptimizer, initial_rows
+from trainer.embedding.store import StoreStats
+from trainer.types import StoreConfig
+
+__all__ = ["DeviceStore"]
+
+
+def _stable_order(primary: torch.Tensor, secondary: torch.Tensor) -> torch.Tensor:
+    """Positions sorted by ``primary``, ties by ``secondary`` (``np.lexsort((secondary,
+    primary))``)."""
+    first = torch.sort(secondary, stable=True).indices
+    return first[torch.sort(primary[first], stable=True).indices]
+
+
+class DeviceStore:
+    """Rows owned by one rank, created on demand, with every decision made on the device.
+
+    Same contract and arguments as :class:`~trainer.embedding.store.EmbeddingStore` (see
+    there), with ids as tensors; ``design`` picks the index design.
+    """
+
+    def __init__(self, dim: int, config: StoreConfig | None = None, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 capacity: int = 1024, design: Design = DEFAULT_DESIGN) -> None:
+        self.config = c = config or StoreConfig()
+        self.dim = dim
+        self.dtype = dtype
+        self.device = dev = torch.device(device)
+        self.optimizer = RowOptimizer(c)
+        self._stats = StoreStats()
+        self._dropped = torch.zeros((), dtype=torch.int64, device=dev)
+        self._index = DeviceIndex(2 * capacity, device=dev, design=design)
+        cap = max(16, capacity)
+        # Row `cap` is the sink: lanes with nothing to write point there.
+        self._values = torch.zeros((cap + 1, dim), dtype=dtype, device=dev)
+        self._state = torch.zeros((cap + 1, c.state_width), dtype=dtype, device=dev)
+        self._version = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
+        self._last_used = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
+        self._changed = torch.zeros(cap + 1, dtype=torch.bool, device=dev)
+        self._free = torch.arange(cap - 1, -1, -1, dtype=torch.int64, device=dev)  # pop the end
+        self._free_size = cap  # host count: pops and pushes have host-known lengths
+        self._pinned = torch.zeros(0, dtype=torch.int64, device=dev)
+        self._last_step = 0
+        self._tombstones: list[torch.Tensor] | None = None
+        self._cand = DeviceIndex(64, device=dev, design=design)
+        self._cand_count = torch.zeros(0, dtype=torch.int64, device=dev)
+        self._cand_last = torch.zeros(0, dtype=torch.int64, device=dev)
+        # The slots the last lookup found, for an apply of the same ids object (the step's read
+        # and write): valid until a row is created, moved or evicted.
+        self._looked_up: tuple[object, torch.Tensor] | None = None
+
+    # -- size --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._index.size
+
+    @property
+    def _cap(self) -> int:
+        return int(self._values.shape[0]) - 1
+
+    @property
+    def stats(self) -> StoreStats:
+        """What the store has done (reading the dropped-update count waits for the device)."""
+        self._stats.dropped_updates = int(self._dropped.item())
+        return self._stats
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by rows, optimizer state, metadata and both indexes."""
+        tensors = (self._values, self._state, self._version, self._last_used, self._changed,
+                   self._free, self._cand_count, self._cand_last)
+        return int(sum(t.numel() * t.element_size() for t in tensors)
+                   + self._index.nbytes + self._cand.nbytes)
+
+    @property
+    def low_water(self) -> int:
+        """Rows left when the cap ``max_rows`` is enforced (1/32 below it)."""
+        cap = self.config.max_rows
+        return cap - cap // 32
+
+    @property
+    def over_cap(self) -> bool:
+        """More rows than ``max_rows``."""
+        return bool(self.config.max_rows) and self._index.size > self.config.max_rows
+
+    @property
+    def candidates(self) -> int:
+        """Ids counted for admission that have no row yet."""
+        return self._cand.size
+
+    # -- rows --------------------------------------------------------------------------------
+
+    def _ids_t(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        if isinstance(ids, np.ndarray):
+            ids = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+        return ids.to(device=self.device, dtype=torch.int64).reshape(-1)
+
+    def _sunk(self, slots: torch.Tensor) -> torch.Tensor:
+        """Slots with the absent ones (-1) sent to the sink row."""
+        return torch.where(slots >= 0, slots, self._cap)
+
+    def pin(self, ids: torch.Tensor | np.ndarray) -> None:
+        """Rows never evicted and admitted at first use (see ``EmbeddingStore.pin``)."""
+        pinned = torch.unique(self._ids_t(ids))
+        if self._pinned.numel():
+            released = self._pinned[~torch.isin(self._pinned, pinned)]
+            if released.numel():
+                self._last_used[self._sunk(self._index.find(released))] = self._last_step
+        self._pinned = pinned
+
+    def contains(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Whether each id has a row."""
+        return self._index.find(self._ids_t(ids)) >= 0
+
+    def versions(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Version of each id's row; 0 for ids without one."""
+        slots = self._index.find(self._ids_t(ids))
+        return torch.where(slots >= 0, self._version[self._sunk(slots)], 0)
+
+    def peek(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Values of rows without creating or touching them (initial values for absent ids)."""
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
+        out = self._initial(flat)
+        have = slots >= 0
+        return torch.where(have[:, None], self._values[self._sunk(slots)], out)
+
+    def lookup(self, ids: torch.Tensor | np.ndarray, step: int, *, with_state: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Values (and optionally optimizer state) of unique ids used in ``step`` (see
+        ``EmbeddingStore.lookup``)."""
+        flat = self._ids_t(ids)
+        self._last_step = max(self._last_step, step)
+        slots = self._index.find(flat)
+        missing = torch.nonzero(slots < 0).reshape(-1)  # the readback
+        absent = missing[:0]
+        if missing.numel():
+            admit = self._admit(flat[missing], step)
+            if admit is None:  # every missing id is admitted
+                created = missing
+            else:
+                order = torch.sort((~admit).to(torch.int8), stable=True).indices
+                admitted = int(admit.sum().item())
+                created, absent = missing[order[:admitted]], missing[order[admitted:]]
+            if created.numel():
+                slots[created] = self._create(flat[created])
+        self._last_used[self._sunk(slots)] = step
+        self._looked_up = (ids, slots)
+        values = self._values.index_select(0, self._sunk(slots))
+        state = None
+        if with_state:
+            state = self._state.index_select(0, self._sunk(slots))
+        if absent.numel():
+            self._stats.not_admitted_reads += int(absent.numel())
+            values[absent] = self._initial(flat[absent])
+            if state is not None:
+                state[absent] = self.optimizer.initial_state(int(absent.numel()), self.dtype,
+                                                             self.device)
+        return values, state
+
+    def apply(self, ids: torch.Tensor | np.ndarray, grads: torch.Tensor,
+              counts: torch.Tensor | np.ndarray, increments: torch.Tensor | None = None
+              ) -> torch.Tensor:
+        """One optimizer step per row with its summed gradient; version += its count. Returns
+        whether each row was there to update (see ``EmbeddingStore.apply``)."""
+        flat = self._ids_t(ids)
+        cached = self._looked_up
+        slots = cached[1] if cached is not None and cached[0] is ids else self._index.find(flat)
+        applied = slots >= 0
+        if flat.numel() == 0:
+            return applied
+        index = self._sunk(slots)
+        self._dropped += (~applied).sum()
+        grads = grads.to(device=self.device, dtype=self.dtype)
+        self.optimizer.step(self._values, self._state, index, grads, increments)
+        self._version.index_add_(0, index, self._ids_t(counts))
+        self._changed[index] = True
+        self._clear_sink()
+        return applied
+
+    def ids(self) -> torch.Tensor:
+        """Ids that have a row, sorted."""
+        return torch.sort(self._index.items()[0]).values
+
+    def export(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every row: (ids sorted, values, optimizer state, versions)."""
+        ids, slots = self._index.items()
+        order = torch.argsort(ids)
+        ids, slots = ids[order], slots[order]
+        return ids, self._values[slots].clone(), self._state[slots].clone(), \
+            self._version[slots].clone()
+
+    # -- migration ---------------------------------------------------------------------------
+
+    def take(self, ids: torch.Tensor | np.ndarray
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Remove the rows of ``ids`` that exist and return (ids, values, state, versions)."""
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
+        have = slots >= 0
+        flat, slots = flat[have], slots[have]
+        values, state = self._values[slots].clone(), self._state[slots].clone()
+        versions = self._version[slots].clone()
+        self._index.remove(flat)
+        self._release(torch.flip(slots, (0,)))
+        return flat, values, state, versions
+
+    def put(self, ids: torch.Tensor | np.ndarray, values: torch.Tensor, state: torch.Tensor,
+            versions: torch.Tensor | np.ndarray, step: int, *, published: bool = False) -> None:
+        """Install rows handed over by their previous owner (see ``EmbeddingStore.put``)."""
+        flat = self._ids_t(ids)
+        if flat.numel() == 0:
+            return
+        slots = self._index.find(flat)
+        new = torch.nonzero(slots < 0).reshape(-1)
+        if new.numel():
+            slots[new] = self._create(flat[new])
+            self._stats.created -= int(new.numel())  # moved in, not created
+        self._values[slots] = values.to(device=self.device, dtype=self.dtype)
+        self._state[slots] = state.to(device=self.device, dtype=self.dtype)
+        self._version[slots] = self._ids_t(versions)
+        self._last_used[slots] = step
+        self._changed[slots] = not published
+
+    # -- the delta log -----------------------------------------------------------------------
+
+    def changes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows changed since the last call, ids sorted, with their values (now published)."""
+        ids, slots = self._index.items()
+        changed = self._changed[slots]
+        ids, slots = ids[changed], slots[changed]
+        order = torch.argsort(ids)
+        ids, slots = ids[order], slots[order]
+        self._changed[slots] = False
+        return ids, self._values.index_select(0, slots)
+
+    def unpublish(self, ids: torch.Tensor | np.ndarray | None = None) -> None:
+        """Count rows ``ids`` (every row: None) as changed, to publish them again."""
+        if ids is None:
+            self._changed[:] = True
+        else:
+            self._changed[self._sunk(self._index.find(self._ids_t(ids)))] = True
+        self._changed[self._cap] = False
+
+    def track_evictions(self, on: bool = True) -> None:
+        """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
+        self._tombstones = [] if on else None
+
+    def take_tombstones(self) -> torch.Tensor:
+        """Ids evicted since the last call that were ever updated (sorted)."""
+        if not self._tombstones:
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        ids = torch.unique(torch.cat(self._tombstones))
+        self._tombstones = []
+        return ids
+
+    # -- memory bound ------------------------------------------------------------------------
+
+    def maintain(self, step: int) -> int:
+        """Evict rows unused for ``evict_after`` steps and the least recent above ``max_rows``;
+        returns the number evicted (see ``EmbeddingStore.maintain``)."""
+        c = self.config
+        ids, slots = self._index.items()
+        used = self._last_used[slots]
+        evict = torch.zeros(ids.numel(), dtype=torch.bool, device=self.device)
+        if c.evict_after:
+            evict |= used < step - c.evict_after
+        pinned = torch.isin(ids, self._pinned)
+        evict &= ~pinned
+        kept = ids.numel() - int(evict.sum().item())
+        if c.max_rows and kept > c.max_rows:
+            order = _stable_order(used, ids)
+            order = order[~evict[order] & ~pinned[order]]
+            evict[order[:kept - self.low_water]] = True
+        self._prune_candidates(step)
+        gone = slots[evict]
+        if gone.numel() == 0:
+            return 0
+        if self._tombstones is not None:
+            self._tombstones.append(ids[evict][self._version[gone] > 0])
+        self._release(torch.flip(gone, (0,)))
+        self._index.rebuild(ids[~evict], slots[~evict])
+        self._stats.evicted += int(gone.numel())
+        return int(gone.numel())
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _initial(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = initial_rows(ids.cpu().numpy(), self.dim, self.config.seed,
+                            self.config.init_scale)
+        return torch.from_numpy(rows).to(device=self.device, dtype=self.dtype)
+
+    def _clear_sink(self) -> None:
+        sink = self._cap
+        self._values[sink] = 0
+        self._state[sink] = 0
+        self._version[sink] = 0
+        self._changed[sink] = False
+
+    def _release(self, slots: torch.Tensor) -> None:
+        """Push freed slots on the free stack (popped last-in first-out, as the host store)."""
+        self._looked_up = None
+        self._free = torch.cat([self._free[:self._free_size], slots])
+        self._free_size += int(slots.numel())
+
+    def _create(self, ids: torch.Tensor) -> torch.Tensor:
+        self._looked_up = None
+        n = int(ids.numel())
+        if n > self._free_size:
+            self._grow(n)
+        top = self._free_size
+        slots = torch.flip(self._free[top - n:top], (0,))
+        self._free_size = top - n
+        self._values[slots] = self._initial(ids)
+        self._state[slots] = self.optimizer.initial_state(n, self.dtype, self.device)
+        self._version[slots] = 0
+        self._changed[slots] = False
+        self._index.insert(ids, slots)
+        self._stats.created += n
+        return slots
+
+    def _grow(self, need: int) -> None:
+        old = self._cap
+        cap = old
+        while cap - old + self._free_size < need:
+            cap *= 2
+        extra = cap - old
+
+        def widen(t: torch.Tensor) -> torch.Tensor:
+            pad = torch.zeros((extra + 1, *t.shape[1:]), dtype=t.dtype, device=t.device)
+            return torch.cat([t[:old], pad])  # the old sink is dropped, the last row is new
+
+        self._values, self._state = widen(self._values), widen(self._state)
+        self._version, self._last_used = widen(self._version), widen(self._last_used)
+        self._changed = widen(self._changed)
+        fresh = torch.arange(cap - 1, old - 1, -1, dtype=torch.int64, device=self.device)
+        self._free = torch.cat([fresh, self._free[:self._free_size]])
+        self._free_size += extra
+
+    def _admit(self, ids: torch.Tensor, step: int) -> torch.Tensor | None:
+        """Mask of ids without a row admitted now (None: all of them); counts the others once
+        per step (see ``EmbeddingStore._admit``)."""
+        threshold = self.config.admit_after
+        if threshold <= 1:
+            return None
+        pinned = torch.isin(ids, self._pinned)
+        slots = self._cand.find(ids)
+        new = torch.nonzero(slots < 0).reshape(-1)
+        if new.numel():
+            base = int(self._cand_count.numel())
+            fresh = torch.arange(base, base + int(new.numel()), dtype=torch.int64,
+                                 device=self.device)
+            slots[new] = fresh
+            grow = torch.zeros(int(new.numel()), dtype=torch.int64, device=self.device)
+            self._cand_count = torch.cat([self._cand_count, grow])
+            self._cand_last = torch.cat([self._cand_last, grow - 1])
+            self._cand.insert(ids[new], fresh)
+        # Ids are unique, so the slots are distinct: plain indexed updates are exact.
+        self._cand_count[slots] += (self._cand_last[slots] != step).to(torch.int64)
+        self._cand_last[slots] = step
+        return pinned | (self._cand_count[slots] >= threshold)
+
+    def _prune_candidates(self, step: int) -> None:
+        """Drop candidates that got a row or went unused for evict_after steps; compact."""
+        if self._cand.size == 0:
+            return
+        ids, slots = self._cand.items()
+        keep = ~self.contains(ids)
+        last = self._cand_last[slots]
+        if self.config.evict_after:
+            keep &= last >= step - self.config.evict_after
+        cap = self.config.max_rows
+        if cap and int(keep.sum().item()) > cap:
+            order = _stable_order(-last, ids)
+            order = order[keep[order]][:cap]
+            keep = torch.zeros_like(keep)
+            keep[order] = True
+        ids, slots = ids[keep], slots[keep]
+        self._cand_count = self._cand_count[slots]
+        self._cand_last = self._cand_last[slots]
+        self._cand.rebuild(ids, torch.arange(ids.numel(), dtype=torch.int64, device=self.device))
