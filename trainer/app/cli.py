@@ -23,7 +23,7 @@ _EPILOG = (
     "Settings: command line > environment (HETGMP_<SECTION>_<NAME>, shown per flag) > "
     "--config TOML file ([section] tables) > built-in default."
 )
-BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "all")
+BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "store", "all")
 
 
 def _shared() -> argparse.ArgumentParser:
@@ -63,7 +63,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     # `all` is bench.suite, which hands each benchmark the flags it defines.
-    name = {"all": "suite", "index": "index_bench"}.get(args.which, args.which)
+    name = {"all": "suite", "index": "index_bench", "store": "store_bench"}.get(args.which,
+                                                                          args.which)
     status: int = importlib.import_module(f"bench.{name}").main(args.extra)
     return status
 
