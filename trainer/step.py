@@ -33,7 +33,7 @@ from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dist import Comm, Pending
-from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange
+from trainer.embedding import DeviceStore, EmbeddingStore, ReplicaTable, RowExchange
 from trainer.model import DenseOptimizer, FlatParameters, build_model
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 
@@ -134,7 +134,14 @@ class Trainer:
         # Same seed gives the same values; the broadcast makes it so even across machines
         # whose torch builds might draw differently.
         comm.broadcast_(self.dense.flat, src=0)
-        self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
+        self.store: EmbeddingStore | DeviceStore
+        if store is not None and store.index == "device":
+            self.store = DeviceStore(mc.row_dim, store, dtype=self.dtype, device=device)
+        else:
+            self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
+        # One rank with the device store: a step's ids stay on the device (no exchange, no
+        # replicas; routing is off at one rank).
+        self._device_path = isinstance(self.store, DeviceStore) and comm.world == 1
         replicated = [r for r in placement.replicas if r.size]
         if replicated:
             self.store.pin(np.unique(np.concatenate(replicated)))
@@ -189,34 +196,77 @@ class Trainer:
             return None if routed is None else c
         local, global_n = routed
         t1 = tick()
+        if self._device_path:
+            return self._device_step(local, global_n, c, before, (t0, t1, waited))
         if prep.uniq is not None and prep.inverse is not None:
             uniq, inverse = prep.uniq, prep.inverse
         else:
             uniq, inverse = np.unique(local.ids, return_inverse=True)
         plan = self.exchange.read(uniq, self.step_index, c)
         t2 = tick()
+        index = torch.from_numpy(inverse.reshape(-1)).to(plan.values.device)
+        loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, index)
+        t3 = tick()
+        self.exchange.write(plan, row_grads, c)
+        t4 = tick()
+        return self._end_step(c, before, local, loss_sum, dense_grads,
+                              (t0, t1, t2, t3, t4, waited))
+
+    def _device_step(self, local: ClickBatch, global_n: int, c: StepCounters, before: Traffic,
+                     times: tuple[float, float, float]) -> StepCounters:
+        """One rank's step with the device store: ids deduplicated, rows read and updated on
+        the device (the batch's ids are copied there once; the store's one wait a lookup)."""
+        store = self.store
+        assert isinstance(store, DeviceStore)
+        t0, t1, waited = times
+        ids = torch.from_numpy(np.ascontiguousarray(local.ids)).to(store.device)
+        uniq, inverse = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
+        values, _ = store.lookup(uniq, self.step_index)
+        n = int(uniq.numel())
+        c.unique_ids += n
+        c.owned_reads += n
+        c.staleness = np.zeros(1, np.int64)
+        t2 = self._clock.monotonic()
+        loss_sum, row_grads, dense_grads = self._backward(local, global_n, values, inverse)
+        t3 = self._clock.monotonic()
+        store.apply(uniq, row_grads, torch.ones(n, dtype=torch.int64, device=store.device))
+        t4 = self._clock.monotonic()
+        return self._end_step(c, before, local, loss_sum, dense_grads,
+                              (t0, t1, t2, t3, t4, waited))
+
+    def _backward(self, local: ClickBatch, global_n: int, values: torch.Tensor,
+                  inverse: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor | None, ...]]:
+        """Forward and backward on the batch's rows (``values[inverse]``): (summed loss, each
+        distinct row's gradient, the dense parameters' gradients)."""
         # The batch's rows are the leaf: its gradient is each row's gradient summed over its
         # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
-        index = torch.from_numpy(inverse.reshape(-1)).to(plan.values.device)
-        emb = plan.values.index_select(0, index).view(*local.ids.shape, self.store.dim)
+        emb = values.index_select(0, inverse).view(*local.ids.shape, values.shape[1])
         emb.requires_grad_(True)
         logits = self.model(emb, self._dense_tensor(local.dense))
         labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
         loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
         loss = loss_sum / global_n
         grads = torch.autograd.grad(loss, [emb, *self.dense.params], allow_unused=True)
-        row_grads = torch.zeros_like(plan.values)
+        row_grads = torch.zeros_like(values)
         if grads[0] is not None:
-            row_grads.index_add_(0, index, grads[0].reshape(-1, plan.values.shape[1]))
-        t3 = tick()
-        self.exchange.write(plan, row_grads, c)
-        t4 = tick()
+            row_grads.index_add_(0, inverse, grads[0].reshape(-1, values.shape[1]))
+        self.last_logits = logits.detach()
+        return loss_sum, row_grads, grads[1:]
+
+    def _end_step(self, c: StepCounters, before: Traffic, local: ClickBatch,
+                  loss_sum: torch.Tensor, dense_grads: tuple[torch.Tensor | None, ...],
+                  times: tuple[float, ...]) -> StepCounters:
+        """What every step does after its rows are written: the dense all-reduce left running,
+        the phase times, the store's upkeep, the totals."""
+        t0, t1, t2, t3, t4, waited = times
         # The dense gradients are summed over ranks while the next step routes its batch
         # (finish_step applies them, before anything uses the dense parameters).
-        flat = torch.cat(self.dense.flat_grads(grads[1:]))
+        flat = torch.cat(self.dense.flat_grads(dense_grads))
         self._dense_pending = (self.comm.start_all_reduce_sum(flat), flat)
         # Time is booked where it is spent: the wait for the last step's all-reduce (and its
         # update) in this step's dense phase, not in its routing.
+        tick = self._clock.monotonic
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
         c.loss_sum = float(loss_sum.detach())
         self.step_index += 1
@@ -228,7 +278,6 @@ class Trainer:
             self.store.maintain(self.step_index)
         c.traffic = self.comm.traffic - before
         self.totals.add(c)
-        self.last_logits = logits.detach()
         self.last_labels = local.labels
         return c
 
@@ -264,6 +313,8 @@ class Trainer:
     def _prepare(self, batch: ClickBatch) -> _Prepared:
         """The step's work that needs no collective and no dense parameter."""
         n = len(batch)
+        if self._device_path:  # deduplicated on the device
+            return _Prepared()
         if not self.routes:
             uniq, inverse = np.unique(batch.ids, return_inverse=True) if n else (None, None)
             return _Prepared(uniq=uniq, inverse=inverse)

@@ -56,6 +56,12 @@ class StoreConfig:
                              "that passed it, the least recently used rows go, down to 1/32 "
                              "below it; a step's new rows are the most it is ever passed by"}
     )
+    index: Literal["host", "device"] = field(
+        default="host",
+        metadata={"help": "where the store's id index, versions and admission counts live: "
+                  "host (numpy) or device (torch tensors beside the rows; one rank then "
+                  "trains a step without its ids leaving the device)"},
+    )
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.init_scale < 0 or self.adagrad_eps <= 0:

@@ -3,6 +3,7 @@ owned elsewhere under bounded staleness, the row exchange of a step, and rows mo
 owners."""
 
 from trainer.embedding.device_index import DeviceIndex
+from trainer.embedding.device_store import DeviceStore
 from trainer.embedding.exchange import Audit, ReadPlan, RowExchange
 from trainer.embedding.migrate import ChunkReport, Migration, move_chunk, row_bytes
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
@@ -13,6 +14,7 @@ __all__ = [
     "Audit",
     "ChunkReport",
     "DeviceIndex",
+    "DeviceStore",
     "EmbeddingStore",
     "Migration",
     "ReadPlan",

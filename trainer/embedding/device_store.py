@@ -9,8 +9,12 @@ candidates), and makes the same decisions: the same rows are created, admitted, 
 evicted, with the same values and versions, on the same calls (``tests/trainer/embedding/
 test_device_store.py`` runs both on long random streams).
 
-Ids are int64 tensors (numpy arrays are accepted and moved to the device). Host waits per call,
-on CUDA (everything else is queued):
+It is a drop-in for the host store: ids come as int64 tensors or numpy arrays (moved to the
+device); masks and versions answer in the kind the ids came in (a tensor stays on the device, a
+numpy array costs a readback); what goes through the host anyway (``export``, ``changes``,
+``ids``, ``take``, ``take_tombstones``: checkpoints, the delta log, migrations) answers ids and
+versions in numpy, rows in tensors, as the host store does. Host waits per call, on CUDA
+(everything else is queued):
 
 * :meth:`lookup`: one readback, the positions of the ids without a row (its length sizes the
   rows to create), plus one for the admitted count when ``admit_after > 1``; the stash design
@@ -34,6 +38,14 @@ from trainer.embedding.store import StoreStats
 from trainer.types import StoreConfig
 
 __all__ = ["DeviceStore"]
+
+
+Ids = torch.Tensor | np.ndarray
+
+
+def _like(result: torch.Tensor, ids: Ids) -> Ids:
+    """``result`` in the kind of ``ids``: a tensor for a tensor, numpy for numpy."""
+    return result.cpu().numpy() if isinstance(ids, np.ndarray) else result
 
 
 def _stable_order(primary: torch.Tensor, secondary: torch.Tensor) -> torch.Tensor:
@@ -121,7 +133,7 @@ class DeviceStore:
 
     # -- rows --------------------------------------------------------------------------------
 
-    def _ids_t(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+    def _ids_t(self, ids: Ids) -> torch.Tensor:
         if isinstance(ids, np.ndarray):
             ids = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
         return ids.to(device=self.device, dtype=torch.int64).reshape(-1)
@@ -130,7 +142,7 @@ class DeviceStore:
         """Slots with the absent ones (-1) sent to the sink row."""
         return torch.where(slots >= 0, slots, self._cap)
 
-    def pin(self, ids: torch.Tensor | np.ndarray) -> None:
+    def pin(self, ids: Ids) -> None:
         """Rows never evicted and admitted at first use (see ``EmbeddingStore.pin``)."""
         pinned = torch.unique(self._ids_t(ids))
         if self._pinned.numel():
@@ -139,16 +151,16 @@ class DeviceStore:
                 self._last_used[self._sunk(self._index.find(released))] = self._last_step
         self._pinned = pinned
 
-    def contains(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+    def contains(self, ids: Ids) -> Ids:
         """Whether each id has a row."""
-        return self._index.find(self._ids_t(ids)) >= 0
+        return _like(self._index.find(self._ids_t(ids)) >= 0, ids)
 
-    def versions(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+    def versions(self, ids: Ids) -> Ids:
         """Version of each id's row; 0 for ids without one."""
         slots = self._index.find(self._ids_t(ids))
-        return torch.where(slots >= 0, self._version[self._sunk(slots)], 0)
+        return _like(torch.where(slots >= 0, self._version[self._sunk(slots)], 0), ids)
 
-    def peek(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+    def peek(self, ids: Ids) -> torch.Tensor:
         """Values of rows without creating or touching them (initial values for absent ids)."""
         flat = self._ids_t(ids)
         slots = self._index.find(flat)
@@ -156,7 +168,7 @@ class DeviceStore:
         have = slots >= 0
         return torch.where(have[:, None], self._values[self._sunk(slots)], out)
 
-    def lookup(self, ids: torch.Tensor | np.ndarray, step: int, *, with_state: bool = False
+    def lookup(self, ids: Ids, step: int, *, with_state: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and optionally optimizer state) of unique ids used in ``step`` (see
         ``EmbeddingStore.lookup``)."""
@@ -189,9 +201,8 @@ class DeviceStore:
                                                              self.device)
         return values, state
 
-    def apply(self, ids: torch.Tensor | np.ndarray, grads: torch.Tensor,
-              counts: torch.Tensor | np.ndarray, increments: torch.Tensor | None = None
-              ) -> torch.Tensor:
+    def apply(self, ids: Ids, grads: torch.Tensor, counts: Ids,
+              increments: torch.Tensor | None = None) -> Ids:
         """One optimizer step per row with its summed gradient; version += its count. Returns
         whether each row was there to update (see ``EmbeddingStore.apply``)."""
         flat = self._ids_t(ids)
@@ -199,7 +210,7 @@ class DeviceStore:
         slots = cached[1] if cached is not None and cached[0] is ids else self._index.find(flat)
         applied = slots >= 0
         if flat.numel() == 0:
-            return applied
+            return _like(applied, ids)
         index = self._sunk(slots)
         self._dropped += (~applied).sum()
         grads = grads.to(device=self.device, dtype=self.dtype)
@@ -207,24 +218,23 @@ class DeviceStore:
         self._version.index_add_(0, index, self._ids_t(counts))
         self._changed[index] = True
         self._clear_sink()
-        return applied
+        return _like(applied, ids)
 
-    def ids(self) -> torch.Tensor:
+    def ids(self) -> np.ndarray:
         """Ids that have a row, sorted."""
-        return torch.sort(self._index.items()[0]).values
+        return torch.sort(self._index.items()[0]).values.cpu().numpy()
 
-    def export(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def export(self) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Every row: (ids sorted, values, optimizer state, versions)."""
         ids, slots = self._index.items()
         order = torch.argsort(ids)
         ids, slots = ids[order], slots[order]
-        return ids, self._values[slots].clone(), self._state[slots].clone(), \
-            self._version[slots].clone()
+        return ids.cpu().numpy(), self._values[slots].clone(), self._state[slots].clone(), \
+            self._version[slots].cpu().numpy()
 
     # -- migration ---------------------------------------------------------------------------
 
-    def take(self, ids: torch.Tensor | np.ndarray
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def take(self, ids: Ids) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Remove the rows of ``ids`` that exist and return (ids, values, state, versions)."""
         flat = self._ids_t(ids)
         slots = self._index.find(flat)
@@ -234,10 +244,10 @@ class DeviceStore:
         versions = self._version[slots].clone()
         self._index.remove(flat)
         self._release(torch.flip(slots, (0,)))
-        return flat, values, state, versions
+        return flat.cpu().numpy(), values, state, versions.cpu().numpy()
 
-    def put(self, ids: torch.Tensor | np.ndarray, values: torch.Tensor, state: torch.Tensor,
-            versions: torch.Tensor | np.ndarray, step: int, *, published: bool = False) -> None:
+    def put(self, ids: Ids, values: torch.Tensor, state: torch.Tensor,
+            versions: Ids, step: int, *, published: bool = False) -> None:
         """Install rows handed over by their previous owner (see ``EmbeddingStore.put``)."""
         flat = self._ids_t(ids)
         if flat.numel() == 0:
@@ -255,7 +265,7 @@ class DeviceStore:
 
     # -- the delta log -----------------------------------------------------------------------
 
-    def changes(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def changes(self) -> tuple[np.ndarray, torch.Tensor]:
         """Rows changed since the last call, ids sorted, with their values (now published)."""
         ids, slots = self._index.items()
         changed = self._changed[slots]
@@ -263,9 +273,9 @@ class DeviceStore:
         order = torch.argsort(ids)
         ids, slots = ids[order], slots[order]
         self._changed[slots] = False
-        return ids, self._values.index_select(0, slots)
+        return ids.cpu().numpy(), self._values.index_select(0, slots)
 
-    def unpublish(self, ids: torch.Tensor | np.ndarray | None = None) -> None:
+    def unpublish(self, ids: Ids | None = None) -> None:
         """Count rows ``ids`` (every row: None) as changed, to publish them again."""
         if ids is None:
             self._changed[:] = True
@@ -277,13 +287,13 @@ class DeviceStore:
         """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
         self._tombstones = [] if on else None
 
-    def take_tombstones(self) -> torch.Tensor:
+    def take_tombstones(self) -> np.ndarray:
         """Ids evicted since the last call that were ever updated (sorted)."""
         if not self._tombstones:
-            return torch.zeros(0, dtype=torch.int64, device=self.device)
+            return np.zeros(0, np.int64)
         ids = torch.unique(torch.cat(self._tombstones))
         self._tombstones = []
-        return ids
+        return ids.cpu().numpy()
 
     # -- memory bound ------------------------------------------------------------------------
 
@@ -396,7 +406,7 @@ class DeviceStore:
         if self._cand.size == 0:
             return
         ids, slots = self._cand.items()
-        keep = ~self.contains(ids)
+        keep = self._index.find(ids) < 0
         last = self._cand_last[slots]
         if self.config.evict_after:
             keep &= last >= step - self.config.evict_after

@@ -44,6 +44,7 @@ import torch
 from partitioner import Placement, find_sorted
 from trainer.counters import StepCounters
 from trainer.dist import Comm
+from trainer.embedding.device_store import DeviceStore
 from trainer.embedding.messages import FETCH, PUSH, Requests, build_requests, parse_requests, split_rows
 from trainer.embedding.replicas import ReplicaTable
 from trainer.embedding.store import EmbeddingStore
@@ -142,7 +143,7 @@ class RowExchange:
     def __init__(
         self,
         comm: Comm,
-        store: EmbeddingStore,
+        store: EmbeddingStore | DeviceStore,
         replicas: ReplicaTable,
         placement: Placement,
         staleness: int,

@@ -20,7 +20,7 @@ from trainer.job import Job
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import Hooks, OnlineConfig
+from trainer.types import Hooks, OnlineConfig, StoreConfig
 
 STATE = Hooks(return_state=True)
 # Fewer steps than the gloo tests' (exact_jobs.STEPS): the lane's budget is seconds.
@@ -174,3 +174,39 @@ def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
     with pytest.raises(PeerLost, match=r"rank 1 \(pid \d+\) of this machine is gone"):
         with gone.watch("dense"):
             raise RuntimeError("CUDA out of memory")
+
+
+# -- the device store (trainer.embedding.device_store) ----------------------------------------
+
+
+def _on_device(settings: dict[str, object]) -> dict[str, object]:
+    store = settings["store"]
+    assert isinstance(store, StoreConfig)
+    return {**settings, "store": replace(store, index="device")}
+
+
+def test_one_rank_on_the_device_store_trains_what_the_host_store_trains(reference,
+                                                                       max_diff) -> None:
+    # One rank with --store-index device takes the device step (ids deduplicated and rows read
+    # and written on the device, no exchange): the same rows and dense parameters, bit for bit.
+    for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD)):
+        job = Job(SOURCE, **_on_device(settings), placement=Placement.hash(1), hooks=STATE)
+        got = run_rank(LocalComm(), job)
+        dense, emb = max_diff(reference[name], [got])
+        assert dense == 0.0 and emb == 0.0, (name, dense, emb)
+        assert got.job_totals.counts["owned_reads"] == got.job_totals.counts["unique_ids"] > 0
+
+
+def test_two_ranks_on_the_device_store_with_live_migrations_stay_exact(reference,
+                                                                      max_diff) -> None:
+    # At two ranks the exchange hands the device store numpy ids (the host path around it):
+    # s = 0 still equals one process through three live migrations (take, put, versions).
+    online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
+                          migration_chunk_bytes=96 * 6000)
+    job = Job(SOURCE, **_on_device(EXACT), placement=Placement.hash(2), online=online,
+              hooks=Hooks(schedule=_schedule(2), return_state=True))
+    ranks = run_threads(run_rank, job, 2)
+    dense, emb = max_diff(reference["deepfm"], ranks)
+    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
+    done = [e for e in ranks[0].online["events"] if e["event"] == "migration_done"]
+    assert [e["version"] for e in done] == [1, 2, 3]

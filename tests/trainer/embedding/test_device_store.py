@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -20,8 +22,8 @@ CONFIGS = {
 }
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.cpu().numpy()
+def _np(t: torch.Tensor | np.ndarray) -> np.ndarray:
+    return t if isinstance(t, np.ndarray) else t.cpu().numpy()
 
 
 def _same_rows(host: EmbeddingStore, dev: DeviceStore) -> None:
@@ -35,12 +37,13 @@ def _same_rows(host: EmbeddingStore, dev: DeviceStore) -> None:
 
 @pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str,
-                                                                       design: str) -> None:
+def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str, design: str,
+                                                                       device: str) -> None:
     config = CONFIGS[name]
     rng = np.random.default_rng(7)
     host = EmbeddingStore(8, config, dtype=torch.float64, capacity=16)
-    dev = DeviceStore(8, config, dtype=torch.float64, capacity=16, design=design)  # type: ignore[arg-type]
+    dev = DeviceStore(8, config, dtype=torch.float64, capacity=16, design=design,  # type: ignore[arg-type]
+                      device=device)
     host.track_evictions()
     dev.track_evictions()
     for step in range(60):
@@ -129,3 +132,31 @@ def test_rows_moved_between_a_lookup_and_its_apply_are_found_again() -> None:
         store.apply(ids, torch.ones((40, 4), dtype=torch.float64), np.ones(40, np.int64))
     _same_rows(host, dev)
     assert dev.stats.dropped_updates == 0
+
+
+@pytest.mark.cuda
+def test_on_cuda_apply_never_waits_and_a_lookup_of_held_ids_waits_once() -> None:
+    # The sync counts the module docstring promises (not yet run on a GPU when written).
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import warnings
+
+    dev = DeviceStore(64, StoreConfig(), device="cuda")
+    ids = torch.arange(0, 200_000, 3, device="cuda")
+    values, _ = dev.lookup(ids, 0)
+    grads = torch.ones_like(values)
+    counts = torch.ones(ids.numel(), dtype=torch.int64, device="cuda")
+    torch.cuda.synchronize()
+
+    def syncs(call: Callable[[], object]) -> int:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                call()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(w.message) for w in seen)
+
+    assert syncs(lambda: dev.apply(ids, grads, counts)) == 0
+    assert syncs(lambda: dev.lookup(ids, 1)) == 1
