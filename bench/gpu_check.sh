@@ -2,7 +2,11 @@
 # GPU checks, for a machine with an NVIDIA GPU and a CUDA build of torch:
 #   1. the tests marked cuda (the store and the training step on CUDA against CPU, an NCCL
 #      group, two NCCL ranks when there are two GPUs, `hetgmp train --device cuda`);
-#   2. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
+#   2. `hetgmp bench gpu`: one rank's samples/s on the GPU by embedding path (host store,
+#      device store, the model alone on gathered rows), milliseconds by phase, device syncs a
+#      step and peak device memory, at global batches 8,192 and 65,536; its JSON summary is
+#      written to $GPU_JSON (default bench_gpu.json);
+#   3. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
 #      cores), same records, model and global batch, at the train bench's batch and a larger one,
 #      with the milliseconds a step spends in each phase (host wall time).
 #
@@ -25,6 +29,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 
 echo "== tests marked cuda"
 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests
+
+echo "== hetgmp bench gpu (JSON summary: ${GPU_JSON:=bench_gpu.json})"
+"$PY" -m bench.gpu --device cuda | tee "$GPU_JSON.log"
+tail -n 1 "$GPU_JSON.log" >"$GPU_JSON"
 
 echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
 tmp=$(mktemp -d)

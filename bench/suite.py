@@ -15,7 +15,7 @@ from typing import Protocol
 
 __all__ = ["BENCHMARKS", "main", "split_flags"]
 
-BENCHMARKS = ("ingest", "partition", "train", "online", "serve")
+BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "gpu")
 
 
 class _Bench(Protocol):

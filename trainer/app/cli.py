@@ -23,7 +23,8 @@ _EPILOG = (
     "Settings: command line > environment (HETGMP_<SECTION>_<NAME>, shown per flag) > "
     "--config TOML file ([section] tables) > built-in default."
 )
-BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "store", "all")
+BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "store", "gpu",
+              "all")
 
 
 def _shared() -> argparse.ArgumentParser:

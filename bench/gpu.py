@@ -1,0 +1,241 @@
+"""One rank's training speed by embedding path: ``hetgmp bench gpu`` (runs on a CPU too).
+
+One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synthetic source
+(batches generated before the clock starts), for each global batch (``--batches``, default
+8,192 and 65,536), in one run:
+
+* ``host``: the trainer as it runs today, the store's index and metadata in numpy
+  (``--store-index host``): the batch's ids are deduplicated with ``np.unique`` and the rows'
+  slots found on the host;
+* ``device``: the trainer with ``--store-index device``: ids deduplicated with
+  ``torch.unique`` and the store's index, metadata and optimizer step on the device
+  (``trainer.embedding.device_store``); the batch's ids are copied there once a step;
+* ``model_only``: the model's forward and backward alone on rows gathered before the clock
+  (each batch's rows in one tensor already on the device), with the dense optimizer's step:
+  the ceiling the embedding path is measured against.
+
+``ms_by_phase`` is the trainer's own per-step timing (route, read, compute, write, dense; on
+CUDA each phase ends where the host reached, so queued work shows in the phase that waits for
+it); ``syncs_per_step`` counts the device synchronisations torch reports under
+``torch.cuda.set_sync_debug_mode("warn")`` (CUDA only; null on a CPU); ``peak_mem_mb`` is
+``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident high-water mark (CPU; reset
+before each row where Linux allows). The last line printed is the JSON summary ``{"bench":
+"gpu", "rows": [{"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
+"syncs_per_step", "peak_mem_mb"}, ...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from partitioner import Placement
+from streaming import ClickBatch, SyntheticStream
+from streaming.synthetic import SyntheticConfig
+from trainer.counters import PHASES
+from trainer.dist.comm import LocalComm
+from trainer.sources import synthetic_batch
+from trainer.step import Trainer
+from trainer.types import ModelConfig, StoreConfig, TrainConfig
+
+__all__ = ["PATHS", "build_parser", "main", "parse_args"]
+
+PATHS = ("host", "device", "model_only")
+MODEL = ModelConfig(model="deepfm", embed_dim=64, hidden=(256, 128))
+_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags."""
+    p = argparse.ArgumentParser(prog="hetgmp bench gpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="torch device of the rank (default: cuda where there is one)")
+    p.add_argument("--batches", default="8192,65536", help="global batch sizes, comma separated")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per row (default 30 on CUDA, 4 on a CPU)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    p.add_argument("--paths", default=",".join(PATHS), help="paths to run, comma separated")
+    p.add_argument("--seed", type=int, default=0, help="stream seed")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``argv``, checked."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.torch_device = torch.device(args.device)
+        args.batch_sizes = [int(x) for x in args.batches.split(",") if x.strip()]
+    except (RuntimeError, ValueError) as exc:
+        parser.error(str(exc))
+    if args.torch_device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA device")
+    args.path_list = [x for x in args.paths.split(",") if x]
+    if not args.path_list or set(args.path_list) - set(PATHS):
+        parser.error(f"--paths takes some of {','.join(PATHS)}")
+    if args.steps is None:
+        args.steps = 30 if args.torch_device.type == "cuda" else 4
+    if args.steps < 1 or args.warmup < 0 or not args.batch_sizes or min(args.batch_sizes) < 1:
+        parser.error("--steps and the batch sizes must be positive, --warmup >= 0")
+    return args
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_mb(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+class _Syncs:
+    """Counts the synchronisations torch reports while it is entered (CUDA only)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.on = device.type == "cuda"
+        self.count = 0
+
+    def __enter__(self) -> _Syncs:
+        if self.on:
+            self._catch = warnings.catch_warnings(record=True)
+            self._seen = self._catch.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            torch.cuda.set_sync_debug_mode("default")
+            self.count = sum("synchroniz" in str(w.message) for w in self._seen)
+            self._catch.__exit__(None, None, None)
+
+
+def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
+                 ) -> dict[str, object]:
+    device = args.torch_device
+    trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
+                      batches[0].dense.shape[1], model=MODEL,
+                      store=StoreConfig(index="host" if path == "host" else "device"),
+                      train=TrainConfig(global_batch=len(batches[0])))
+    for batch in batches[:args.warmup]:
+        trainer.step(batch)
+    trainer.finish_step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    _reset_peak(device)
+    seconds = np.zeros(len(PHASES))
+    began = time.perf_counter()
+    with _Syncs(device) as syncs:
+        for batch in batches[args.warmup:]:
+            c = trainer.step(batch)
+            assert c is not None
+            seconds += c.seconds
+        trainer.finish_step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    wall = time.perf_counter() - began
+    steps = len(batches) - args.warmup
+    return {"path": path, "ms_by_phase": {p: round(1000 * s / steps, 3)
+                                          for p, s in zip(PHASES, seconds)},
+            "samples_per_s": round(steps * len(batches[0]) / wall),
+            "syncs_per_step": round(syncs.count / steps, 2) if syncs.on else None,
+            "peak_mem_mb": _peak_mb(device)}
+
+
+def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict[str, object]:
+    """Forward, backward and the dense step on rows gathered before the clock."""
+    device = args.torch_device
+    trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
+                      batches[0].dense.shape[1], model=MODEL,
+                      train=TrainConfig(global_batch=len(batches[0])))
+    gathered = []
+    for batch in batches:
+        uniq, inverse = np.unique(batch.ids, return_inverse=True)
+        rows = trainer.store.peek(uniq)[torch.from_numpy(inverse.reshape(-1)).to(device)]
+        gathered.append((rows.view(*batch.ids.shape, MODEL.row_dim),
+                         torch.from_numpy(batch.dense).to(device),
+                         torch.from_numpy(batch.labels).to(device)))
+    model, loss_fn, params = trainer.model, trainer.loss_fn, trainer.dense.params
+
+    def step(emb: torch.Tensor, dense: torch.Tensor, labels: torch.Tensor) -> None:
+        emb = emb.detach().requires_grad_(True)
+        loss = loss_fn(model(emb, dense), labels) / labels.numel()
+        grads = torch.autograd.grad(loss, [emb, *params], allow_unused=True)
+        flat = torch.cat(trainer.dense.flat_grads(grads[1:]))
+        trainer.optimizer.step(trainer.dense.flat, flat)
+
+    for item in gathered[:args.warmup]:
+        step(*item)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    _reset_peak(device)
+    began = time.perf_counter()
+    with _Syncs(device) as syncs:
+        for item in gathered[args.warmup:]:
+            step(*item)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    wall = time.perf_counter() - began
+    steps = len(gathered) - args.warmup
+    return {"path": "model_only", "ms_by_phase": {"compute": round(1000 * wall / steps, 3)},
+            "samples_per_s": round(steps * len(batches[0]) / wall),
+            "syncs_per_step": round(syncs.count / steps, 2) if syncs.on else None,
+            "peak_mem_mb": _peak_mb(device)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
+    args = parse_args(argv)
+    stream = SyntheticStream(SyntheticConfig(seed=args.seed))
+    print(f"one rank, DeepFM dim {MODEL.embed_dim}, hidden {MODEL.hidden}, float32, on "
+          f"{args.torch_device} (torch {torch.__version__}, {torch.get_num_threads()} threads); "
+          f"{args.warmup} untimed + {args.steps} timed steps per row")
+    rows: list[dict[str, object]] = []
+    for size in args.batch_sizes:
+        total = args.warmup + args.steps
+        batches = [synthetic_batch(stream, i * size, size) for i in range(total)]
+        for path in args.path_list:
+            row = _model_only_row(batches, args) if path == "model_only" else \
+                _trainer_row(path, batches, args)
+            row.update(device=str(args.torch_device), global_batch=size)
+            rows.append(row)
+            phases = "  ".join(f"{k} {v:7.2f}" for k, v in row["ms_by_phase"].items())  # type: ignore[attr-defined]
+            syncs = row["syncs_per_step"]
+            print(f"  batch {size:>6} {path:>10}: {row['samples_per_s']:>10,} samples/s  "
+                  f"ms {phases}  syncs/step {'-' if syncs is None else syncs}  "
+                  f"peak {row['peak_mem_mb']} MB", flush=True)
+        by_path = {r["path"]: r for r in rows if r["global_batch"] == size}
+        if "host" in by_path and "device" in by_path:
+            ratio = float(by_path["device"]["samples_per_s"]) / float(  # type: ignore[arg-type]
+                by_path["host"]["samples_per_s"])  # type: ignore[arg-type]
+            print(f"  batch {size:>6}: device over host {ratio:.2f}x")
+        if "device" in by_path and "model_only" in by_path:
+            ratio = float(by_path["model_only"]["samples_per_s"]) / float(  # type: ignore[arg-type]
+                by_path["device"]["samples_per_s"])  # type: ignore[arg-type]
+            print(f"  batch {size:>6}: model_only over device {ratio:.2f}x")
+    print(json.dumps({"bench": "gpu", "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

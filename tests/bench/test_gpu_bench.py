@@ -1,0 +1,34 @@
+"""hetgmp bench gpu end to end on a CPU with tiny batches: its JSON rows, its refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.gpu import PATHS, main
+from trainer.counters import PHASES
+
+
+def test_bench_gives_one_row_per_path_and_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--device", "cpu", "--batches", "128,256", "--steps", "2", "--warmup", "1"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["bench"] == "gpu"
+    rows = {(r["path"], r["global_batch"]): r for r in summary["rows"]}
+    assert set(rows) == {(p, b) for p in PATHS for b in (128, 256)}
+    for (path, _), row in rows.items():
+        assert set(row) >= {"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
+                            "syncs_per_step", "peak_mem_mb"}
+        assert row["device"] == "cpu" and row["samples_per_s"] > 0
+        assert row["syncs_per_step"] is None  # counted on CUDA only
+        phases = set(row["ms_by_phase"])
+        assert phases == ({"compute"} if path == "model_only" else set(PHASES))
+
+
+@pytest.mark.parametrize("argv", [["--paths", "fpga"], ["--steps", "0"], ["--batches", "x"],
+                                  ["--device", "nonsense"]])
+def test_bench_refuses_bad_flags(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
