@@ -30,11 +30,11 @@ import argparse
 import json
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.memory import peak_mb, reset_peak
 from partitioner import Placement
 from streaming import ClickBatch, SyntheticStream
 from streaming.synthetic import SyntheticConfig
@@ -48,7 +48,6 @@ __all__ = ["PATHS", "build_parser", "main", "parse_args"]
 
 PATHS = ("host", "device", "model_only")
 MODEL = ModelConfig(model="deepfm", embed_dim=64, hidden=(256, 128))
-_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,23 +88,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-        return
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        pass
+    else:
+        reset_peak()
 
 
 def _peak_mb(device: torch.device) -> float | None:
     if device.type == "cuda":
         return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
+    return peak_mb()
 
 
 class _Syncs:

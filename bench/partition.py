@@ -67,10 +67,10 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from bench.memory import peak_mb, reset_peak
 from partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
@@ -110,28 +110,6 @@ class _Track:
     pass_moves: dict[str, int] = field(default_factory=dict)
     # Remote rows whose id the window had never seen, had seen in one sample, in more.
     seen_classes: np.ndarray = field(default_factory=lambda: np.zeros(3, dtype=np.int64))
-
-
-_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
-
-
-def _reset_peak() -> None:
-    """Start a new peak-memory reading (Linux: the kernel's resident-set high-water mark)."""
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        pass
-
-
-def _peak_mb() -> float | None:
-    """The process's peak resident memory since ``_reset_peak``, in MiB (None off Linux)."""
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,11 +285,11 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
                 migrated = plan_diff(old, new, args.row_bytes).rows_moved
                 current[name] = new
             elif name in partitioners and (t == 0 or name != "static"):
-                _reset_peak()
+                reset_peak()
                 began = time.perf_counter()
                 new = partitioners[name].partition(window, None if t == 0 else old)
                 seconds = time.perf_counter() - began
-                peak = _peak_mb()
+                peak = peak_mb()
                 if peak is not None:
                     tracks[name].peak_mb.append(peak)
                 report = getattr(partitioners[name], "last_pass", None)
@@ -445,23 +423,23 @@ def _offline(ids: np.ndarray, args: argparse.Namespace) -> list[dict[str, object
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
                                      seed=args.seed, min_count=1,
                                      replica_fraction=args.replica_fraction, replica_basis=basis)
-            _reset_peak()
+            reset_peak()
             began = time.perf_counter()
             placement = FullPartitioner(config).partition(graph, None)
             seconds = time.perf_counter() - began
             rows.append(_offline_row(ids, placement, graph, args, "static", basis, hash_rate,
-                                     seconds, peak=_peak_mb()))
+                                     seconds, peak=peak_mb()))
             refiner = IncrementalPartitioner(config, recent_fraction=1.0, recent_cap=None)
             moved, kept, seconds = 0, 0, 0.0
             peaks: list[float] = []
             for done in range(1, args.offline_passes + 1):
-                _reset_peak()
+                reset_peak()
                 began = time.perf_counter()
                 repaired = refiner.partition(graph, placement)
                 seconds += time.perf_counter() - began
                 held = refiner.last_pass is not None and refiner.last_pass.kept_current
                 kept += int(held)
-                peak = _peak_mb()
+                peak = peak_mb()
                 peaks += [] if peak is None else [peak]
                 moved += plan_diff(placement, repaired, args.row_bytes).rows_moved
                 placement = repaired

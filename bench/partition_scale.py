@@ -37,7 +37,8 @@ from typing import Literal, cast
 
 import numpy as np
 
-from bench.partition import _peak_mb, _reset_peak, _score
+from bench.memory import peak_mb, reset_peak
+from bench.partition import _score
 from partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
 
 __all__ = ["run"]
@@ -87,10 +88,10 @@ def _one_window(ids: np.ndarray, w: int, args: argparse.Namespace, n: int
         return remote / samples, hashed / samples
 
     refiner = IncrementalPartitioner(config)
-    _reset_peak()
+    reset_peak()
     began = time.perf_counter()
     placement = refiner.partition(WindowGraph.from_dense(ids[:w], start=0), None)
-    seconds, peak = time.perf_counter() - began, _peak_mb()
+    seconds, peak = time.perf_counter() - began, peak_mb()
     rate, hash_rate = scored(placement, w)
     rows = [_row("full", w, fields, n, seconds, peak, rate, hash_rate, None, 0)]
     _print(rows[-1])
@@ -98,11 +99,11 @@ def _one_window(ids: np.ndarray, w: int, args: argparse.Namespace, n: int
     for k in range(1, args.scale_passes + 1):
         lo = k * p
         window = WindowGraph.from_dense(ids[lo:lo + w], start=lo)
-        _reset_peak()
+        reset_peak()
         began = time.perf_counter()
         placement = refiner.partition(window, placement)
         times.append(time.perf_counter() - began)
-        peaks.append(_peak_mb())
+        peaks.append(peak_mb())
         report = refiner.last_pass
         looked.append(p if report is None else report.new_samples)
         rate, hash_rate = scored(placement, lo + w)

@@ -155,9 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         ids, values, _, versions = store.export()
         if reference is None:
             reference = (np.asarray(ids), values.cpu(), np.asarray(versions))
-        elif not (np.array_equal(np.asarray(ids.cpu()), reference[0])  # type: ignore[union-attr]
-                  and torch.equal(values.cpu(), reference[1])
-                  and np.array_equal(np.asarray(versions.cpu()), reference[2])):  # type: ignore[union-attr]
+        elif not (np.array_equal(ids, reference[0]) and torch.equal(values.cpu(), reference[1])
+                  and np.array_equal(versions, reference[2])):
             raise RuntimeError(f"{variant}: the store's rows differ from the host store's")
         step_ms = sum(ms.values())
         row = {"store": "host" if variant == "host" else "device",

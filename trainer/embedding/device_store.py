@@ -34,7 +34,7 @@ import torch
 
 from trainer.embedding.device_index import DEFAULT_DESIGN, Design, DeviceIndex
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
-from trainer.embedding.store import StoreStats
+from trainer.embedding.store import StoreSize, StoreStats
 from trainer.types import StoreConfig
 
 __all__ = ["DeviceStore"]
@@ -55,12 +55,15 @@ def _stable_order(primary: torch.Tensor, secondary: torch.Tensor) -> torch.Tenso
     return first[torch.sort(primary[first], stable=True).indices]
 
 
-class DeviceStore:
+class DeviceStore(StoreSize):
     """Rows owned by one rank, created on demand, with every decision made on the device.
 
     Same contract and arguments as :class:`~trainer.embedding.store.EmbeddingStore` (see
     there), with ids as tensors; ``design`` picks the index design.
     """
+
+    _index: DeviceIndex
+    _cand: DeviceIndex
 
     def __init__(self, dim: int, config: StoreConfig | None = None, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
@@ -94,9 +97,6 @@ class DeviceStore:
 
     # -- size --------------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return self._index.size
-
     @property
     def _cap(self) -> int:
         return int(self._values.shape[0]) - 1
@@ -114,22 +114,6 @@ class DeviceStore:
                    self._free, self._cand_count, self._cand_last)
         return int(sum(t.numel() * t.element_size() for t in tensors)
                    + self._index.nbytes + self._cand.nbytes)
-
-    @property
-    def low_water(self) -> int:
-        """Rows left when the cap ``max_rows`` is enforced (1/32 below it)."""
-        cap = self.config.max_rows
-        return cap - cap // 32
-
-    @property
-    def over_cap(self) -> bool:
-        """More rows than ``max_rows``."""
-        return bool(self.config.max_rows) and self._index.size > self.config.max_rows
-
-    @property
-    def candidates(self) -> int:
-        """Ids counted for admission that have no row yet."""
-        return self._cand.size
 
     # -- rows --------------------------------------------------------------------------------
 

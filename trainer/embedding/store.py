@@ -23,6 +23,7 @@ restored from a checkpoint do not (the checkpoint holds them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -45,8 +46,44 @@ class StoreStats:
     dropped_updates: int = 0
 
 
-class EmbeddingStore:
+class _Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+class StoreSize:
+    """What both stores (this one and ``device_store.DeviceStore``) answer about their size,
+    from their settings, row index and admission-candidate index."""
+
+    config: StoreConfig
+    _index: _Sized
+    _cand: _Sized
+
+    def __len__(self) -> int:
+        return self._index.size
+
+    @property
+    def low_water(self) -> int:
+        """Rows left when the cap ``max_rows`` is enforced (1/32 below it)."""
+        cap = self.config.max_rows
+        return cap - cap // 32
+
+    @property
+    def over_cap(self) -> bool:
+        """More rows than ``max_rows`` (checked at the end of every step)."""
+        return bool(self.config.max_rows) and self._index.size > self.config.max_rows
+
+    @property
+    def candidates(self) -> int:
+        """Ids counted for admission that have no row yet."""
+        return self._cand.size
+
+
+class EmbeddingStore(StoreSize):
     """Rows owned by one rank (primaries), created on demand, updated by the owner only."""
+
+    _index: IdIndex
+    _cand: IdIndex
 
     def __init__(
         self,
@@ -91,9 +128,6 @@ class EmbeddingStore:
 
     # -- size --------------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return self._index.size
-
     @property
     def nbytes(self) -> int:
         """Bytes held by rows, optimizer state, metadata and both indexes."""
@@ -103,22 +137,6 @@ class EmbeddingStore:
             self._changed.nbytes + self._free.nbytes
         cand = self._cand.nbytes + self._cand_count.nbytes + self._cand_last.nbytes
         return int(rows + state + meta + self._index.nbytes + cand)
-
-    @property
-    def low_water(self) -> int:
-        """Rows left when the cap ``max_rows`` is enforced (1/32 below it)."""
-        cap = self.config.max_rows
-        return cap - cap // 32
-
-    @property
-    def over_cap(self) -> bool:
-        """More rows than ``max_rows`` (checked at the end of every step)."""
-        return bool(self.config.max_rows) and self._index.size > self.config.max_rows
-
-    @property
-    def candidates(self) -> int:
-        """Ids counted for admission that have no row yet."""
-        return self._cand.size
 
     # -- rows --------------------------------------------------------------------------------
 
