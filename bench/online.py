@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embed-dim", type=int, default=16, help="embedding dimension")
     p.add_argument("--staleness", type=int, default=10, help="replica staleness bound s")
     p.add_argument("--replica-fraction", type=float, default=0.01, help="replica budget")
+    p.add_argument("--replica-basis", choices=["touched", "window"], default="touched",
+                   help="what the budget counts: the rows a rank uses (this benchmark's figures "
+                        "so far) or all the window's rows (the trainer's default)")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
     p.add_argument("--modes", default="hash,static,online,auto",
                    help="modes to run, in order (hash, static, online, auto)")
@@ -125,7 +128,8 @@ def _job(args: argparse.Namespace, kafka: KafkaSettings, topic: str, mode: str) 
                         placement="hash" if mode == "hash" else "auto" if mode == "auto"
                         else "graph",
                         warmup=args.warmup,
-                        replica_fraction=args.replica_fraction, log_every=0)
+                        replica_fraction=args.replica_fraction,
+                        replica_basis=args.replica_basis, log_every=0)
     online = OnlineConfig(
         repartition_interval=str(args.interval) if mode in ("online", "auto") else "0",
         drift_threshold=args.drift_threshold if mode in ("online", "auto") else 0.0,
