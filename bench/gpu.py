@@ -30,6 +30,7 @@ import argparse
 import json
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -50,6 +51,10 @@ PATHS = ("host", "device", "model_only")
 MODEL = ModelConfig(model="deepfm", embed_dim=64, hidden=(256, 128))
 
 
+def _model(args: argparse.Namespace) -> ModelConfig:
+    return replace(MODEL, autocast=args.autocast)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's flags."""
     p = argparse.ArgumentParser(prog="hetgmp bench gpu", description=__doc__.split("\n\n")[0])
@@ -60,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed steps per row (default 30 on CUDA, 4 on a CPU)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--paths", default=",".join(PATHS), help="paths to run, comma separated")
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="the model's forward under bf16 autocast (every path; default float32)")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -124,7 +131,7 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
                  ) -> dict[str, object]:
     device = args.torch_device
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
-                      batches[0].dense.shape[1], model=MODEL,
+                      batches[0].dense.shape[1], model=_model(args),
                       store=StoreConfig(index="host" if path == "host" else "device"),
                       train=TrainConfig(global_batch=len(batches[0])))
     for batch in batches[:args.warmup]:
@@ -156,7 +163,7 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
     """Forward, backward and the dense step on rows gathered before the clock."""
     device = args.torch_device
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
-                      batches[0].dense.shape[1], model=MODEL,
+                      batches[0].dense.shape[1], model=_model(args),
                       train=TrainConfig(global_batch=len(batches[0])))
     gathered = []
     for batch in batches:
@@ -169,7 +176,9 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
 
     def step(emb: torch.Tensor, dense: torch.Tensor, labels: torch.Tensor) -> None:
         emb = emb.detach().requires_grad_(True)
-        loss = loss_fn(model(emb, dense), labels) / labels.numel()
+        with trainer.model_autocast():
+            logits = model(emb, dense)
+        loss = loss_fn(logits.float(), labels) / labels.numel()
         grads = torch.autograd.grad(loss, [emb, *params], allow_unused=True)
         flat = torch.cat(trainer.dense.flat_grads(grads[1:]))
         trainer.optimizer.step(trainer.dense.flat, flat)
@@ -197,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     args = parse_args(argv)
     stream = SyntheticStream(SyntheticConfig(seed=args.seed))
-    print(f"one rank, DeepFM dim {MODEL.embed_dim}, hidden {MODEL.hidden}, float32, on "
+    print(f"one rank, DeepFM dim {MODEL.embed_dim}, hidden {MODEL.hidden}, float32 "
+          f"(autocast {args.autocast}), on "
           f"{args.torch_device} (torch {torch.__version__}, {torch.get_num_threads()} threads); "
           f"{args.warmup} untimed + {args.steps} timed steps per row")
     rows: list[dict[str, object]] = []
@@ -207,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.path_list:
             row = _model_only_row(batches, args) if path == "model_only" else \
                 _trainer_row(path, batches, args)
-            row.update(device=str(args.torch_device), global_batch=size)
+            row.update(device=str(args.torch_device), global_batch=size, autocast=args.autocast)
             rows.append(row)
             phases = "  ".join(f"{k} {v:7.2f}" for k, v in row["ms_by_phase"].items())  # type: ignore[attr-defined]
             syncs = row["syncs_per_step"]

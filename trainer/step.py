@@ -243,7 +243,9 @@ class Trainer:
         # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
         emb = values.index_select(0, inverse).view(*local.ids.shape, values.shape[1])
         emb.requires_grad_(True)
-        logits = self.model(emb, self._dense_tensor(local.dense))
+        with self.model_autocast():
+            logits = self.model(emb, self._dense_tensor(local.dense))
+        logits = logits.to(self.dtype)
         labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
         loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
         loss = loss_sum / global_n
@@ -253,6 +255,11 @@ class Trainer:
             row_grads.index_add_(0, inverse, grads[0].reshape(-1, values.shape[1]))
         self.last_logits = logits.detach()
         return loss_sum, row_grads, grads[1:]
+
+    def model_autocast(self) -> torch.autocast:
+        """The model's forward under bf16 autocast with ``--autocast bf16`` (else disabled)."""
+        return torch.autocast(self.comm.device.type, dtype=torch.bfloat16,
+                              enabled=self.model_config.autocast == "bf16")
 
     def _end_step(self, c: StepCounters, before: Traffic, local: ClickBatch,
                   loss_sum: torch.Tensor, dense_grads: tuple[torch.Tensor | None, ...],

@@ -91,10 +91,18 @@ class ModelConfig:
         default="float32", metadata={"help": "parameter and exchange float type"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the dense parameters"})
+    autocast: Literal["off", "bf16"] = field(
+        default="off",
+        metadata={"help": "bf16: the model's forward and backward in training under "
+                  "torch.autocast(bfloat16) (rows, parameters and their updates stay float32; "
+                  "needs --dtype float32)"},
+    )
 
     def __post_init__(self) -> None:
         if self.embed_dim < 1 or self.cross_layers < 0 or any(h < 1 for h in self.hidden):
             raise ValueError("embed_dim and hidden sizes must be positive, cross_layers >= 0")
+        if self.autocast == "bf16" and self.dtype != "float32":
+            raise ValueError("autocast bf16 needs dtype float32 (float64 is for exact checks)")
 
     @property
     def first_order(self) -> bool:

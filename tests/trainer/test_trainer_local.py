@@ -107,3 +107,30 @@ def test_a_copy_of_a_row_about_to_move_here_stops_the_chunk() -> None:
     with pytest.raises(RuntimeError, match=r"holds copies of 1 row\(s\) it is about to own "
                                            r"\(e.g. id 9\)"):
         move_chunk(trainer.comm, trainer.store, trainer.replicas, np.array([5, 9]), to_me, to_me, 0)
+
+
+def test_bf16_autocast_trains_in_float32_with_bf16_matmuls() -> None:
+    # --autocast bf16: the model's forward runs under bf16 autocast (its logits differ from
+    # float32's by bf16 rounding, not more), the loss falls as in float32, and parameters and
+    # rows stay float32.
+    def run(autocast: str) -> tuple[Trainer, list[float]]:
+        model = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), autocast=autocast)
+        trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=model,
+                          train=TrainConfig(global_batch=256, dense_lr=3e-3))
+        shard = SyntheticShard(SyntheticSpec(SYN, records=256 * 40), 256, 0, 1)
+        losses = []
+        while not shard.exhausted:
+            c = trainer.step(shard.next_batch())
+            assert c is not None
+            losses.append(c.loss_sum / c.samples_trained)
+        return trainer, losses
+
+    full, full_losses = run("off")
+    half, half_losses = run("bf16")
+    assert np.mean(half_losses[-10:]) < np.mean(half_losses[:10]) - 0.02
+    assert abs(np.mean(half_losses[-10:]) - np.mean(full_losses[-10:])) < 0.01
+    gap = (half.last_logits - full.last_logits).abs().max().item()
+    assert 0 < gap < 0.5, gap
+    assert half.dense.flat.dtype == torch.float32 and half.store.export()[1].dtype == torch.float32
+    with pytest.raises(ValueError, match="float32"):
+        ModelConfig(dtype="float64", autocast="bf16")
