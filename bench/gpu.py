@@ -10,14 +10,16 @@ One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synth
 * ``device``: the trainer with ``--store-index device``: ids deduplicated with
   ``torch.unique`` and the store's index, metadata and optimizer step on the device
   (``trainer.embedding.device_store``); the batch's ids are copied there once a step;
-* ``model_only``: the model's forward and backward alone on rows gathered before the clock
-  (each batch's rows in one tensor already on the device), with the dense optimizer's step:
+* ``model_only``: the model's forward and backward alone on each batch's rows, gathered into
+  one tensor on the device before that step's clock starts, with the dense optimizer's step:
   the ceiling the embedding path is measured against.
 
 ``ms_by_phase`` is the trainer's own per-step timing (route, read, compute, write, dense; on
 CUDA each phase ends where the host reached, so queued work shows in the phase that waits for
-it); ``syncs_per_step`` counts the device synchronisations torch reports under
-``torch.cuda.set_sync_debug_mode("warn")`` (CUDA only; null on a CPU); ``peak_mem_mb`` is
+it: the loss read back at a step's end waits for its queued work, in the dense phase);
+``syncs_per_step`` counts the device synchronisations torch reports under
+``torch.cuda.set_sync_debug_mode("warn")``, the benchmark's own waits excluded (CUDA only; null
+on a CPU); ``peak_mem_mb`` is
 ``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident high-water mark (CPU; reset
 before each row where Linux allows). The last line printed is the JSON summary ``{"bench":
 "gpu", "rows": [{"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
@@ -120,10 +122,14 @@ class _Syncs:
             torch.cuda.set_sync_debug_mode("warn")
         return self
 
+    def seen(self) -> int:
+        """Synchronisations reported so far (0 off CUDA)."""
+        return sum("synchroniz" in str(w.message) for w in self._seen) if self.on else 0
+
     def __exit__(self, *exc: object) -> None:
         if self.on:
             torch.cuda.set_sync_debug_mode("default")
-            self.count = sum("synchroniz" in str(w.message) for w in self._seen)
+            self.count = self.seen()
             self._catch.__exit__(None, None, None)
 
 
@@ -148,8 +154,8 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
             assert c is not None
             seconds += c.seconds
         trainer.finish_step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    if device.type == "cuda":  # outside the sync count: the bench's own wait
+        torch.cuda.synchronize(device)
     wall = time.perf_counter() - began
     steps = len(batches) - args.warmup
     return {"path": path, "ms_by_phase": {p: round(1000 * s / steps, 3)
@@ -160,19 +166,20 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
 
 
 def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict[str, object]:
-    """Forward, backward and the dense step on rows gathered before the clock."""
+    """Forward, backward and the dense step on each batch's rows, gathered before its clock
+    starts (one batch's rows at a time, as the trainer holds them)."""
     device = args.torch_device
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
                       batches[0].dense.shape[1], model=_model(args),
                       train=TrainConfig(global_batch=len(batches[0])))
-    gathered = []
-    for batch in batches:
+    model, loss_fn, params = trainer.model, trainer.loss_fn, trainer.dense.params
+
+    def gather(batch: ClickBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         uniq, inverse = np.unique(batch.ids, return_inverse=True)
         rows = trainer.store.peek(uniq)[torch.from_numpy(inverse.reshape(-1)).to(device)]
-        gathered.append((rows.view(*batch.ids.shape, MODEL.row_dim),
-                         torch.from_numpy(batch.dense).to(device),
-                         torch.from_numpy(batch.labels).to(device)))
-    model, loss_fn, params = trainer.model, trainer.loss_fn, trainer.dense.params
+        return (rows.view(*batch.ids.shape, MODEL.row_dim), torch.from_numpy(batch.dense).to(device),
+                torch.from_numpy(batch.labels).to(device))
 
     def step(emb: torch.Tensor, dense: torch.Tensor, labels: torch.Tensor) -> None:
         emb = emb.detach().requires_grad_(True)
@@ -183,22 +190,25 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
         flat = torch.cat(trainer.dense.flat_grads(grads[1:]))
         trainer.optimizer.step(trainer.dense.flat, flat)
 
-    for item in gathered[:args.warmup]:
-        step(*item)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    for batch in batches[:args.warmup]:
+        step(*gather(batch))
+    sync()
     _reset_peak(device)
-    began = time.perf_counter()
+    wall, count = 0.0, 0
     with _Syncs(device) as syncs:
-        for item in gathered[args.warmup:]:
+        for batch in batches[args.warmup:]:
+            item = gather(batch)
+            sync()
+            before = syncs.seen()  # the gather's waits are not the model's
+            began = time.perf_counter()
             step(*item)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    wall = time.perf_counter() - began
-    steps = len(gathered) - args.warmup
+            count += syncs.seen() - before
+            sync()  # the bench's own wait: timed, not counted
+            wall += time.perf_counter() - began
+    steps = len(batches) - args.warmup
     return {"path": "model_only", "ms_by_phase": {"compute": round(1000 * wall / steps, 3)},
             "samples_per_s": round(steps * len(batches[0]) / wall),
-            "syncs_per_step": round(syncs.count / steps, 2) if syncs.on else None,
+            "syncs_per_step": round(count / steps, 2) if syncs.on else None,
             "peak_mem_mb": _peak_mb(device)}
 
 

@@ -74,8 +74,16 @@ class WindowIds:
             self._rebuild(window, lo)
             return self._ids
         self.last_work = 0
-        new = self._summarise(window, span[1] - lo, window.num_samples, lo)
         gone: list[_Chunk] = []
+        first_new = span[1]
+        last = self._chunks[-1] if self._chunks else None
+        if last is not None and last.lo >= lo and last.hi - last.lo < _CHUNK_SAMPLES:
+            # A short last chunk is summarised again with the new samples, so that short
+            # periods do not leave a window of many small chunks (their summaries would
+            # approach 16 bytes an entry).
+            gone.append(self._chunks.pop())
+            first_new = last.lo
+        new = self._summarise(window, first_new - lo, window.num_samples, lo)
         kept: list[_Chunk] = []
         while self._chunks and self._chunks[0].lo < lo:
             chunk = self._chunks.popleft()
@@ -133,6 +141,8 @@ def _combine(chunks: list[_Chunk]) -> tuple[np.ndarray, np.ndarray]:
         return chunks[0].ids, chunks[0].counts
     ids = np.concatenate([c.ids for c in chunks])
     counts = np.concatenate([c.counts for c in chunks])
+    if ids.size == 0:  # chunks of samples without entries
+        return ids, counts.astype(np.int64)
     order = np.argsort(ids, kind="stable")
     ids, counts = ids[order], counts[order]
     first = np.empty(ids.size, dtype=bool)

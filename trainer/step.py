@@ -271,11 +271,13 @@ class Trainer:
         # (finish_step applies them, before anything uses the dense parameters).
         flat = torch.cat(self.dense.flat_grads(dense_grads))
         self._dense_pending = (self.comm.start_all_reduce_sum(flat), flat)
-        # Time is booked where it is spent: the wait for the last step's all-reduce (and its
-        # update) in this step's dense phase, not in its routing.
+        # The loss read back first: on CUDA it waits for the step's queued work, which then
+        # shows in the dense phase rather than in none. Time is booked where it is spent: the
+        # wait for the last step's all-reduce (and its update) in this step's dense phase, not
+        # in its routing.
+        c.loss_sum = float(loss_sum.detach())
         tick = self._clock.monotonic
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
-        c.loss_sum = float(loss_sum.detach())
         self.step_index += 1
         cfg = self.store.config
         # The cap is checked every step (the rows a step created pushed the store over it at

@@ -40,8 +40,9 @@ def test_an_update_reads_only_the_new_samples_and_one_chunk() -> None:
     tracker.update(_window(stream, 0, 500))
     assert tracker.last_work == 500
     tracker.update(_window(stream, 20, 520))
-    # 20 new samples, and the 7-sample chunk the new start (20) cut: 21..27 re-read from 20.
-    assert tracker.last_work == 20 + (21 - 20)
+    # The 20 new samples with the short last chunk (497..499, summarised again with them), and
+    # the 7-sample chunk the new start (20) cut: 20 re-read.
+    assert tracker.last_work == (520 - 497) + (21 - 20)
     np.testing.assert_array_equal(tracker.update(_window(stream, 20, 520)), np.unique(stream[20:520]))
 
 
@@ -61,3 +62,20 @@ def test_an_empty_window_has_no_ids() -> None:
     stream = np.ones((10, 3), dtype=np.int64)
     tracker.update(_window(stream, 0, 10))
     assert tracker.update(_window(stream, 10, 10)).size == 0
+
+
+def test_short_periods_do_not_pile_up_small_chunks() -> None:
+    stream = (np.arange(40_000, dtype=np.int64) * 31 % 997).reshape(10_000, 4)
+    tracker = WindowIds()
+    for end in range(300, 10_000, 3):  # three new samples an update, a 300-sample window
+        got = tracker.update(_window(stream, end - 300, end))
+    np.testing.assert_array_equal(got, np.unique(stream[end - 300:end]))
+    assert len(tracker._chunks) <= 300 // 7 + 2
+
+
+def test_windows_of_samples_without_ids() -> None:
+    tracker = WindowIds()
+    empty = WindowGraph(np.zeros(30, dtype=np.int64), np.zeros(0, dtype=np.int64), start=0)
+    assert tracker.update(empty).size == 0
+    assert tracker.update(WindowGraph(np.zeros(40, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                      start=5)).size == 0
