@@ -28,7 +28,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 }
 
 echo "== tests marked cuda"
-"$PY" -m pytest -q -p no:cacheprovider -m cuda tests
+# A failing test does not stop the measurements below; the script exits with its status last.
+tests_status=0
+"$PY" -m pytest -q -p no:cacheprovider -m cuda tests || tests_status=$?
 
 echo "== hetgmp bench gpu (JSON summary: ${GPU_JSON:=bench_gpu.json})"
 "$PY" -m bench.gpu --device cuda | tee "$GPU_JSON.log"
@@ -59,3 +61,8 @@ for batch in 2048 8192; do
     run all cpu "$CORES" "$batch"
     "$PY" -c "$report" "$batch" "$CORES" "$tmp/gpu" "$tmp/one" "$tmp/all"
 done
+
+if [ "$tests_status" -ne 0 ]; then
+    echo "error: the cuda tests failed (pytest exit status $tests_status); the figures above ran anyway" >&2
+    exit "$tests_status"
+fi
