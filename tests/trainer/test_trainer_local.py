@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -47,15 +49,21 @@ def test_shards_split_each_global_batch_in_order() -> None:
     assert all(s.exhausted and len(s.next_batch()) == 0 for s in shards)
 
 
-def test_training_lowers_the_loss_and_prediction_creates_no_rows() -> None:
-    trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=SMALL,
+def _train(model: ModelConfig, steps: int) -> tuple[Trainer, list[float], SyntheticShard]:
+    """One rank trained on ``steps`` batches of 256: the trainer, its losses, the spent shard."""
+    trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=model,
                       train=TrainConfig(global_batch=256, dense_lr=3e-3))
-    shard = SyntheticShard(SyntheticSpec(SYN, records=256 * 60), 256, 0, 1)
+    shard = SyntheticShard(SyntheticSpec(SYN, records=256 * steps), 256, 0, 1)
     losses = []
     while not shard.exhausted:
         c = trainer.step(shard.next_batch())
         assert c is not None
         losses.append(c.loss_sum / c.samples_trained)
+    return trainer, losses, shard
+
+
+def test_training_lowers_the_loss_and_prediction_creates_no_rows() -> None:
+    trainer, losses, shard = _train(SMALL, 60)
     assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.02
     rows = len(trainer.store)
     unseen = synthetic_batch(SyntheticStream(SyntheticConfig(seed=99)), 0, 100)
@@ -113,20 +121,8 @@ def test_bf16_autocast_trains_in_float32_with_bf16_matmuls() -> None:
     # --autocast bf16: the model's forward runs under bf16 autocast (its logits differ from
     # float32's by bf16 rounding, not more), the loss falls as in float32, and parameters and
     # rows stay float32.
-    def run(autocast: str) -> tuple[Trainer, list[float]]:
-        model = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), autocast=autocast)
-        trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=model,
-                          train=TrainConfig(global_batch=256, dense_lr=3e-3))
-        shard = SyntheticShard(SyntheticSpec(SYN, records=256 * 40), 256, 0, 1)
-        losses = []
-        while not shard.exhausted:
-            c = trainer.step(shard.next_batch())
-            assert c is not None
-            losses.append(c.loss_sum / c.samples_trained)
-        return trainer, losses
-
-    full, full_losses = run("off")
-    half, half_losses = run("bf16")
+    full, full_losses, _ = _train(replace(SMALL, autocast="off"), 40)
+    half, half_losses, _ = _train(replace(SMALL, autocast="bf16"), 40)
     assert np.mean(half_losses[-10:]) < np.mean(half_losses[:10]) - 0.02
     assert abs(np.mean(half_losses[-10:]) - np.mean(full_losses[-10:])) < 0.01
     gap = (half.last_logits - full.last_logits).abs().max().item()
