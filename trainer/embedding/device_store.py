@@ -18,9 +18,10 @@ versions in numpy, rows in tensors, as the host store does. Host waits per call,
 
 * :meth:`lookup`: one readback, the positions of the ids without a row (its length sizes the
   rows to create), plus one for the admitted count when ``admit_after > 1``; the stash design
-  of the index adds one per insert. New rows take their initial values from the host
-  (:func:`~trainer.embedding.optimizer.initial_rows` needs unsigned 64-bit products, which
-  torch's kernels do not define), a copy of the new ids only.
+  of the index adds one per insert. New rows' initial values are computed on the device on
+  CUDA (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a
+  CPU numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for
+  10k rows of 65), so it does.
 * :meth:`apply`: none. Updates of ids without a row go to a sink row (the last one, never a
   slot) and are counted on the device; :attr:`stats` reads the count.
 * :meth:`maintain`, :meth:`export`, :meth:`changes`, :meth:`take`, :meth:`put`: between steps;
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from trainer.embedding.device_index import DEFAULT_DESIGN, Design, DeviceIndex
+from trainer.embedding.device_init import initial_rows_on
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.store import StoreSize, StoreStats
 from trainer.types import StoreConfig
@@ -311,8 +313,10 @@ class DeviceStore(StoreSize):
     # -- internals ---------------------------------------------------------------------------
 
     def _initial(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = initial_rows(ids.cpu().numpy(), self.dim, self.config.seed,
-                            self.config.init_scale)
+        c = self.config
+        if self.device.type == "cuda":
+            return initial_rows_on(ids, self.dim, c.seed, c.init_scale, self.dtype)
+        rows = initial_rows(ids.cpu().numpy(), self.dim, c.seed, c.init_scale)
         return torch.from_numpy(rows).to(device=self.device, dtype=self.dtype)
 
     def _clear_sink(self) -> None:

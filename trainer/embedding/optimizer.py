@@ -12,7 +12,7 @@ import torch
 from partitioner import fmix64
 from trainer.types import StoreConfig
 
-__all__ = ["RowOptimizer", "initial_rows"]
+__all__ = ["RowOptimizer", "column_keys", "initial_rows", "seed_key"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _SEED_SALT = np.uint64(0xD6E8FEB86659FD93)
@@ -33,13 +33,22 @@ def initial_rows(ids: np.ndarray, dim: int, seed: int, scale: float) -> np.ndarr
     Returns:
         float64 ``[n, dim]``.
     """
-    key = fmix64(np.array([seed], dtype=np.int64).view(np.uint64) ^ _SEED_SALT)[0]
-    base = fmix64(np.ascontiguousarray(ids, dtype=np.int64).view(np.uint64) ^ key)
+    base = fmix64(np.ascontiguousarray(ids, dtype=np.int64).view(np.uint64) ^ seed_key(seed))
     with np.errstate(over="ignore"):
-        cols = np.arange(1, dim + 1, dtype=np.uint64) * _GOLDEN
-        bits = fmix64(base[:, None] + cols[None, :])
+        bits = fmix64(base[:, None] + column_keys(dim)[None, :])
     unit = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
     return (2.0 * unit - 1.0) * scale
+
+
+def seed_key(seed: int) -> np.uint64:
+    """The 64-bit key a table's seed mixes into every id (``initial_rows``)."""
+    return np.uint64(fmix64(np.array([seed], dtype=np.int64).view(np.uint64) ^ _SEED_SALT)[0])
+
+
+def column_keys(dim: int) -> np.ndarray:
+    """What each column adds to an id's mixed key before the second mix: uint64 ``[dim]``."""
+    with np.errstate(over="ignore"):
+        return np.arange(1, dim + 1, dtype=np.uint64) * _GOLDEN
 
 
 class RowOptimizer:
