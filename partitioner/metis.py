@@ -1,9 +1,13 @@
-"""The bipartite sample-id graph of a window, handed to METIS (pymetis)."""
+"""The bipartite sample-id graph of a window, handed to METIS (pymetis).
+
+pymetis is imported when a graph is first partitioned, not with the package: a process that
+only trains or serves on a hash placement (a GPU box without the wheel, ``hetgmp serve``) needs
+the rest of the partitioner (placements, routing) but not METIS.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import pymetis
 
 from partitioner.graph import CompactWindow
 
@@ -42,6 +46,11 @@ def bipartite_parts(cw: CompactWindow, keep: np.ndarray, nparts: int, *,
     # (the temporaries were 92 MB beside 39 MB of graph for a 1.2M-edge sample of 500k x 26).
     xadj, adjncy, vweights, eweights = _csr_graph(cw, keep, samples, kept_ids, id_edge_weight,
                                                   sample_mask)
+    try:
+        import pymetis
+    except ImportError as exc:
+        raise ImportError("graph placement partitions with METIS: install pymetis (it is a "
+                          "dependency of this package; hash placement runs without it)") from exc
     options = pymetis.Options(ufactor=int(ufactor), seed=int(seed))
     result = pymetis.part_graph(
         int(nparts),

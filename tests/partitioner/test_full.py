@@ -100,3 +100,27 @@ def test_balance_counts_fixed_rows_and_moves_only_movable_ones() -> None:
     owner = balance_rows(np.ones(16, np.int32), flat, np.ones(16, bool), 3, 0.0,
                          fixed=np.array([20, 0, 0]))
     assert list(np.bincount(owner, minlength=3)) == [0, 12, 4]
+
+
+def test_without_pymetis_placements_work_and_a_partition_says_what_is_missing() -> None:
+    # A GPU box or a serving host may lack the pymetis wheel: the trainer and hash placements
+    # import and run; partitioning a graph says what to install.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['pymetis'] = None\n"
+        "import numpy as np\n"
+        "import trainer.step\n"
+        "from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph\n"
+        "assert Placement.hash(2).owner_of(np.arange(4)).size == 4\n"
+        "w = WindowGraph.from_dense(np.arange(400).reshape(100, 4) % 37)\n"
+        "try:\n"
+        "    FullPartitioner(PartitionConfig(num_workers=2, global_batch=10)).partition(w, None)\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "install pymetis" in out.stdout
