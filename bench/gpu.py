@@ -37,6 +37,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from bench.devices import parse_device, synchronizer
 from bench.memory import peak_mb, reset_peak
 from partitioner import Placement
 from streaming import ClickBatch, SyntheticStream
@@ -78,12 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.torch_device = torch.device(args.device)
         args.batch_sizes = [int(x) for x in args.batches.split(",") if x.strip()]
-    except (RuntimeError, ValueError) as exc:
+    except ValueError as exc:
         parser.error(str(exc))
-    if args.torch_device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda needs a CUDA device")
+    args.torch_device = parse_device(parser, args.device)
     args.path_list = [x for x in args.paths.split(",") if x]
     if not args.path_list or set(args.path_list) - set(PATHS):
         parser.error(f"--paths takes some of {','.join(PATHS)}")
@@ -136,6 +135,7 @@ class _Syncs:
 def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
                  ) -> dict[str, object]:
     device = args.torch_device
+    sync = synchronizer(device)
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
                       batches[0].dense.shape[1], model=_model(args),
                       store=StoreConfig(index="host" if path == "host" else "device"),
@@ -143,8 +143,7 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
     for batch in batches[:args.warmup]:
         trainer.step(batch)
     trainer.finish_step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync()
     _reset_peak(device)
     seconds = np.zeros(len(PHASES))
     began = time.perf_counter()
@@ -154,8 +153,7 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
             assert c is not None
             seconds += c.seconds
         trainer.finish_step()
-    if device.type == "cuda":  # outside the sync count: the bench's own wait
-        torch.cuda.synchronize(device)
+    sync()  # outside the sync count: the bench's own wait
     wall = time.perf_counter() - began
     steps = len(batches) - args.warmup
     return {"path": path, "ms_by_phase": {p: round(1000 * s / steps, 3)
@@ -169,7 +167,7 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
     """Forward, backward and the dense step on each batch's rows, gathered before its clock
     starts (one batch's rows at a time, as the trainer holds them)."""
     device = args.torch_device
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    sync = synchronizer(device)
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
                       batches[0].dense.shape[1], model=_model(args),
                       train=TrainConfig(global_batch=len(batches[0])))

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from bench.devices import parse_device, synchronizer
 from partitioner import IdIndex
 from trainer.embedding.device_index import DESIGNS, DeviceIndex
 
@@ -96,11 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--entries, --batch and --reps must be positive (--batch >= 2)")
     if (args.reps + 1) * args.batch > min(args.sizes):
         p.error("--entries must hold (reps + 1) * batch ids to remove")
-    try:
-        args.torch_device = torch.device(args.device)
-        torch.zeros(1, device=args.torch_device)
-    except (RuntimeError, AssertionError) as exc:
-        p.error(f"--device {args.device}: {exc}")
+    args.torch_device = parse_device(p, args.device)
     return args
 
 
@@ -147,7 +144,7 @@ def _timed(calls: list[Callable[[], object]], sync: Callable[[], None]) -> float
 
 def _measure(design: str, work: _Workload, device: torch.device) -> dict[str, Any]:
     index, conv, where = _setup(design, device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    sync = synchronizer(device)
     # Inputs go to the device before the clock starts: moving them is the caller's cost.
     lookups = [conv(a) for a in work.lookups]
     fresh = [conv(a) for a in work.fresh]

@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from bench.devices import parse_device, synchronizer
 from trainer.embedding import EmbeddingStore
 from trainer.embedding.device_index import DESIGNS
 from trainer.embedding.device_store import DeviceStore
@@ -64,25 +64,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown designs {unknown}; choose from {','.join(DESIGNS)}")
     if min(args.batch, args.steps, args.dim) < 1 or args.warmup < 0:
         parser.error("--batch, --steps and --dim must be positive, --warmup >= 0")
-    try:
-        args.torch_device = torch.device(args.device)
-    except RuntimeError as exc:
-        parser.error(str(exc))
-    if args.torch_device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda needs a CUDA device")
+    args.torch_device = parse_device(parser, args.device)
     return args
-
-
-def _sync(device: torch.device) -> Callable[[], None]:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
 
 
 def _run(variant: str, batches: list[np.ndarray], args: argparse.Namespace
          ) -> tuple[dict[str, float], EmbeddingStore | DeviceStore]:
     device = args.torch_device
-    sync = _sync(device)
+    sync = synchronizer(device)
     config = StoreConfig()
     store: EmbeddingStore | DeviceStore
     if variant == "host":
