@@ -115,13 +115,10 @@ def _entry_slices(cw: CompactWindow) -> list[slice]:
     return [slice(lo, min(lo + _ENTRY_CHUNK, size)) for lo in range(0, size, _ENTRY_CHUNK)]
 
 
-def per_worker_counts(cw: CompactWindow, worker_of_sample: np.ndarray, num_workers: int,
-                      sample_weight: np.ndarray | None = None) -> np.ndarray:
-    """Weighted accesses of each id from each worker: float64 ``[G, num_workers]``.
-
-    ``sample_weight`` replaces the window's weights (default: ``cw.sample_weight``).
-    """
-    weight = cw.sample_weight if sample_weight is None else sample_weight
+def per_worker_counts(cw: CompactWindow, worker_of_sample: np.ndarray,
+                      num_workers: int) -> np.ndarray:
+    """Weighted accesses of each id from each worker: float64 ``[G, num_workers]``."""
+    weight = cw.sample_weight
     weighted = not bool(np.all(weight == 1.0))
     size = cw.num_ids * num_workers
     flat = np.zeros(size, dtype=np.float64)

@@ -61,7 +61,7 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
     weighted = not bool(np.all(cw.sample_weight == 1.0))
     cap = capacity(cw.num_samples, n, config.epsilon)
     worker = np.zeros(cw.num_samples, dtype=np.int64)
-    counts = np.zeros((cw.num_ids, n))
+    counts: np.ndarray
     first = cost if known is None else cost * known
     for done in range(max(passes, 1)):
         held = sample_scores(cw, owner, n, weight_of_id=first if done == 0 else cost)

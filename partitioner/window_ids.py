@@ -35,15 +35,20 @@ class _Chunk:
     counts: np.ndarray
 
 
+def _run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted non-empty array starts."""
+    first = np.empty(ordered.size, dtype=bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return np.flatnonzero(first)
+
+
 def _unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct values and their counts (a sort and a neighbour compare)."""
     ordered = np.sort(values)
     if ordered.size == 0:
         return ordered, np.zeros(0, np.int64)
-    first = np.empty(ordered.size, dtype=bool)
-    first[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    starts = _run_starts(ordered)
     return ordered[starts], np.diff(np.append(starts, ordered.size))
 
 
@@ -145,8 +150,5 @@ def _combine(chunks: list[_Chunk]) -> tuple[np.ndarray, np.ndarray]:
         return ids, counts.astype(np.int64)
     order = np.argsort(ids, kind="stable")
     ids, counts = ids[order], counts[order]
-    first = np.empty(ids.size, dtype=bool)
-    first[0] = True
-    np.not_equal(ids[1:], ids[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    starts = _run_starts(ids)
     return ids[starts], np.add.reduceat(counts, starts)
