@@ -173,12 +173,13 @@ class DeviceStore(StoreSize):
                 created, absent = missing[order[:admitted]], missing[order[admitted:]]
             if created.numel():
                 slots[created] = self._create(flat[created])
-        self._last_used[self._sunk(slots)] = step
+        sunk = self._sunk(slots)
+        self._last_used[sunk] = step
         self._looked_up = (ids, slots)
-        values = self._values.index_select(0, self._sunk(slots))
+        values = self._values.index_select(0, sunk)
         state = None
         if with_state:
-            state = self._state.index_select(0, self._sunk(slots))
+            state = self._state.index_select(0, sunk)
         if absent.numel():
             self._stats.not_admitted_reads += int(absent.numel())
             values[absent] = self._initial(flat[absent])
