@@ -7,64 +7,112 @@ the rest of the partitioner (placements, routing) but not METIS.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from partitioner.graph import CompactWindow
+from partitioner.heap import release_freed_heap
 
-__all__ = ["bipartite_parts"]
+__all__ = ["BipartiteGraph", "bipartite_graph", "bipartite_parts", "metis_parts"]
 
 
-def bipartite_parts(cw: CompactWindow, keep: np.ndarray, nparts: int, *,
-                    id_edge_weight: np.ndarray, ufactor: int, seed: int,
-                    sample_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Partition samples and the kept ids together with METIS k-way.
+@dataclass(frozen=True, eq=False)
+class BipartiteGraph:
+    """METIS's input for a window's sample-id graph, and where its vertices came from.
+
+    Attributes:
+        xadj, adjncy, vweights, eweights: The CSR graph METIS takes: the sample vertices
+            first, then the id vertices.
+        samples: Window index of each sample vertex.
+        kept_ids: Compact id of each id vertex.
+        num_samples: Samples in the window (the length of the answer's sample parts).
+        num_ids: Distinct ids in the window (the length of its id parts).
+    """
+
+    xadj: np.ndarray
+    adjncy: np.ndarray
+    vweights: np.ndarray
+    eweights: np.ndarray
+    samples: np.ndarray
+    kept_ids: np.ndarray
+    num_samples: int
+    num_ids: int
+
+
+def bipartite_graph(cw: CompactWindow, keep: np.ndarray, *, id_edge_weight: np.ndarray,
+                    sample_mask: np.ndarray | None = None) -> BipartiteGraph:
+    """The samples and the kept ids of ``cw`` as one graph, for ``metis_parts``.
 
     Vertices are the samples (weight 1, or their window weight scaled) and the kept ids
     (weight 0: rows are balanced afterwards, cheaply, by moving cold rows). Each (sample, id)
     access is an edge whose weight is ``id_edge_weight[id]``.
 
+    The graph needs nothing of ``cw`` once built, so a caller that holds the window's entry
+    arrays only for METIS can drop them before METIS runs.
+
     Args:
         cw: The compacted window.
         keep: bool ``[G]``, the ids that enter the graph.
-        nparts: Number of parts.
         id_edge_weight: Positive integer weight per compact id for its edges.
-        ufactor: METIS imbalance tolerance in thousandths (50 = 1.05).
-        seed: METIS random seed.
         sample_mask: Optional bool ``[num_samples]``: only these samples enter the graph.
-
-    Returns:
-        (part of each sample, -1 for those left out; part of each compact id, -1 for ids left
-        out).
     """
-    sample_part = np.full(cw.num_samples, -1, dtype=np.int64)
-    id_part = np.full(cw.num_ids, -1, dtype=np.int64)
     samples = np.flatnonzero(sample_mask) if sample_mask is not None else np.arange(cw.num_samples)
     kept_ids = np.flatnonzero(keep)
-    if samples.size == 0:
-        return sample_part, id_part
-    # Built in a function of its own, so that only METIS's four arrays are alive while it runs
-    # (the temporaries were 92 MB beside 39 MB of graph for a 1.2M-edge sample of 500k x 26).
+    # Built in a function of its own, so that only METIS's four arrays outlive it (the
+    # temporaries were 92 MB beside 39 MB of graph for a 1.2M-edge sample of 500k x 26).
     xadj, adjncy, vweights, eweights = _csr_graph(cw, keep, samples, kept_ids, id_edge_weight,
                                                   sample_mask)
+    return BipartiteGraph(xadj, adjncy, vweights, eweights, samples, kept_ids,
+                          cw.num_samples, cw.num_ids)
+
+
+def metis_parts(graph: BipartiteGraph, nparts: int, *, ufactor: int, seed: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Partition ``graph`` with METIS k-way.
+
+    Args:
+        graph: From ``bipartite_graph``.
+        nparts: Number of parts.
+        ufactor: METIS imbalance tolerance in thousandths (50 = 1.05).
+        seed: METIS random seed.
+
+    Returns:
+        (part of each window sample, -1 for those left out; part of each compact id, -1 for
+        ids left out).
+    """
+    sample_part = np.full(graph.num_samples, -1, dtype=np.int64)
+    id_part = np.full(graph.num_ids, -1, dtype=np.int64)
+    if graph.samples.size == 0:
+        return sample_part, id_part
     try:
         import pymetis
     except ImportError as exc:
         raise ImportError("graph placement partitions with METIS: install pymetis (it is a "
                           "dependency of this package; hash placement runs without it)") from exc
+    release_freed_heap()
     options = pymetis.Options(ufactor=int(ufactor), seed=int(seed))
     result = pymetis.part_graph(
         int(nparts),
-        adjacency=pymetis.CSRAdjacency(xadj, adjncy),
-        vweights=vweights,
-        eweights=eweights,
+        adjacency=pymetis.CSRAdjacency(graph.xadj, graph.adjncy),
+        vweights=graph.vweights,
+        eweights=graph.eweights,
         options=options,
         recursive=False,
     )
-    del xadj, adjncy, vweights, eweights
+    release_freed_heap()
     parts = np.asarray(result.vertex_part, dtype=np.int64)
-    sample_part[samples] = parts[: samples.size]
-    id_part[kept_ids] = parts[samples.size:]
+    sample_part[graph.samples] = parts[: graph.samples.size]
+    id_part[graph.kept_ids] = parts[graph.samples.size:]
     return sample_part, id_part
+
+
+def bipartite_parts(cw: CompactWindow, keep: np.ndarray, nparts: int, *,
+                    id_edge_weight: np.ndarray, ufactor: int, seed: int,
+                    sample_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``metis_parts`` of ``bipartite_graph``: samples and the kept ids partitioned together."""
+    graph = bipartite_graph(cw, keep, id_edge_weight=id_edge_weight, sample_mask=sample_mask)
+    return metis_parts(graph, nparts, ufactor=ufactor, seed=seed)
 
 
 def _csr_graph(cw: CompactWindow, keep: np.ndarray, samples: np.ndarray, kept_ids: np.ndarray,

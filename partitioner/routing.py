@@ -97,7 +97,9 @@ def _assign_rounds(scores: np.ndarray, cap: int) -> np.ndarray:
     np.negative(key, out=key)
     pref = np.argsort(key, axis=1, kind="stable").astype(np.min_scalar_type(n), copy=False)
     del key
-    gaps = np.take_along_axis(scores, pref, axis=1).astype(np.float64, copy=False)
+    gaps = np.empty((num_samples, n), dtype=np.float64)
+    for column in range(n):
+        gaps[:, column] = scores[rows, pref[:, column]]
     for column in range(n - 1):
         gaps[:, column] -= gaps[:, column + 1]
     gaps[:, -1] = np.inf
