@@ -55,7 +55,7 @@ MODEL = ModelConfig(model="deepfm", embed_dim=64, hidden=(256, 128))
 
 
 def _model(args: argparse.Namespace) -> ModelConfig:
-    return replace(MODEL, autocast=args.autocast)
+    return replace(MODEL, autocast=args.autocast, compile=args.compile)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", default=",".join(PATHS), help="paths to run, comma separated")
     p.add_argument("--autocast", choices=["off", "bf16"], default="off",
                    help="the model's forward under bf16 autocast (every path; default float32)")
+    p.add_argument("--compile", choices=["off", "on"], default="off",
+                   help="the model's training forward and backward through torch.compile "
+                        "(every path; compiled during the untimed steps)")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -171,7 +174,7 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
                       batches[0].dense.shape[1], model=_model(args),
                       train=TrainConfig(global_batch=len(batches[0])))
-    model, loss_fn, params = trainer.model, trainer.loss_fn, trainer.dense.params
+    model, loss_fn, params = trainer.train_forward, trainer.loss_fn, trainer.dense.params
 
     def gather(batch: ClickBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         uniq, inverse = np.unique(batch.ids, return_inverse=True)
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stream = SyntheticStream(SyntheticConfig(seed=args.seed))
     print(f"one rank, DeepFM dim {MODEL.embed_dim}, hidden {MODEL.hidden}, float32 "
-          f"(autocast {args.autocast}), on "
+          f"(autocast {args.autocast}, compile {args.compile}), on "
           f"{args.torch_device} (torch {torch.__version__}, {torch.get_num_threads()} threads); "
           f"{args.warmup} untimed + {args.steps} timed steps per row")
     rows: list[dict[str, object]] = []
@@ -225,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.path_list:
             row = _model_only_row(batches, args) if path == "model_only" else \
                 _trainer_row(path, batches, args)
-            row.update(device=str(args.torch_device), global_batch=size, autocast=args.autocast)
+            row.update(device=str(args.torch_device), global_batch=size, autocast=args.autocast,
+                       compile=args.compile)
             rows.append(row)
             phases = "  ".join(f"{k} {v:7.2f}" for k, v in row["ms_by_phase"].items())  # type: ignore[attr-defined]
             syncs = row["syncs_per_step"]

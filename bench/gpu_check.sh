@@ -5,7 +5,8 @@
 #   2. `hetgmp bench gpu`: one rank's samples/s on the GPU by embedding path (host store,
 #      device store, the model alone on gathered rows), milliseconds by phase, device syncs a
 #      step and peak device memory, at global batches 8,192 and 65,536; its JSON summary is
-#      written to $GPU_JSON (default bench_gpu.json);
+#      written to $GPU_JSON (default bench_gpu.json); then the device path and the model alone
+#      with the model under torch.compile (--compile on), into <$GPU_JSON less .json>_compile.json;
 #   3. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
 #      cores), same records, model and global batch, at the train bench's batch and a larger one,
 #      with the milliseconds a step spends in each phase (host wall time).
@@ -37,6 +38,9 @@ tests_status=0
 echo "== hetgmp bench gpu (JSON summary: ${GPU_JSON:=bench_gpu.json})"
 "$PY" -m bench.gpu --device cuda | tee "$GPU_JSON.log"
 tail -n 1 "$GPU_JSON.log" >"$GPU_JSON"
+echo "== hetgmp bench gpu --compile on (JSON summary: ${GPU_JSON%.json}_compile.json)"
+"$PY" -m bench.gpu --device cuda --compile on --paths device,model_only | tee "$GPU_JSON.compile.log"
+tail -n 1 "$GPU_JSON.compile.log" >"${GPU_JSON%.json}_compile.json"
 
 echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
 tmp=$(mktemp -d)

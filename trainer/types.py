@@ -98,6 +98,14 @@ class ModelConfig:
                   "needs --dtype float32)"},
     )
 
+    compile: Literal["off", "on"] = field(
+        default="off",
+        metadata={"help": "on: the model's training forward and backward go through "
+                  "torch.compile (Inductor; compiled once per rank when training starts, about "
+                  "20 s on a CPU, with the batch dimension dynamic so that uneven local "
+                  "batches do not recompile); prediction and the equivalence checks stay eager"},
+    )
+
     def __post_init__(self) -> None:
         if self.embed_dim < 1 or self.cross_layers < 0 or any(h < 1 for h in self.hidden):
             raise ValueError("embed_dim and hidden sizes must be positive, cross_layers >= 0")

@@ -8,6 +8,7 @@ the store's tests on CUDA. One GPU runs all of them but the two-rank one.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -56,6 +57,17 @@ def _same_model(reference: RankResult, results: list[RankResult], max_diff) -> N
 def test_one_rank_on_cuda_trains_the_model_cpu_trains(on_cpu, max_diff, model: str) -> None:
     result = run_rank(LocalComm("cuda"), _job(model, Placement.hash(1)))
     _same_model(on_cpu[model], [result], max_diff)
+
+
+def test_one_rank_on_cuda_with_the_model_compiled_trains_the_model_cpu_trains(
+        on_cpu, max_diff) -> None:
+    # --compile on --store-index device on CUDA: the compiled forward and backward on the GPU
+    # against eager training on CPU, float64.
+    settings = dict(EXACT, model=replace(EXACT["model"], compile="on"),  # type: ignore[arg-type]
+                    store=replace(EXACT["store"], index="device"))  # type: ignore[arg-type]
+    job = Job(SOURCE, **settings, placement=Placement.hash(1), heldout=HELDOUT,
+              hooks=Hooks(return_state=True))
+    _same_model(on_cpu["deepfm"], [run_rank(LocalComm("cuda"), job)], max_diff)
 
 
 def test_an_nccl_group_trains_the_model_one_process_trains(

@@ -130,3 +130,33 @@ def test_bf16_autocast_trains_in_float32_with_bf16_matmuls() -> None:
     assert half.dense.flat.dtype == torch.float32 and half.store.export()[1].dtype == torch.float32
     with pytest.raises(ValueError, match="float32"):
         ModelConfig(dtype="float64", autocast="bf16")
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_as_the_eager_one() -> None:
+    # --compile on: the training forward and backward run through torch.compile. In float64 the
+    # compiled kernels may sum in another order, nothing more: over 11 steps of 256 and a short
+    # last one of 100 (which the dynamic batch dimension takes without recompiling) every loss,
+    # the dense parameters and the rows match eager training to 1e-9.
+    def train(model: ModelConfig) -> tuple[Trainer, list[float]]:
+        trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=model,
+                          train=TrainConfig(global_batch=256, dense_lr=3e-3))
+        shard = SyntheticShard(SyntheticSpec(SYN, records=256 * 11 + 100), 256, 0, 1)
+        losses = []
+        while not shard.exhausted:
+            c = trainer.step(shard.next_batch())
+            assert c is not None
+            losses.append(c.loss_sum / c.samples_trained)
+        return trainer, losses
+
+    f64 = replace(SMALL, dtype="float64")
+    eager, eager_losses = train(f64)
+    compiled, compiled_losses = train(replace(f64, compile="on"))
+    assert compiled.train_forward is not compiled.model and len(compiled_losses) == 12
+    np.testing.assert_allclose(compiled_losses, eager_losses, rtol=1e-9)
+    np.testing.assert_allclose(compiled.dense.flat.numpy(), eager.dense.flat.numpy(),
+                               rtol=1e-9, atol=1e-12)
+    ids, rows = eager.store.export()[:2]
+    np.testing.assert_allclose(compiled.store.peek(ids).numpy(), rows.numpy(),
+                               rtol=1e-9, atol=1e-12)
+    assert float(np.mean(compiled_losses[-4:])) < float(np.mean(compiled_losses[:4]))
