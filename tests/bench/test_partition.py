@@ -92,9 +92,29 @@ def test_offline_protocol_scores_one_partition_on_its_own_records(
 
 
 def test_offline_refuses_the_flags_it_would_ignore() -> None:
-    for extra in (["--oracle"], ["--replica-basis", "window"]):
+    for extra in (["--replica-basis", "window"], ["--oracle", "--shape", "user_item"]):
         with pytest.raises(SystemExit):
             main(["--offline", "--records", "100", *extra])
+
+
+def test_offline_oracle_scores_the_communities_once_per_budget(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--offline", "--oracle", "--workers", "2", "--records", "6000",
+                 "--global-batch", "512", "--offline-passes", "0"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static"}
+    ceiling = {r["replica_basis"]: r for r in summary["ceiling"]}
+    assert set(ceiling) == set(REPLICA_BASES)
+    assert all(r["strategy"] == "segments" for r in ceiling.values())
+    hash_rate = next(r["remote_rows_per_sample"] for r in summary["rows"]
+                     if r["strategy"] == "hash")
+    static = {r["replica_basis"]: r for r in summary["rows"] if r["strategy"] == "static"}
+    for basis, row in ceiling.items():
+        # Same copies as the partitioner's placement at that budget, and on a stream made of
+        # communities, knowing them beats hash sharding.
+        assert row["replicas_per_worker"] <= static[basis]["replicas_per_worker"] * 1.05 + 1
+        assert row["remote_rows_per_sample"] < hash_rate
 
 
 def test_remote_rows_are_classed_by_what_the_window_saw_of_their_ids() -> None:
