@@ -448,7 +448,11 @@ class PartitionConfig:
             larger window's graph is cut to a uniform sample of its samples and the rows the
             sample misses are placed by an alternating greedy pass over the whole window
             (``partitioner.greedy``): METIS's time grows with its edges and was 12 of the 16 s
-            of a 500k x 26 window's partition.
+            of a 500k x 26 window's partition; its memory too (about 110 bytes an edge, beside
+            an input of 40). 1.1M rather than 1.25M: the same remote rows offline on 500k x 26
+            within the seeds' spread (METIS seeds 0-3, 4 and 8 workers, both budgets: the mean
+            0.4-1.2 points better at 1.1M, each seed's spread 2-5 points), 0.5 s less and a
+            fresh process's peak 438-456 MB instead of 485-493.
         seed: Seed for METIS and every tie-break.
         rounds: Refinement rounds of the incremental partitioner.
         migration_cost: Fetches (in soft batches over the window) a move must save to be made;
@@ -465,7 +469,7 @@ class PartitionConfig:
     replica_basis: ReplicaBasis = "window"
     min_count: int = 2
     hub_per_step: float = 20.0
-    metis_edges: int = 1_250_000
+    metis_edges: int = 1_100_000
     seed: int = 0
     rounds: int = 3
     migration_cost: float = 1.0
