@@ -55,8 +55,9 @@ test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # No broker, no spawned ranks, nothing slow: the multi-rank protocols run on ranks that are
-# threads of the test process (trainer.dist.ThreadComm).
-test-fast: $(STAMP)
+# threads of the test process (trainer.dist.ThreadComm). The Debian tools too: promtool checks
+# the Prometheus configuration among the fast tests.
+test-fast: $(STAMP) tools
 	$(PY) -m pytest -q -m "not broker and not distributed and not slow" $(PYTEST_ARGS)
 
 # The tests marked cuda (skipped by `make test` where there is no GPU), then one rank's training
