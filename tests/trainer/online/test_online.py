@@ -281,7 +281,11 @@ def test_placement_follows_a_drifting_stream(online_run) -> None:
     events = results[0].online["events"]
     done = [e for e in events if e["event"] == "migration_done"]
     versions = [e["version"] for e in done]
-    assert len(versions) >= 5 and versions == sorted(versions)  # the placement advances
+    # The placement advances: the full one and at least one after each of the three drifts
+    # (checked below). Requests come every 10k records; under load the partitioner process
+    # finishes fewer of them before the stream ends (4 of up to 10 seen with two benchmarks
+    # beside the suite), so the count asked is what the drift checks need, not more.
+    assert len(versions) >= 4 and versions == sorted(versions)
     assert results[0].placement["version"] == versions[-1]
     # Each incremental placement says what its pass moved; the first, a full one, has no pass.
     placed = [e for e in events if e["event"] == "placement"]
