@@ -59,6 +59,10 @@ def bipartite_graph(cw: CompactWindow, keep: np.ndarray, *, id_edge_weight: np.n
     """
     samples = np.flatnonzero(sample_mask) if sample_mask is not None else np.arange(cw.num_samples)
     kept_ids = np.flatnonzero(keep)
+    if samples.size == 0:  # nothing to partition: metis_parts answers -1 everywhere
+        empty = np.zeros(0, dtype=np.int64)
+        return BipartiteGraph(np.zeros(1, np.int64), empty, empty, empty, samples, kept_ids,
+                              cw.num_samples, cw.num_ids)
     # Built in a function of its own, so that only METIS's four arrays outlive it (the
     # temporaries were 92 MB beside 39 MB of graph for a 1.2M-edge sample of 500k x 26).
     xadj, adjncy, vweights, eweights = _csr_graph(cw, keep, samples, kept_ids, id_edge_weight,
