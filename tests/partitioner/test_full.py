@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -17,6 +18,7 @@ from partitioner import (
 )
 from partitioner.assemble import balance_rows, match_labels
 from partitioner.full import metis_owners
+from partitioner.graph import compact
 
 
 def test_two_disjoint_communities_on_two_workers_have_no_remote_rows(
@@ -122,3 +124,16 @@ def test_without_pymetis_placements_work_and_a_partition_says_what_is_missing() 
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "install pymetis" in out.stdout
+
+
+def test_metis_with_no_sample_in_the_mask_leaves_everything_out() -> None:
+    from partitioner.metis import bipartite_parts
+
+    cw = compact(WindowGraph.from_dense(np.arange(40).reshape(10, 4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        samples, ids = bipartite_parts(cw, np.ones(cw.num_ids, bool), 2,
+                                       id_edge_weight=np.ones(cw.num_ids, np.int64), ufactor=50,
+                                       seed=0, sample_mask=np.zeros(10, bool))
+    assert (samples == -1).all() and samples.size == 10
+    assert (ids == -1).all() and ids.size == cw.num_ids
