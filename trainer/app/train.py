@@ -162,6 +162,7 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
                              "out --heldout records after its training range)")
         if args.heldout < 0:
             raise ValueError(f"--heldout {args.heldout}: must be >= 0 (0: no held-out score)")
+        _check_resumed_range(online, args.records, args.heldout)
         syn = build(SyntheticConfig, args, "synthetic")
         w = train.warmup if static else 0
         job = Job(SyntheticSpec(syn, w, args.records), model, store, train,
@@ -186,6 +187,22 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
         job = Job(spec, model, store, train, heldout_after_ms=args.heldout_after,
                   run_records=args.records, **common)
     return job, launch
+
+
+def _check_resumed_range(online: OnlineConfig, records: int, heldout: int) -> None:
+    """A synthetic run resumed with fewer ``--records`` than its checkpoint trained would
+    score records it trained as held out (they follow the asked range): refuse before start."""
+    if not (online.resume and online.checkpoint_dir and heldout):
+        return
+    from trainer.checkpoint import latest
+
+    manifest = latest(online.checkpoint_dir, verify=False)
+    if manifest is not None and manifest.records > records:
+        raise ValueError(f"--resume: the checkpoint in {online.checkpoint_dir} trained "
+                         f"{manifest.records} records of the synthetic range and --records "
+                         f"asks for {records}: the --heldout records after that range were "
+                         f"trained on. Give --records {manifest.records} or more (or "
+                         f"--heldout 0)")
 
 
 def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, Any]:

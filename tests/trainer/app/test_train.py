@@ -191,6 +191,23 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     assert resumed["steps_total"] > resumed["steps"] > 0
 
 
+def test_a_synthetic_resume_below_the_trained_records_is_refused(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The held-out records follow --records: resumed from a checkpoint of 4096 records with
+    # --records 2048, they would be records the checkpoint trained on.
+    run = ["--workers", "1", "--heldout", "1000", "--checkpoint-dir", str(tmp_path), *SMALL]
+    assert main(["--records", "4096", *run]) == 0
+    capsys.readouterr()
+    assert main(["--records", "2048", "--resume", *run]) == 2
+    assert "trained 4096 records of the synthetic range and --records asks for 2048" in \
+        capsys.readouterr().err
+    assert main(["--records", "2048", "--resume", *run, "--heldout", "0"]) == 0  # nothing scored
+    capsys.readouterr()
+    assert main(["--records", "6144", "--resume", *run]) == 0
+    resumed = _summary(capsys.readouterr().out)
+    assert resumed["samples"] == 2048 and resumed["samples_total"] == 6144
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--checkpoint-interval", "60s"], "--checkpoint-interval needs --checkpoint-dir"),
     (["--resume"], "--resume needs --checkpoint-dir"),
