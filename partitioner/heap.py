@@ -13,12 +13,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from collections.abc import Callable
 
 __all__ = ["release_freed_heap"]
 
 
 @functools.cache
-def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _malloc_trim() -> Callable[[int], int] | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return libc.malloc_trim
