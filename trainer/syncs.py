@@ -1,0 +1,151 @@
+"""Counting where the host waits for the device, on CUDA and (as an audit) on CPU.
+
+On CUDA, torch reports every synchronising call under ``torch.cuda.set_sync_debug_mode``; that
+is the ground truth, and :class:`SyncCounter` counts its warnings. A CPU has no stream to wait
+for, so the same code runs there without a single wait; to check a device path in CI anyway,
+the counter audits the operations that *would* wait on CUDA:
+
+* operators whose result the host must read, or whose output size depends on data: a tensor
+  read as a Python scalar (``_local_scalar_dense``: ``item``, ``int``, ``float``, ``bool``),
+  ``nonzero``, ``masked_select``, the ``unique`` family, ``equal``, ``repeat_interleave``
+  without ``output_size``, indexing (or indexed assignment) with a boolean mask;
+* copies out to the host: ``Tensor.cpu``, ``Tensor.numpy``, ``Tensor.tolist`` (a ``.cpu()``
+  followed by ``.numpy()`` of its result counts once).
+
+The audit sees what runs through torch's dispatcher while the counter is entered, backward
+passes included. It cannot tell a host tensor from a device one (on CPU they are the same), so
+a path audited on CPU must not take CPU-only shortcuts through the host while it is counted;
+code that does (:class:`~trainer.embedding.device_store.DeviceStore`'s numpy initialiser) has a
+switch for it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["SyncCounter"]
+
+_aten = torch.ops.aten
+# Operators that make a CUDA stream's host wait whatever their arguments.
+_ALWAYS = {
+    _aten._local_scalar_dense.default, _aten.nonzero.default, _aten.masked_select.default,
+    _aten._unique.default, _aten._unique2.default, _aten.unique_dim.default,
+    _aten.unique_consecutive.default, _aten.equal.default,
+}
+_INDEXED = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
+            _aten._index_put_impl_.default}
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def _waits(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether this operator call would wait for the device on CUDA."""
+    if func in _ALWAYS:
+        return True
+    if func in _INDEXED:
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        return any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
+    if func is _aten.repeat_interleave.Tensor:
+        return kwargs.get("output_size") is None
+    return False
+
+
+class _Audit(TorchDispatchMode):
+    def __init__(self, seen: Counter[str]) -> None:
+        super().__init__()
+        self._seen = seen
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if _waits(func, args, kwargs):
+            self._seen[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **kwargs)
+
+
+class SyncCounter:
+    """Counts the host's waits for ``device`` while entered (see the module docstring).
+
+    On CUDA it counts what ``set_sync_debug_mode("warn")`` reports; elsewhere it audits the
+    operations listed above. Not reentrant; one thread.
+
+    Attributes:
+        device: The device whose waits are counted.
+        seen: On the audit, how many times each operation was counted (empty on CUDA).
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.seen: Counter[str] = Counter()
+        self._warned = 0
+        self._exit: Callable[[], None] | None = None
+
+    @property
+    def count(self) -> int:
+        """Waits counted so far."""
+        return self._warned + sum(self.seen.values())
+
+    def __enter__(self) -> SyncCounter:
+        if self.device.type == "cuda":
+            self._enter_cuda()
+        else:
+            self._enter_audit()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        assert self._exit is not None, "not entered"
+        self._exit()
+        self._exit = None
+
+    def _enter_cuda(self) -> None:
+        catcher = warnings.catch_warnings(record=True)
+        recorded = catcher.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+        def leave() -> None:
+            torch.cuda.set_sync_debug_mode("default")
+            self._warned += sum("synchroniz" in str(w.message) for w in recorded)
+            catcher.__exit__(None, None, None)
+
+        self._exit = leave
+
+    def _enter_audit(self) -> None:
+        seen = self.seen
+        originals = {name: getattr(torch.Tensor, name) for name in ("cpu", "numpy", "tolist")}
+        fetched: set[int] = set()  # tensors a counted .cpu() returned: their .numpy() is free
+
+        def cpu(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            seen["cpu"] += 1
+            out = originals["cpu"](t, *args, **kwargs)
+            fetched.add(id(out))
+            return out
+
+        def numpy(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if id(t) not in fetched:
+                seen["numpy"] += 1
+            return originals["numpy"](t, *args, **kwargs)
+
+        def tolist(t: torch.Tensor) -> Any:
+            seen["tolist"] += 1
+            return originals["tolist"](t)
+
+        patches = {"cpu": cpu, "numpy": numpy, "tolist": tolist}
+        for name, fn in patches.items():
+            setattr(torch.Tensor, name, fn)
+        mode = _Audit(seen)
+        mode.__enter__()
+
+        def leave() -> None:
+            mode.__exit__(None, None, None)
+            for name, fn in originals.items():
+                setattr(torch.Tensor, name, fn)
+
+        self._exit = leave
