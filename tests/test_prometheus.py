@@ -143,7 +143,7 @@ class Driver(threading.Thread):
             c = StepCounters(samples_read=256, samples_trained=250, global_samples=500, unique_ids=900,
                              owned_reads=500, replica_reads=300, replica_refreshes=20, replica_pushes=15,
                              remote_rows=100, rows_served=110, staleness=np.array([200, 50, 30, 20]),
-                             loss_sum=300.0)
+                             loss_sum=300.0, loss_samples=250)
             for k, kind in enumerate(KINDS):
                 c.traffic.add(kind, 1000 * (k + 1), 900 * (k + 1))
             # Every step takes 30 ms: the p50 interpolates inside the (0.025, 0.05] bucket.

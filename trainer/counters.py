@@ -103,7 +103,10 @@ class StepCounters:
             step. Its length is not capped, so a lag above the bound would show rather than be
             clipped.
         traffic: Bytes by purpose.
-        loss_sum: Summed log-loss of the samples this rank trained.
+        loss_sum: Summed log-loss of ``loss_samples`` samples this rank trained: this step's,
+            or on the device path (which reads the loss back with the next step's counts,
+            not in a wait of its own) the last step's.
+        loss_samples: Samples whose loss ``loss_sum`` is.
         seconds: Wall time by phase (:data:`PHASES`): routing (with the batch's
             deduplication when samples are not routed), row reads, forward/backward, row
             writes, dense all-reduce and update (the wait for the previous step's all-reduce
@@ -125,6 +128,7 @@ class StepCounters:
     staleness: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     traffic: Traffic = field(default_factory=Traffic)
     loss_sum: float = 0.0
+    loss_samples: int = 0
     seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(PHASES)))
 
     @property
@@ -135,7 +139,7 @@ class StepCounters:
 
 _SCALARS = tuple(
     f.name for f in fields(StepCounters)
-    if f.name not in ("staleness", "traffic", "loss_sum", "seconds")
+    if f.name not in ("staleness", "traffic", "loss_sum", "loss_samples", "seconds")
 )
 
 
@@ -159,7 +163,7 @@ class Totals:
         self.staleness = _add_hist(self.staleness, c.staleness)
         self.traffic = self.traffic + c.traffic
         self.loss_sum += c.loss_sum
-        self.loss_samples += c.samples_trained
+        self.loss_samples += c.loss_samples
         self.seconds = self.seconds + c.seconds
 
     def merge(self, other: Totals) -> Totals:

@@ -252,8 +252,8 @@ class TrainerMetrics(Collector):
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)
             self._freshness.observe(fresh)
-            if counters.samples_trained:
-                self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.samples_trained
+            if counters.loss_samples:
+                self._gauges["hetgmp_train_loss"] = counters.loss_sum / counters.loss_samples
             self._gauges["hetgmp_remote_rows_per_sample"] = (
                 counters.rows_not_held / counters.samples_trained if counters.samples_trained else 0.0
             )

@@ -35,6 +35,7 @@ from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dist import Comm, Pending
 from trainer.embedding import DeviceStore, EmbeddingStore, ReplicaTable, RowExchange
+from trainer.embedding.dedup import unique_padded
 from trainer.model import DenseOptimizer, FlatParameters, build_model
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 
@@ -141,7 +142,9 @@ class Trainer:
         comm.broadcast_(self.dense.flat, src=0)
         self.store: EmbeddingStore | DeviceStore
         if store is not None and store.index == "device":
-            self.store = DeviceStore(mc.row_dim, store, dtype=self.dtype, device=device)
+            design = None if store.index_design == "auto" else store.index_design
+            self.store = DeviceStore(mc.row_dim, store, dtype=self.dtype, device=device,
+                                     design=design)
         else:
             self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
         # One rank with the device store: a step's ids stay on the device (no exchange, no
@@ -169,6 +172,9 @@ class Trainer:
         self.last_routed_in = np.zeros((0, n_fields), np.int64)
         # The last step's dense all-reduce, left running, and its buffer (see finish_step).
         self._dense_pending: tuple[Pending, torch.Tensor] | None = None
+        # The device path's last summed loss and its samples, read back with the next step's
+        # counts (or by finish_step).
+        self._loss_pending: tuple[torch.Tensor, int] | None = None
 
     # -- training ----------------------------------------------------------------------------
 
@@ -220,14 +226,19 @@ class Trainer:
     def _device_step(self, local: ClickBatch, global_n: int, c: StepCounters, before: Traffic,
                      times: tuple[float, float, float]) -> StepCounters:
         """One rank's step with the device store: ids deduplicated, rows read and updated on
-        the device (the batch's ids are copied there once; the store's one wait a lookup)."""
+        the device. The host waits once: for the counts that size what follows (distinct
+        ids, ids without a row), with the last step's loss read in the same copy."""
         store = self.store
         assert isinstance(store, DeviceStore)
         t0, t1, waited = times
         ids = torch.from_numpy(np.ascontiguousarray(local.ids)).to(store.device)
-        uniq, inverse = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
-        values, _ = store.lookup(uniq, self.step_index)
-        n = int(uniq.numel())
+        uniq, inverse, count = unique_padded(ids.reshape(-1))
+        slots = store.find(uniq)
+        distinct = torch.arange(uniq.numel(), device=store.device) < count
+        absent = ((slots < 0) & distinct).sum()
+        n, n_absent = self._read_counts(c, count, absent)
+        uniq, slots = uniq[:n], slots[:n]
+        values, _ = store.lookup(uniq, self.step_index, found=(slots, n_absent))
         c.unique_ids += n
         c.owned_reads += n
         c.staleness = np.zeros(1, np.int64)
@@ -238,6 +249,27 @@ class Trainer:
         t4 = self._clock.monotonic()
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
+
+    def _read_counts(self, c: StepCounters, *counts: torch.Tensor) -> list[int]:
+        """The device step's one wait: ``counts`` (0-d int tensors) and the last step's loss,
+        which goes into ``c``, in one copy to the host."""
+        pending = self._loss_pending
+        parts = [t.to(torch.float64) for t in counts]  # counts < 2**53 are exact in float64
+        if pending is not None:
+            parts.append(pending[0].to(torch.float64))
+        got = torch.stack(parts).tolist()
+        if pending is not None:
+            c.loss_sum, c.loss_samples = got.pop(), pending[1]
+            self._loss_pending = None
+        return [int(x) for x in got]
+
+    def _settle_loss(self) -> None:
+        """Book the device path's last loss, not yet read, in the totals (training ends)."""
+        if self._loss_pending is not None:
+            loss, samples = self._loss_pending
+            self._loss_pending = None
+            self.totals.loss_sum += float(loss)
+            self.totals.loss_samples += samples
 
     def _backward(self, local: ClickBatch, global_n: int, values: torch.Tensor,
                   inverse: torch.Tensor
@@ -277,10 +309,13 @@ class Trainer:
         flat = torch.cat(self.dense.flat_grads(dense_grads))
         self._dense_pending = (self.comm.start_all_reduce_sum(flat), flat)
         # The loss read back first: on CUDA it waits for the step's queued work, which then
-        # shows in the dense phase rather than in none. Time is booked where it is spent: the
-        # wait for the last step's all-reduce (and its update) in this step's dense phase, not
-        # in its routing.
-        c.loss_sum = float(loss_sum.detach())
+        # shows in the dense phase rather than in none (the device path reads it with the next
+        # step's counts instead). Time is booked where it is spent: the wait for the last
+        # step's all-reduce (and its update) in this step's dense phase, not in its routing.
+        if self._device_path:
+            self._loss_pending = (loss_sum.detach(), c.samples_trained)
+        else:
+            c.loss_sum, c.loss_samples = float(loss_sum.detach()), c.samples_trained
         tick = self._clock.monotonic
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
         self.step_index += 1
@@ -306,6 +341,7 @@ class Trainer:
         """
         before = self.comm.traffic.copy()
         self._book(before, self._finish_dense())
+        self._settle_loss()
 
     def _finish_dense(self) -> float:
         """Wait for the pending all-reduce and apply the update; the seconds it took."""

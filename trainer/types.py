@@ -62,6 +62,12 @@ class StoreConfig:
                   "host (numpy) or device (torch tensors beside the rows; one rank then "
                   "trains a step without its ids leaving the device)"},
     )
+    index_design: Literal["auto", "probe", "stash", "sorted"] = field(
+        default="auto",
+        metadata={"help": "the device index's design (with --store-index device): auto = stash "
+                  "on a CPU (fastest there), sorted on CUDA (its inserts never wait for the "
+                  "device); see trainer/embedding/device_index.py"},
+    )
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.init_scale < 0 or self.adagrad_eps <= 0:

@@ -45,7 +45,7 @@ def step(seed: int, staleness: list[int]) -> StepCounters:
         samples_read=100 + seed, samples_trained=90 + seed, global_samples=400, unique_ids=50 + seed,
         owned_reads=20, replica_reads=10 + seed, replica_refreshes=3, replica_pushes=2 + seed,
         remote_rows=17 + seed, rows_served=11, staleness=np.array(staleness, np.int64),
-        loss_sum=200.0 + seed,
+        loss_sum=200.0 + seed, loss_samples=90 + seed,
     )
     for i, kind in enumerate(KINDS):
         c.traffic.add(kind, 1000 * (i + 1) + seed, 10 * (i + 1), seconds=0.5 * i + seed)

@@ -38,7 +38,7 @@ import torch
 from trainer.embedding.device_hash import OpenAddressing, StashTable
 from trainer.embedding.device_sorted import SortedRuns
 
-__all__ = ["DEFAULT_DESIGN", "DESIGNS", "DeviceIndex", "Design"]
+__all__ = ["DEFAULT_DESIGN", "DESIGNS", "DeviceIndex", "Design", "default_design"]
 
 Design = Literal["probe", "stash", "sorted"]
 DESIGNS: tuple[Design, ...] = ("probe", "stash", "sorted")
@@ -49,6 +49,17 @@ DESIGNS: tuple[Design, ...] = ("probe", "stash", "sorted")
 # price: one sync per insert, and ~2x the bytes of "sorted" (a hash table at load <= 1/2). Not
 # yet measured on CUDA, where the syncs weigh more and the binary searches less.
 DEFAULT_DESIGN: Design = "stash"
+
+
+def default_design(device: torch.device | str) -> Design:
+    """The design a store on ``device`` uses unless told.
+
+    :data:`DEFAULT_DESIGN` on a CPU, where a readback costs nothing; on CUDA ``"sorted"``, the
+    one design whose insert never waits for the device (the stash's reads its overflow count
+    back), so that a training step waits once. ``python -m bench.gpu --index-design`` compares
+    them on a GPU.
+    """
+    return "sorted" if torch.device(device).type == "cuda" else DEFAULT_DESIGN
 
 
 class IndexBackend(Protocol):

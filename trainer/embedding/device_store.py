@@ -17,11 +17,13 @@ versions in numpy, rows in tensors, as the host store does. Host waits per call,
 (everything else is queued):
 
 * :meth:`lookup`: one readback, the positions of the ids without a row (its length sizes the
-  rows to create), plus one for the admitted count when ``admit_after > 1``; the stash design
-  of the index adds one per insert. New rows' initial values are computed on the device on
-  CUDA (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a
-  CPU numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for
-  10k rows of 65), so it does.
+  rows to create); none where the caller passes that number in ``found``, having read it
+  with its own (the device step does). ``admit_after > 1`` adds two (the new candidates, the
+  admitted count); the stash design of the index one per insert (the design CUDA uses by
+  default, ``"sorted"``, none). New rows' initial values are computed on the device on CUDA
+  (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a CPU
+  numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for 10k
+  rows of 65), so it does (``host_init``).
 * :meth:`apply`: none. Updates of ids without a row go to a sink row (the last one, never a
   slot) and are counted on the device; :attr:`stats` reads the count.
 * :meth:`maintain`, :meth:`export`, :meth:`changes`, :meth:`take`, :meth:`put`: between steps;
@@ -33,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.embedding.device_index import DEFAULT_DESIGN, Design, DeviceIndex
+from trainer.embedding.device_index import Design, DeviceIndex, default_design
 from trainer.embedding.device_init import initial_rows_on
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.store import StoreSize, StoreStats
@@ -61,7 +63,8 @@ class DeviceStore(StoreSize):
     """Rows owned by one rank, created on demand, with every decision made on the device.
 
     Same contract and arguments as :class:`~trainer.embedding.store.EmbeddingStore` (see
-    there), with ids as tensors; ``design`` picks the index design.
+    there), with ids as tensors; ``design`` picks the index design (default: by device, see
+    ``device_index.default_design``).
     """
 
     _index: DeviceIndex
@@ -69,7 +72,7 @@ class DeviceStore(StoreSize):
 
     def __init__(self, dim: int, config: StoreConfig | None = None, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 capacity: int = 1024, design: Design = DEFAULT_DESIGN) -> None:
+                 capacity: int = 1024, design: Design | None = None) -> None:
         self.config = c = config or StoreConfig()
         self.dim = dim
         self.dtype = dtype
@@ -77,6 +80,7 @@ class DeviceStore(StoreSize):
         self.optimizer = RowOptimizer(c)
         self._stats = StoreStats()
         self._dropped = torch.zeros((), dtype=torch.int64, device=dev)
+        design = design or default_design(dev)
         self._index = DeviceIndex(2 * capacity, device=dev, design=design)
         cap = max(16, capacity)
         # Row `cap` is the sink: lanes with nothing to write point there.
@@ -96,6 +100,9 @@ class DeviceStore(StoreSize):
         # The slots the last lookup found, for an apply of the same ids object (the step's read
         # and write): valid until a row is created, moved or evicted.
         self._looked_up: tuple[object, torch.Tensor] | None = None
+        # New rows' initial values from numpy: 13x faster on a CPU, a readback on CUDA. A
+        # sync audit on CPU (trainer.syncs) turns it off to see the path CUDA takes.
+        self.host_init = dev.type == "cpu"
 
     # -- size --------------------------------------------------------------------------------
 
@@ -154,14 +161,29 @@ class DeviceStore(StoreSize):
         have = slots >= 0
         return torch.where(have[:, None], self._values[self._sunk(slots)], out)
 
-    def lookup(self, ids: Ids, step: int, *, with_state: bool = False
+    def find(self, ids: Ids) -> torch.Tensor:
+        """Row slot of each id, -1 for an id without a row (no wait): for ``lookup(found=)``."""
+        return self._index.find(self._ids_t(ids))
+
+    def lookup(self, ids: Ids, step: int, *, with_state: bool = False,
+               found: tuple[torch.Tensor, int] | None = None
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and optionally optimizer state) of unique ids used in ``step`` (see
-        ``EmbeddingStore.lookup``)."""
+        ``EmbeddingStore.lookup``).
+
+        Args:
+            found: ``(find(ids), number of ids without a row)``, where the caller has read that
+                number back already (with others, in one wait); the lookup then waits for
+                nothing. The slots tensor is updated in place.
+        """
         flat = self._ids_t(ids)
         self._last_step = max(self._last_step, step)
-        slots = self._index.find(flat)
-        missing = torch.nonzero(slots < 0).reshape(-1)  # the readback
+        if found is None:
+            slots = self._index.find(flat)
+            missing = torch.nonzero(slots < 0).reshape(-1)  # the readback
+        else:
+            slots, absent_count = found
+            missing = torch.nonzero_static(slots < 0, size=absent_count).reshape(-1)
         absent = missing[:0]
         if missing.numel():
             admit = self._admit(flat[missing], step)
@@ -315,7 +337,7 @@ class DeviceStore(StoreSize):
 
     def _initial(self, ids: torch.Tensor) -> torch.Tensor:
         c = self.config
-        if self.device.type == "cuda":
+        if not self.host_init:
             return initial_rows_on(ids, self.dim, c.seed, c.init_scale, self.dtype)
         rows = initial_rows(ids.cpu().numpy(), self.dim, c.seed, c.init_scale)
         return torch.from_numpy(rows).to(device=self.device, dtype=self.dtype)

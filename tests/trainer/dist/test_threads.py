@@ -179,22 +179,28 @@ def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
 # -- the device store (trainer.embedding.device_store) ----------------------------------------
 
 
-def _on_device(settings: dict[str, object]) -> dict[str, object]:
+def _on_device(settings: dict[str, object], design: str = "auto") -> dict[str, object]:
     store = settings["store"]
     assert isinstance(store, StoreConfig)
-    return {**settings, "store": replace(store, index="device")}
+    return {**settings, "store": replace(store, index="device", index_design=design)}
 
 
-def test_one_rank_on_the_device_store_trains_what_the_host_store_trains(reference,
-                                                                       max_diff) -> None:
+@pytest.mark.parametrize("design", ["auto", "sorted"])
+def test_one_rank_on_the_device_store_trains_what_the_host_store_trains(reference, max_diff,
+                                                                       design: str) -> None:
     # One rank with --store-index device takes the device step (ids deduplicated and rows read
-    # and written on the device, no exchange): the same rows and dense parameters, bit for bit.
+    # and written on the device, no exchange): the same rows and dense parameters, bit for bit,
+    # and the same loss, though the step reads it back one step late.
     for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD)):
-        job = Job(SOURCE, **_on_device(settings), placement=Placement.hash(1), hooks=STATE)
+        job = Job(SOURCE, **_on_device(settings, design), placement=Placement.hash(1),
+                  hooks=STATE)
         got = run_rank(LocalComm(), job)
         dense, emb = max_diff(reference[name], [got])
         assert dense == 0.0 and emb == 0.0, (name, dense, emb)
         assert got.job_totals.counts["owned_reads"] == got.job_totals.counts["unique_ids"] > 0
+        want = reference[name].job_totals
+        assert got.job_totals.loss_samples == want.loss_samples == BATCH * STEPS
+        assert got.job_totals.loss_sum == pytest.approx(want.loss_sum, rel=1e-12)
 
 
 def test_two_ranks_on_the_device_store_with_live_migrations_stay_exact(reference,
