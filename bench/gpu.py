@@ -7,9 +7,10 @@ One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synth
 * ``host``: the trainer as it runs today, the store's index and metadata in numpy
   (``--store-index host``): the batch's ids are deduplicated with ``np.unique`` and the rows'
   slots found on the host;
-* ``device``: the trainer with ``--store-index device``: ids deduplicated with
-  ``torch.unique`` and the store's index, metadata and optimizer step on the device
-  (``trainer.embedding.device_store``); the batch's ids are copied there once a step;
+* ``device``: the trainer with ``--store-index device``: ids deduplicated on the device
+  (``trainer.embedding.dedup``) and the store's index, metadata and optimizer step there
+  (``trainer.embedding.device_store``, index design ``--index-design``); the batch is copied
+  there once a step, and the host waits once (the step's counts);
 * ``model_only``: the model's forward and backward alone on each batch's rows, gathered into
   one tensor on the device before that step's clock starts, with the dense optimizer's step:
   the ceiling the embedding path is measured against.
@@ -17,9 +18,10 @@ One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synth
 ``ms_by_phase`` is the trainer's own per-step timing (route, read, compute, write, dense; on
 CUDA each phase ends where the host reached, so queued work shows in the phase that waits for
 it: the loss read back at a step's end waits for its queued work, in the dense phase);
-``syncs_per_step`` counts the device synchronisations torch reports under
-``torch.cuda.set_sync_debug_mode("warn")``, the benchmark's own waits excluded (CUDA only; null
-on a CPU); ``peak_mem_mb`` is
+``syncs_per_step`` counts the host's waits for the device (``trainer.syncs``), the benchmark's
+own excluded: on CUDA what torch reports under ``set_sync_debug_mode("warn")`` in the timed
+steps; on a CPU the audit of the operations that would wait on CUDA, over 2 more steps after
+the timed ones (the store's numpy initialiser, a CPU-only shortcut, off); ``peak_mem_mb`` is
 ``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident high-water mark (CPU; reset
 before each row where Linux allows). The last line printed is the JSON summary ``{"bench":
 "gpu", "rows": [{"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
@@ -29,9 +31,9 @@ before each row where Linux allows). The last line printed is the JSON summary `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
-import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -44,8 +46,10 @@ from streaming import ClickBatch, SyntheticStream
 from streaming.synthetic import SyntheticConfig
 from trainer.counters import PHASES
 from trainer.dist.comm import LocalComm
+from trainer.embedding import DeviceStore
 from trainer.sources import synthetic_batch
 from trainer.step import Trainer
+from trainer.syncs import SyncCounter
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 
 __all__ = ["PATHS", "build_parser", "main", "parse_args"]
@@ -73,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=["off", "on"], default="off",
                    help="the model's training forward and backward through torch.compile "
                         "(every path; compiled during the untimed steps)")
+    p.add_argument("--index-design", choices=["auto", "probe", "stash", "sorted"],
+                   default="auto", help="the device store's index design (default auto: "
+                   "stash on a CPU, sorted on CUDA)")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -109,61 +116,58 @@ def _peak_mb(device: torch.device) -> float | None:
     return peak_mb()
 
 
-class _Syncs:
-    """Counts the synchronisations torch reports while it is entered (CUDA only)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.on = device.type == "cuda"
-        self.count = 0
-
-    def __enter__(self) -> _Syncs:
-        if self.on:
-            self._catch = warnings.catch_warnings(record=True)
-            self._seen = self._catch.__enter__()
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-        return self
-
-    def seen(self) -> int:
-        """Synchronisations reported so far (0 off CUDA)."""
-        return sum("synchroniz" in str(w.message) for w in self._seen) if self.on else 0
-
-    def __exit__(self, *exc: object) -> None:
-        if self.on:
-            torch.cuda.set_sync_debug_mode("default")
-            self.count = self.seen()
-            self._catch.__exit__(None, None, None)
+# Off CUDA, the steps the sync audit counts (trainer.syncs), after the timed ones: the audit
+# routes every operator through Python, so it must not run under the clock.
+AUDIT_STEPS = 2
 
 
 def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
                  ) -> dict[str, object]:
     device = args.torch_device
     sync = synchronizer(device)
+    store = StoreConfig(index="host" if path == "host" else "device",
+                        index_design=args.index_design)
     trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
-                      batches[0].dense.shape[1], model=_model(args),
-                      store=StoreConfig(index="host" if path == "host" else "device"),
+                      batches[0].dense.shape[1], model=_model(args), store=store,
                       train=TrainConfig(global_batch=len(batches[0])))
+    timed, audited = _split(batches, args)
     for batch in batches[:args.warmup]:
         trainer.step(batch)
     trainer.finish_step()
     sync()
     _reset_peak(device)
     seconds = np.zeros(len(PHASES))
+    syncs = SyncCounter(device)
     began = time.perf_counter()
-    with _Syncs(device) as syncs:
-        for batch in batches[args.warmup:]:
+    with syncs if device.type == "cuda" else contextlib.nullcontext():
+        for batch in timed:
             c = trainer.step(batch)
             assert c is not None
             seconds += c.seconds
-        trainer.finish_step()
+    trainer.finish_step()
     sync()  # outside the sync count: the bench's own wait
     wall = time.perf_counter() - began
-    steps = len(batches) - args.warmup
+    peak = _peak_mb(device)
+    if audited:
+        if isinstance(trainer.store, DeviceStore):
+            trainer.store.host_init = False  # count the path CUDA takes
+        with syncs:
+            for batch in audited:
+                trainer.step(batch)
+    steps = len(timed)
     return {"path": path, "ms_by_phase": {p: round(1000 * s / steps, 3)
                                           for p, s in zip(PHASES, seconds)},
             "samples_per_s": round(steps * len(batches[0]) / wall),
-            "syncs_per_step": round(syncs.count / steps, 2) if syncs.on else None,
-            "peak_mem_mb": _peak_mb(device)}
+            "syncs_per_step": round(syncs.count / (len(audited) or steps), 2),
+            "peak_mem_mb": peak}
+
+
+def _split(batches: list[ClickBatch], args: argparse.Namespace
+           ) -> tuple[list[ClickBatch], list[ClickBatch]]:
+    """The timed batches and, off CUDA, the audited ones after them."""
+    audit = 0 if args.torch_device.type == "cuda" else AUDIT_STEPS
+    end = len(batches) - audit
+    return batches[args.warmup:end], batches[end:]
 
 
 def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict[str, object]:
@@ -195,21 +199,27 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
         step(*gather(batch))
     sync()
     _reset_peak(device)
+    timed, audited = _split(batches, args)
     wall, count = 0.0, 0
-    with _Syncs(device) as syncs:
-        for batch in batches[args.warmup:]:
-            item = gather(batch)
-            sync()
-            before = syncs.seen()  # the gather's waits are not the model's
-            began = time.perf_counter()
+    on_cuda = device.type == "cuda"
+    for i, batch in enumerate(timed + audited):
+        counted, clocked = on_cuda or i >= len(timed), i < len(timed)
+        item = gather(batch)
+        sync()
+        # The model's waits only, not the gather's: on CUDA counted in the timed steps, else
+        # by the audit after them.
+        syncs = SyncCounter(device)
+        began = time.perf_counter()
+        with syncs if counted else contextlib.nullcontext():
             step(*item)
-            count += syncs.seen() - before
-            sync()  # the bench's own wait: timed, not counted
+        count += syncs.count
+        sync()  # the bench's own wait: timed, not counted
+        if clocked:
             wall += time.perf_counter() - began
-    steps = len(batches) - args.warmup
+    steps = len(timed)
     return {"path": "model_only", "ms_by_phase": {"compute": round(1000 * wall / steps, 3)},
             "samples_per_s": round(steps * len(batches[0]) / wall),
-            "syncs_per_step": round(count / steps, 2) if syncs.on else None,
+            "syncs_per_step": round(count / (len(audited) or steps), 2),
             "peak_mem_mb": _peak_mb(device)}
 
 
@@ -223,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.warmup} untimed + {args.steps} timed steps per row")
     rows: list[dict[str, object]] = []
     for size in args.batch_sizes:
-        total = args.warmup + args.steps
+        total = args.warmup + args.steps + (0 if args.torch_device.type == "cuda" else AUDIT_STEPS)
         batches = [synthetic_batch(stream, i * size, size) for i in range(total)]
         for path in args.path_list:
             row = _model_only_row(batches, args) if path == "model_only" else \

@@ -56,6 +56,20 @@ class ModelState:
     versions: np.ndarray
 
 
+def to_device(array: np.ndarray, device: torch.device,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A host array as a tensor on ``device`` (in ``dtype``; default the array's).
+
+    On CUDA the array goes through pinned memory and a non-blocking copy: a copy from pageable
+    memory makes the host wait for it, a pinned one is queued (torch's caching host allocator
+    keeps the buffer until the copy is done, so the next step's input never overwrites it).
+    """
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cuda":
+        t = t.pin_memory().to(device, non_blocking=True)
+    return t.to(device=device, dtype=t.dtype if dtype is None else dtype)
+
+
 def _pack(batch: ClickBatch) -> np.ndarray:
     """int64 ``[B, F + W]``: ids, then label and dense float32 bits (routing message)."""
     floats = np.concatenate([batch.labels[:, None], batch.dense], axis=1).astype(np.float32)
@@ -215,7 +229,7 @@ class Trainer:
             uniq, inverse = np.unique(local.ids, return_inverse=True)
         plan = self.exchange.read(uniq, self.step_index, c)
         t2 = tick()
-        index = torch.from_numpy(inverse.reshape(-1)).to(plan.values.device)
+        index = to_device(inverse.reshape(-1), plan.values.device)
         loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, index)
         t3 = tick()
         self.exchange.write(plan, row_grads, c)
@@ -231,7 +245,7 @@ class Trainer:
         store = self.store
         assert isinstance(store, DeviceStore)
         t0, t1, waited = times
-        ids = torch.from_numpy(np.ascontiguousarray(local.ids)).to(store.device)
+        ids = to_device(local.ids, store.device)
         uniq, inverse, count = unique_padded(ids.reshape(-1))
         slots = store.find(uniq)
         distinct = torch.arange(uniq.numel(), device=store.device) < count
@@ -283,7 +297,7 @@ class Trainer:
         with self.model_autocast():
             logits = self.train_forward(emb, self._dense_tensor(local.dense))
         logits = logits.to(self.dtype)
-        labels = torch.from_numpy(local.labels).to(device=self.comm.device, dtype=self.dtype)
+        labels = to_device(local.labels, self.comm.device, self.dtype)
         loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
         loss = loss_sum / global_n
         grads = torch.autograd.grad(loss, [emb, *self.dense.params], allow_unused=True)
@@ -453,8 +467,7 @@ class Trainer:
         return heard, received
 
     def _dense_tensor(self, dense: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(dense)).to(device=self.comm.device,
-                                                                dtype=self.dtype)
+        return to_device(dense, self.comm.device, self.dtype)
 
     # -- placement changes (between steps) ---------------------------------------------------
 

@@ -16,7 +16,9 @@ The audit sees what runs through torch's dispatcher while the counter is entered
 passes included. It cannot tell a host tensor from a device one (on CPU they are the same), so
 a path audited on CPU must not take CPU-only shortcuts through the host while it is counted;
 code that does (:class:`~trainer.embedding.device_store.DeviceStore`'s numpy initialiser) has a
-switch for it.
+switch for it. For the same reason it misses copies *to* the device: on CUDA a copy from
+pageable host memory waits (``trainer.step.to_device`` pins the step's inputs so that it does
+not), on a CPU it is no copy at all. The CUDA count settles both.
 """
 
 from __future__ import annotations
@@ -83,13 +85,14 @@ class SyncCounter:
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
         self.seen: Counter[str] = Counter()
-        self._warned = 0
+        self._warnings: list[warnings.WarningMessage] = []
         self._exit: Callable[[], None] | None = None
 
     @property
     def count(self) -> int:
-        """Waits counted so far."""
-        return self._warned + sum(self.seen.values())
+        """Waits counted so far (while entered too)."""
+        return sum("synchroniz" in str(w.message) for w in self._warnings) + \
+            sum(self.seen.values())
 
     def __enter__(self) -> SyncCounter:
         if self.device.type == "cuda":
@@ -109,10 +112,11 @@ class SyncCounter:
         recorded = catcher.__enter__()
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
+        self._warnings = recorded
 
         def leave() -> None:
             torch.cuda.set_sync_debug_mode("default")
-            self._warned += sum("synchroniz" in str(w.message) for w in recorded)
+            self._warnings = list(recorded)
             catcher.__exit__(None, None, None)
 
         self._exit = leave

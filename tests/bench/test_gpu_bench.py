@@ -21,9 +21,20 @@ def test_bench_gives_one_row_per_path_and_batch(capsys: pytest.CaptureFixture[st
         assert set(row) >= {"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
                             "syncs_per_step", "peak_mem_mb"}
         assert row["device"] == "cpu" and row["samples_per_s"] > 0
-        assert row["syncs_per_step"] is None  # counted on CUDA only
         phases = set(row["ms_by_phase"])
         assert phases == ({"compute"} if path == "model_only" else set(PHASES))
+    # Off CUDA the waits are audited: the device path's one (the step's counts; the stash
+    # index, the CPU's default, adds one per insert), none in the model alone.
+    assert rows[("device", 128)]["syncs_per_step"] == 2.0
+    assert rows[("model_only", 128)]["syncs_per_step"] == 0.0
+
+
+def test_the_sorted_index_leaves_the_device_step_one_wait(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    main(["--device", "cpu", "--batches", "128", "--steps", "1", "--warmup", "1",
+          "--paths", "device", "--index-design", "sorted"])
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert row["syncs_per_step"] == 1.0
 
 
 @pytest.mark.parametrize("argv", [["--paths", "fpga"], ["--steps", "0"], ["--batches", "x"],
