@@ -247,12 +247,11 @@ class Trainer:
         t0, t1, waited = times
         ids = to_device(local.ids, store.device)
         uniq, inverse, count = unique_padded(ids.reshape(-1))
-        slots = store.find(uniq)
         distinct = torch.arange(uniq.numel(), device=store.device) < count
-        absent = ((slots < 0) & distinct).sum()
-        n, n_absent = self._read_counts(c, count, absent)
-        uniq, slots = uniq[:n], slots[:n]
-        values, _ = store.lookup(uniq, self.step_index, found=(slots, n_absent))
+        found = store.find_rows(uniq, distinct, self.step_index)
+        n, *counts = self._read_counts(c, torch.cat([count.reshape(1), found.counts]))
+        uniq = uniq[:n]
+        values, _ = store.lookup(uniq, self.step_index, found=found.head(n), counts=counts)
         c.unique_ids += n
         c.owned_reads += n
         c.staleness = np.zeros(1, np.int64)
@@ -264,14 +263,14 @@ class Trainer:
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
 
-    def _read_counts(self, c: StepCounters, *counts: torch.Tensor) -> list[int]:
-        """The device step's one wait: ``counts`` (0-d int tensors) and the last step's loss,
-        which goes into ``c``, in one copy to the host."""
+    def _read_counts(self, c: StepCounters, counts: torch.Tensor) -> list[int]:
+        """The device step's one wait: ``counts`` (a 1-d int tensor) and the last step's
+        loss, which goes into ``c``, in one copy to the host."""
         pending = self._loss_pending
-        parts = [t.to(torch.float64) for t in counts]  # counts < 2**53 are exact in float64
+        parts = counts.to(torch.float64)  # counts < 2**53 are exact in float64
         if pending is not None:
-            parts.append(pending[0].to(torch.float64))
-        got = torch.stack(parts).tolist()
+            parts = torch.cat([parts, pending[0].to(torch.float64).reshape(1)])
+        got = parts.tolist()
         if pending is not None:
             c.loss_sum, c.loss_samples = got.pop(), pending[1]
             self._loss_pending = None

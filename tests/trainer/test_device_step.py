@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from exact_jobs import EXACT, SYN
@@ -44,10 +45,13 @@ CUDA = [pytest.mark.cuda,
         pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 
+@pytest.mark.parametrize("admit_after", [0, 2], ids=["all admitted", "admission"])
 @pytest.mark.parametrize(("device", "design"), [
     ("cpu", "sorted"), ("cpu", "stash"), pytest.param("cuda", "auto", marks=CUDA)])
-def test_the_device_step_waits_once(device: str, design: str) -> None:
-    trainer = _trainer(replace(EXACT["store"], index="device", index_design=design), device)
+def test_the_device_step_waits_once(device: str, design: str, admit_after: int) -> None:
+    store_config = replace(EXACT["store"], index="device", index_design=design,
+                           admit_after=admit_after)
+    trainer = _trainer(store_config, device)
     store = trainer.store
     assert isinstance(store, DeviceStore)
     store.host_init = False
@@ -58,11 +62,33 @@ def test_the_device_step_waits_once(device: str, design: str) -> None:
         _steps(trainer, source, STEPS)
     # New ids kept coming: rows were created and the store's tensors grew, without a wait.
     assert len(store) > rows and store.nbytes > nbytes
+    assert not admit_after or store.stats.not_admitted_reads > 0
     if design != "stash":  # the design CUDA uses: one wait, the step's counts and last loss
         assert waits.count == STEPS, dict(waits.seen)
         assert device == "cuda" or waits.seen == {"tolist": STEPS}, dict(waits.seen)
     else:  # the stash's inserts read their overflow count back
         assert waits.count >= 2 * STEPS, dict(waits.seen)
+
+
+@pytest.mark.parametrize("store", [
+    StoreConfig(optimizer="adagrad", lr=0.05, admit_after=3),
+    StoreConfig(optimizer="sgd", lr=0.1, admit_after=2, evict_after=3, max_rows=2_000),
+], ids=["admission", "admission, eviction, cap"])
+def test_the_device_step_trains_what_the_host_store_trains(store: StoreConfig) -> None:
+    host = _trainer(store)
+    device = _trainer(replace(store, index="device", index_design="sorted"))
+    assert isinstance(device.store, DeviceStore)
+    device.store.host_init = False
+    _steps(host, StreamSource(SYN, BATCH, 16), 16)
+    _steps(device, StreamSource(SYN, BATCH, 16), 16)
+    want, got = host.state(), device.state()
+    assert host.store.stats.not_admitted_reads > 0
+    assert store.max_rows == 0 or host.store.stats.evicted > 0
+    assert host.store.stats == device.store.stats
+    np.testing.assert_array_equal(want.ids, got.ids)
+    np.testing.assert_array_equal(want.versions, got.versions)
+    assert torch.equal(want.rows, got.rows)
+    assert all(torch.equal(want.dense[k], got.dense[k]) for k in want.dense)
 
 
 def test_the_device_step_reports_each_loss_one_step_late() -> None:

@@ -32,6 +32,9 @@ versions in numpy, rows in tensors, as the host store does. Host waits per call,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -41,7 +44,7 @@ from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.store import StoreSize, StoreStats
 from trainer.types import StoreConfig
 
-__all__ = ["DeviceStore"]
+__all__ = ["DeviceStore", "Found"]
 
 
 Ids = torch.Tensor | np.ndarray
@@ -50,6 +53,27 @@ Ids = torch.Tensor | np.ndarray
 def _like(result: torch.Tensor, ids: Ids) -> Ids:
     """``result`` in the kind of ``ids``: a tensor for a tensor, numpy for numpy."""
     return result.cpu().numpy() if isinstance(ids, np.ndarray) else result
+
+
+class Found(NamedTuple):
+    """What :meth:`DeviceStore.find_rows` found, for a lookup that waits for nothing.
+
+    Attributes:
+        slots: Row slot of each id, -1 for an id without a row.
+        candidates: Admission-candidate slot of each id, -1 where none (None: admission off).
+        counts: int64 ``[3]`` on the device: of the valid ids, those without a row, those of
+            them not yet candidates, those of them admitted now (the last two 0 when
+            admission is off).
+    """
+
+    slots: torch.Tensor
+    candidates: torch.Tensor | None
+    counts: torch.Tensor
+
+    def head(self, n: int) -> Found:
+        """The same for the first ``n`` ids (the valid ones of a padded batch)."""
+        cand = None if self.candidates is None else self.candidates[:n]
+        return Found(self.slots[:n], cand, self.counts)
 
 
 def _stable_order(primary: torch.Tensor, secondary: torch.Tensor) -> torch.Tensor:
@@ -161,37 +185,69 @@ class DeviceStore(StoreSize):
         have = slots >= 0
         return torch.where(have[:, None], self._values[self._sunk(slots)], out)
 
-    def find(self, ids: Ids) -> torch.Tensor:
-        """Row slot of each id, -1 for an id without a row (no wait): for ``lookup(found=)``."""
-        return self._index.find(self._ids_t(ids))
+    def find_rows(self, ids: torch.Tensor, valid: torch.Tensor, step: int) -> Found:
+        """The first half of a lookup in ``step``, queued: the ids' slots and, on the device,
+        the counts that size the second half (:meth:`lookup` with ``found``).
+
+        Args:
+            ids: Distinct ids where ``valid`` (a padded batch; the rest is ignored).
+            valid: Bool mask of the ids the lookup will take.
+            step: The step of the lookup.
+        """
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
+        absent = (slots < 0) & valid
+        zero = torch.zeros((), dtype=torch.int64, device=self.device)
+        threshold = self.config.admit_after
+        if threshold <= 1:
+            return Found(slots, None, torch.stack([absent.sum(), zero, zero]))
+        # What _admit will decide: a candidate seen in enough steps (this one counted once),
+        # or a pinned id, gets its row; an id not yet a candidate becomes one.
+        cand = self._cand.find(flat)
+        known = cand >= 0
+        ripe = torch.zeros_like(known)
+        if self._cand_count.numel():
+            at = torch.where(known, cand, 0)
+            seen = self._cand_count[at] + (self._cand_last[at] != step).to(torch.int64)
+            ripe = known & (seen >= threshold)
+        admitted = absent & (ripe | torch.isin(flat, self._pinned))
+        return Found(slots, cand, torch.stack([absent.sum(), (absent & ~known).sum(),
+                                               admitted.sum()]))
 
     def lookup(self, ids: Ids, step: int, *, with_state: bool = False,
-               found: tuple[torch.Tensor, int] | None = None
+               found: Found | None = None, counts: Sequence[int] | None = None
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and optionally optimizer state) of unique ids used in ``step`` (see
         ``EmbeddingStore.lookup``).
 
         Args:
-            found: ``(find(ids), number of ids without a row)``, where the caller has read that
-                number back already (with others, in one wait); the lookup then waits for
-                nothing. The slots tensor is updated in place.
+            found: :meth:`find_rows` of these ids (``head``-ed to them), whose ``counts`` the
+                caller has read back (with its own, in one wait) and passes in ``counts``: the
+                lookup then waits for nothing. Its slots are updated in place.
+            counts: ``found.counts`` on the host.
         """
         flat = self._ids_t(ids)
         self._last_step = max(self._last_step, step)
+        known: tuple[torch.Tensor, int] | None = None
         if found is None:
             slots = self._index.find(flat)
             missing = torch.nonzero(slots < 0).reshape(-1)  # the readback
         else:
-            slots, absent_count = found
-            missing = torch.nonzero_static(slots < 0, size=absent_count).reshape(-1)
+            if counts is None:
+                raise ValueError("lookup(found=...) needs the found counts, read back")
+            slots = found.slots
+            missing = torch.nonzero_static(slots < 0, size=counts[0]).reshape(-1)
         absent = missing[:0]
         if missing.numel():
-            admit = self._admit(flat[missing], step)
+            if found is not None and found.candidates is not None:
+                assert counts is not None
+                known = (found.candidates[missing], counts[1])
+            admit = self._admit(flat[missing], step, known)
             if admit is None:  # every missing id is admitted
                 created = missing
             else:
                 order = torch.sort((~admit).to(torch.int8), stable=True).indices
-                admitted = int(admit.sum().item())
+                admitted = int(admit.sum().item()) if counts is None else counts[2]
                 created, absent = missing[order[:admitted]], missing[order[admitted:]]
             if created.numel():
                 slots[created] = self._create(flat[created])
@@ -389,15 +445,22 @@ class DeviceStore(StoreSize):
         self._free = torch.cat([fresh, self._free[:self._free_size]])
         self._free_size += extra
 
-    def _admit(self, ids: torch.Tensor, step: int) -> torch.Tensor | None:
+    def _admit(self, ids: torch.Tensor, step: int,
+               known: tuple[torch.Tensor, int] | None = None) -> torch.Tensor | None:
         """Mask of ids without a row admitted now (None: all of them); counts the others once
-        per step (see ``EmbeddingStore._admit``)."""
+        per step (see ``EmbeddingStore._admit``). ``known``: the ids' candidate slots and how
+        many are -1, as ``find_rows`` found them (else they are looked up, and counted with
+        a readback)."""
         threshold = self.config.admit_after
         if threshold <= 1:
             return None
         pinned = torch.isin(ids, self._pinned)
-        slots = self._cand.find(ids)
-        new = torch.nonzero(slots < 0).reshape(-1)
+        if known is None:
+            slots = self._cand.find(ids)
+            new = torch.nonzero(slots < 0).reshape(-1)
+        else:
+            slots = known[0]
+            new = torch.nonzero_static(slots < 0, size=known[1]).reshape(-1)
         if new.numel():
             base = int(self._cand_count.numel())
             fresh = torch.arange(base, base + int(new.numel()), dtype=torch.int64,

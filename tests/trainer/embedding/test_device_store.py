@@ -35,9 +35,24 @@ def _same_rows(host: EmbeddingStore, dev: DeviceStore) -> None:
     np.testing.assert_array_equal(h_versions, _np(d_versions))
 
 
+def _queued_lookup(dev: DeviceStore, ids: np.ndarray, step: int, with_state: bool,
+                   rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The lookup as the device step makes it: find_rows on the ids padded with others, the
+    counts read back, then the lookup of the valid head."""
+    padded = np.concatenate([ids, rng.integers(0, 900, size=40)])
+    t = torch.from_numpy(padded).to(dev.device)
+    valid = torch.arange(t.numel(), device=dev.device) < ids.size
+    found = dev.find_rows(t, valid, step)
+    counts = found.counts.tolist()
+    return dev.lookup(t[:ids.size], step, with_state=with_state, found=found.head(ids.size),
+                      counts=counts)
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["lookup", "find_rows"])
 @pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str, design: str,
+                                                                       queued: bool,
                                                                        device: str) -> None:
     config = CONFIGS[name]
     rng = np.random.default_rng(7)
@@ -49,12 +64,15 @@ def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str
     for step in range(60):
         ids = np.unique(rng.zipf(1.4, size=120).astype(np.int64) % 900)
         if step % 10 == 3:
-            pinned = ids[:5]
+            pinned = np.concatenate([ids[:3], ids[-3:]])  # hot ids and cold (new) ones
             host.pin(pinned)
             dev.pin(pinned)
         with_state = step % 4 == 0
         hv, hs = host.lookup(ids, step, with_state=with_state)
-        dv, ds = dev.lookup(ids, step, with_state=with_state)
+        if queued:
+            dv, ds = _queued_lookup(dev, ids, step, with_state, rng)
+        else:
+            dv, ds = dev.lookup(ids, step, with_state=with_state)
         torch.testing.assert_close(hv, dv.cpu(), rtol=0, atol=0)
         if with_state:
             assert hs is not None and ds is not None
