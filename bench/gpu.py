@@ -77,9 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=["off", "on"], default="off",
                    help="the model's training forward and backward through torch.compile "
                         "(every path; compiled during the untimed steps)")
-    p.add_argument("--index-design", choices=["auto", "probe", "stash", "sorted"],
-                   default="auto", help="the device store's index design (default auto: "
-                   "stash on a CPU, sorted on CUDA)")
+    p.add_argument("--index-design", choices=["probe", "stash", "sorted"], default="sorted",
+                   help="the device store's index design (default sorted)")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -150,7 +149,7 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
     peak = _peak_mb(device)
     if audited:
         if isinstance(trainer.store, DeviceStore):
-            trainer.store.host_init = False  # count the path CUDA takes
+            trainer.store.cpu_shortcuts = False  # count the path CUDA takes
         with syncs:
             for batch in audited:
                 trainer.step(batch)

@@ -4,8 +4,10 @@
 samples x 26 fields, the same ids for every variant, generated before the clock starts):
 
 * ``dedup``: the batch's distinct ids and each entry's position among them (host: ``np.unique``
-  on the ids in host memory; device: ``torch.unique`` on the ids on the device);
-* ``lookup``: the store's rows of those ids (rows created on first use);
+  on the ids in host memory; device: ``trainer.embedding.dedup.unique_padded`` on the ids on
+  the device, their count left there);
+* ``lookup``: the store's rows of those ids (rows created on first use); on the device as the
+  device step makes it: ``find_rows``, one readback of the counts, ``lookup(found=...)``;
 * ``gather``: each entry's row (``index_select`` by the inverse), what the model reads;
 * ``scatter``: a gradient per entry summed per distinct id (``index_add_``), what the backward
   pass hands the store;
@@ -31,6 +33,7 @@ import torch
 
 from bench.devices import parse_device, synchronizer
 from trainer.embedding import EmbeddingStore
+from trainer.embedding.dedup import unique_padded
 from trainer.embedding.device_index import DESIGNS
 from trainer.embedding.device_store import DeviceStore
 from trainer.types import StoreConfig
@@ -94,10 +97,19 @@ def _run(variant: str, batches: list[np.ndarray], args: argparse.Namespace
             inverse = torch.from_numpy(inverse_np.reshape(-1)).to(device)
         else:
             assert isinstance(ids, torch.Tensor)
-            uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+            padded, inverse, count = unique_padded(ids)
         sync()
         clock["dedup"] = time.perf_counter()
-        values, _ = store.lookup(uniq, step)  # type: ignore[arg-type]
+        if isinstance(store, DeviceStore):  # as the device step does it: one readback
+            if store.cpu_shortcuts:  # on a CPU, rows found for the distinct ids alone
+                padded = padded[:int(count)]
+            distinct = torch.arange(padded.numel(), device=device) < count
+            found = store.find_rows(padded, distinct, step)
+            n, *counts_found = torch.cat([count.reshape(1), found.counts]).tolist()
+            uniq = padded[:n]
+            values, _ = store.lookup(uniq, step, found=found.head(n), counts=counts_found)
+        else:
+            values, _ = store.lookup(uniq, step)  # type: ignore[arg-type]
         sync()
         clock["lookup"] = time.perf_counter()
         rows = values.index_select(0, inverse)

@@ -62,11 +62,11 @@ class StoreConfig:
                   "host (numpy) or device (torch tensors beside the rows; one rank then "
                   "trains a step without its ids leaving the device)"},
     )
-    index_design: Literal["auto", "probe", "stash", "sorted"] = field(
-        default="auto",
-        metadata={"help": "the device index's design (with --store-index device): auto = stash "
-                  "on a CPU (fastest there), sorted on CUDA (its inserts never wait for the "
-                  "device); see trainer/embedding/device_index.py"},
+    index_design: Literal["probe", "stash", "sorted"] = field(
+        default="sorted",
+        metadata={"help": "the device index's design (with --store-index device): sorted "
+                  "(its inserts never wait for the device), stash or probe (hash tables); "
+                  "see trainer/embedding/device_index.py"},
     )
 
     def __post_init__(self) -> None:

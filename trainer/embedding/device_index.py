@@ -38,28 +38,20 @@ import torch
 from trainer.embedding.device_hash import OpenAddressing, StashTable
 from trainer.embedding.device_sorted import SortedRuns
 
-__all__ = ["DEFAULT_DESIGN", "DESIGNS", "DeviceIndex", "Design", "default_design"]
+__all__ = ["DEFAULT_DESIGN", "DESIGNS", "DeviceIndex", "Design"]
 
 Design = Literal["probe", "stash", "sorted"]
 DESIGNS: tuple[Design, ...] = ("probe", "stash", "sorted")
-# Chosen by `python -m bench.index_bench` (2-core CPU box, torch 2.13 CPU, batches of 65,536
-# ids): lookups are the per-step cost, and "stash" found 4.3 / 4.5 M ids/s in 1M / 4M entries
-# against 3.7 / 1.7 for "sorted" (two binary searches) and 1.5 / 1.6 for "probe" (reach + 1
-# row gathers); it also inserted fastest (3.4 / 3.4 M/s against 2.0 / 1.1 and 1.6 / 1.8). Its
-# price: one sync per insert, and ~2x the bytes of "sorted" (a hash table at load <= 1/2). Not
-# yet measured on CUDA, where the syncs weigh more and the binary searches less.
-DEFAULT_DESIGN: Design = "stash"
-
-
-def default_design(device: torch.device | str) -> Design:
-    """The design a store on ``device`` uses unless told.
-
-    :data:`DEFAULT_DESIGN` on a CPU, where a readback costs nothing; on CUDA ``"sorted"``, the
-    one design whose insert never waits for the device (the stash's reads its overflow count
-    back), so that a training step waits once. ``python -m bench.gpu --index-design`` compares
-    them on a GPU.
-    """
-    return "sorted" if torch.device(device).type == "cuda" else DEFAULT_DESIGN
+# Chosen at the store's level, where a training step uses it: in `hetgmp bench store` (2-core
+# CPU, torch 2.13, batches of 8,192 x 26 ids, 40k distinct) "sorted" and "stash" find a step's
+# rows in the same time (lookup 9.5-9.8 / 10.4 ms against 10.5-10.8 / 10.4, three runs), and
+# "sorted" never waits for the device in an insert, where the stash reads its overflow count
+# back: on CUDA that is a wait a step. In isolation `python -m bench.index_bench` (batches of
+# 65,536 ids) favours the stash's lookups (4.3 / 4.5 M ids/s in 1M / 4M entries against 3.7 /
+# 1.7 for "sorted"; "probe" 1.5 / 1.6) and inserts (3.4 / 3.4 M/s against 2.0 / 1.1); the
+# stash also takes ~2x the bytes of "sorted" (a hash table at load <= 1/2). Not yet measured
+# on CUDA (`python -m bench.gpu --index-design` compares them there).
+DEFAULT_DESIGN: Design = "sorted"
 
 
 class IndexBackend(Protocol):

@@ -19,11 +19,11 @@ versions in numpy, rows in tensors, as the host store does. Host waits per call,
 * :meth:`lookup`: one readback, the positions of the ids without a row (its length sizes the
   rows to create); none where the caller passes that number in ``found``, having read it
   with its own (the device step does). ``admit_after > 1`` adds two (the new candidates, the
-  admitted count); the stash design of the index one per insert (the design CUDA uses by
-  default, ``"sorted"``, none). New rows' initial values are computed on the device on CUDA
+  admitted count); the stash design of the index one per insert (the default, ``"sorted"``,
+  none). New rows' initial values are computed on the device on CUDA
   (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a CPU
   numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for 10k
-  rows of 65), so it does (``host_init``).
+  rows of 65), so it does (``cpu_shortcuts``).
 * :meth:`apply`: none. Updates of ids without a row go to a sink row (the last one, never a
   slot) and are counted on the device; :attr:`stats` reads the count.
 * :meth:`maintain`, :meth:`export`, :meth:`changes`, :meth:`take`, :meth:`put`: between steps;
@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from trainer.embedding.device_index import Design, DeviceIndex, default_design
+from trainer.embedding.device_index import DEFAULT_DESIGN, Design, DeviceIndex
 from trainer.embedding.device_init import initial_rows_on
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.store import StoreSize, StoreStats
@@ -87,8 +87,7 @@ class DeviceStore(StoreSize):
     """Rows owned by one rank, created on demand, with every decision made on the device.
 
     Same contract and arguments as :class:`~trainer.embedding.store.EmbeddingStore` (see
-    there), with ids as tensors; ``design`` picks the index design (default: by device, see
-    ``device_index.default_design``).
+    there), with ids as tensors; ``design`` picks the index design.
     """
 
     _index: DeviceIndex
@@ -96,7 +95,7 @@ class DeviceStore(StoreSize):
 
     def __init__(self, dim: int, config: StoreConfig | None = None, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 capacity: int = 1024, design: Design | None = None) -> None:
+                 capacity: int = 1024, design: Design = DEFAULT_DESIGN) -> None:
         self.config = c = config or StoreConfig()
         self.dim = dim
         self.dtype = dtype
@@ -104,7 +103,6 @@ class DeviceStore(StoreSize):
         self.optimizer = RowOptimizer(c)
         self._stats = StoreStats()
         self._dropped = torch.zeros((), dtype=torch.int64, device=dev)
-        design = design or default_design(dev)
         self._index = DeviceIndex(2 * capacity, device=dev, design=design)
         cap = max(16, capacity)
         # Row `cap` is the sink: lanes with nothing to write point there.
@@ -124,9 +122,11 @@ class DeviceStore(StoreSize):
         # The slots the last lookup found, for an apply of the same ids object (the step's read
         # and write): valid until a row is created, moved or evicted.
         self._looked_up: tuple[object, torch.Tensor] | None = None
-        # New rows' initial values from numpy: 13x faster on a CPU, a readback on CUDA. A
-        # sync audit on CPU (trainer.syncs) turns it off to see the path CUDA takes.
-        self.host_init = dev.type == "cpu"
+        # Shortcuts a CPU allows that would wait on CUDA (on by default on a CPU): new rows'
+        # initial values from numpy (13x faster there), and in the device step the distinct-id
+        # count read before the rows are found. A sync audit on CPU (trainer.syncs) turns them
+        # off to count the path CUDA takes.
+        self.cpu_shortcuts = dev.type == "cpu"
 
     # -- size --------------------------------------------------------------------------------
 
@@ -393,7 +393,7 @@ class DeviceStore(StoreSize):
 
     def _initial(self, ids: torch.Tensor) -> torch.Tensor:
         c = self.config
-        if not self.host_init:
+        if not self.cpu_shortcuts:
             return initial_rows_on(ids, self.dim, c.seed, c.init_scale, self.dtype)
         rows = initial_rows(ids.cpu().numpy(), self.dim, c.seed, c.init_scale)
         return torch.from_numpy(rows).to(device=self.device, dtype=self.dtype)
