@@ -23,6 +23,7 @@ not), on a CPU it is no copy at all. The CUDA count settles both.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -75,7 +76,7 @@ class SyncCounter:
     """Counts the host's waits for ``device`` while entered (see the module docstring).
 
     On CUDA it counts what ``set_sync_debug_mode("warn")`` reports; elsewhere it audits the
-    operations listed above. Not reentrant; one thread.
+    operations listed above, in the thread that entered it. Not reentrant.
 
     Attributes:
         device: The device whose waits are counted.
@@ -125,20 +126,25 @@ class SyncCounter:
         seen = self.seen
         originals = {name: getattr(torch.Tensor, name) for name in ("cpu", "numpy", "tolist")}
         fetched: set[int] = set()  # tensors a counted .cpu() returned: their .numpy() is free
+        # The dispatch mode is the entering thread's; so are the counted copies (the ranks of
+        # a ThreadComm job are threads of one process).
+        me = threading.get_ident()
 
         def cpu(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-            seen["cpu"] += 1
             out = originals["cpu"](t, *args, **kwargs)
-            fetched.add(id(out))
+            if threading.get_ident() == me:
+                seen["cpu"] += 1
+                fetched.add(id(out))
             return out
 
         def numpy(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if id(t) not in fetched:
+            if threading.get_ident() == me and id(t) not in fetched:
                 seen["numpy"] += 1
             return originals["numpy"](t, *args, **kwargs)
 
         def tolist(t: torch.Tensor) -> Any:
-            seen["tolist"] += 1
+            if threading.get_ident() == me:
+                seen["tolist"] += 1
             return originals["tolist"](t)
 
         patches = {"cpu": cpu, "numpy": numpy, "tolist": tolist}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -77,3 +79,12 @@ def test_the_audit_leaves_tensor_methods_as_they_were() -> None:
         x.tolist()
     x.tolist()  # after exit: not counted
     assert s.count == 1
+
+
+def test_the_audit_counts_the_entering_thread_only() -> None:
+    other = threading.Thread(target=lambda: (x.tolist(), x.cpu(), torch.nonzero(mask)))
+    with SyncCounter("cpu") as s:
+        other.start()
+        other.join()
+        x.tolist()
+    assert dict(s.seen) == {"tolist": 1}
