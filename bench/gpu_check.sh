@@ -6,7 +6,8 @@
 #      device store, the model alone on gathered rows), milliseconds by phase, device syncs a
 #      step and peak device memory, at global batches 8,192 and 65,536; its JSON summary is
 #      written to $GPU_JSON (default bench_gpu.json); then the device path and the model alone
-#      with the model under torch.compile (--compile on), into <$GPU_JSON less .json>_compile.json;
+#      with the model under torch.compile (--compile on), into <$GPU_JSON less .json>_compile.json,
+#      and the device path on the stash index design, into <...>_stash.json;
 #   3. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
 #      cores), same records, model and global batch, at the train bench's batch and a larger one,
 #      with the milliseconds a step spends in each phase (host wall time).
@@ -41,6 +42,13 @@ tail -n 1 "$GPU_JSON.log" >"$GPU_JSON"
 echo "== hetgmp bench gpu --compile on (JSON summary: ${GPU_JSON%.json}_compile.json)"
 "$PY" -m bench.gpu --device cuda --compile on --paths device,model_only | tee "$GPU_JSON.compile.log"
 tail -n 1 "$GPU_JSON.compile.log" >"${GPU_JSON%.json}_compile.json"
+
+echo "== hetgmp bench gpu --index-design stash (JSON summary: ${GPU_JSON%.json}_stash.json)"
+# The device store's index designs on the GPU: sorted (the default, no wait in an insert)
+# against the stash (faster lookups in isolation on a CPU, one wait per insert).
+"$PY" -m bench.gpu --device cuda --index-design stash --paths device --batches 8192 \
+    | tee "$GPU_JSON.stash.log"
+tail -n 1 "$GPU_JSON.stash.log" >"${GPU_JSON%.json}_stash.json"
 
 echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
 tmp=$(mktemp -d)
