@@ -24,6 +24,7 @@ _EPILOG = (
     "--config TOML file ([section] tables) > built-in default."
 )
 BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "store", "gpu",
+              "waits",
               "all")
 
 
