@@ -26,8 +26,10 @@ versions in numpy, rows in tensors, as the host store does. Host waits per call,
   rows of 65), so it does (``cpu_shortcuts``).
 * :meth:`apply`: none. Updates of ids without a row go to a sink row (the last one, never a
   slot) and are counted on the device; :attr:`stats` reads the count.
-* :meth:`maintain`, :meth:`export`, :meth:`changes`, :meth:`take`, :meth:`put`: between steps;
-  they read the index's entries (one readback) or the ids given.
+* :meth:`maintain` (every few steps, or a step that passed ``max_rows``): one, the counts of
+  its queued decisions (rows to evict, tombstones, candidates kept).
+* :meth:`export`, :meth:`changes`, :meth:`take`, :meth:`put`: between steps (checkpoints, the
+  delta log, migrations); they read the index's entries or the ids given.
 """
 
 from __future__ import annotations
@@ -364,30 +366,44 @@ class DeviceStore(StoreSize):
 
     def maintain(self, step: int) -> int:
         """Evict rows unused for ``evict_after`` steps and the least recent above ``max_rows``;
-        returns the number evicted (see ``EmbeddingStore.maintain``)."""
+        returns the number evicted (see ``EmbeddingStore.maintain``).
+
+        Every decision is queued first (the rows to evict, the candidates to keep), then one
+        readback of their counts sizes the compactions (on CUDA, with the ``sorted`` index,
+        the call's one wait).
+        """
         c = self.config
         ids, slots = self._index.items()
         used = self._last_used[slots]
+        pinned = torch.isin(ids, self._pinned)
         evict = torch.zeros(ids.numel(), dtype=torch.bool, device=self.device)
         if c.evict_after:
             evict |= used < step - c.evict_after
-        pinned = torch.isin(ids, self._pinned)
         evict &= ~pinned
-        kept = ids.numel() - int(evict.sum().item())
-        if c.max_rows and kept > c.max_rows:
+        if c.max_rows and ids.numel() > c.max_rows:  # host-known: the cap may bind
+            # Past the cap after the idle rows go, the least recent others go too, down to
+            # low_water: the first `kept - low_water` of them in (last use, id) order.
+            kept = ids.numel() - evict.sum()
+            extra = torch.where(kept > c.max_rows, kept - self.low_water, 0)
             order = _stable_order(used, ids)
-            order = order[~evict[order] & ~pinned[order]]
-            evict[order[:kept - self.low_water]] = True
-        self._prune_candidates(step)
-        gone = slots[evict]
-        if gone.numel() == 0:
+            eligible = ~evict[order] & ~pinned[order]
+            evict[order] = evict[order] | (eligible & (torch.cumsum(eligible, 0) <= extra))
+        keep_cand = self._candidates_kept(step)
+        tomb = evict & (self._version[slots] > 0)
+        counts = [evict.sum(), tomb.sum()] + ([] if keep_cand is None else [keep_cand[0].sum()])
+        n_gone, n_tomb, *n_cand = torch.stack(counts).tolist()  # the readback
+        if keep_cand is not None:
+            self._prune_candidates(keep_cand, n_cand[0])
+        if n_gone == 0:
             return 0
+        gone = slots[torch.nonzero_static(evict, size=n_gone).reshape(-1)]
         if self._tombstones is not None:
-            self._tombstones.append(ids[evict][self._version[gone] > 0])
+            self._tombstones.append(ids[torch.nonzero_static(tomb, size=n_tomb).reshape(-1)])
         self._release(torch.flip(gone, (0,)))
-        self._index.rebuild(ids[~evict], slots[~evict])
-        self._stats.evicted += int(gone.numel())
-        return int(gone.numel())
+        stay = torch.nonzero_static(~evict, size=ids.numel() - n_gone).reshape(-1)
+        self._index.rebuild(ids[stay], slots[stay])
+        self._stats.evicted += n_gone
+        return n_gone
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -475,22 +491,31 @@ class DeviceStore(StoreSize):
         self._cand_last[slots] = step
         return pinned | (self._cand_count[slots] >= threshold)
 
-    def _prune_candidates(self, step: int) -> None:
-        """Drop candidates that got a row or went unused for evict_after steps; compact."""
+    def _candidates_kept(self, step: int
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(keep mask, ids, slots) of the candidates: those without a row, used in the last
+        ``evict_after`` steps, the ``max_rows`` most recent of them (None: no candidates)."""
         if self._cand.size == 0:
-            return
+            return None
         ids, slots = self._cand.items()
         keep = self._index.find(ids) < 0
         last = self._cand_last[slots]
         if self.config.evict_after:
             keep &= last >= step - self.config.evict_after
         cap = self.config.max_rows
-        if cap and int(keep.sum().item()) > cap:
+        if cap and ids.numel() > cap:  # host-known: the cap may bind
             order = _stable_order(-last, ids)
-            order = order[keep[order]][:cap]
+            ranked = keep[order]
             keep = torch.zeros_like(keep)
-            keep[order] = True
-        ids, slots = ids[keep], slots[keep]
+            keep[order] = ranked & (torch.cumsum(ranked, 0) <= cap)
+        return keep, ids, slots
+
+    def _prune_candidates(self, kept: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                          n: int) -> None:
+        """Keep the candidates ``_candidates_kept`` chose (``n`` of them, read back); compact."""
+        keep, ids, slots = kept
+        at = torch.nonzero_static(keep, size=n).reshape(-1)
+        ids, slots = ids[at], slots[at]
         self._cand_count = self._cand_count[slots]
         self._cand_last = self._cand_last[slots]
-        self._cand.rebuild(ids, torch.arange(ids.numel(), dtype=torch.int64, device=self.device))
+        self._cand.rebuild(ids, torch.arange(n, dtype=torch.int64, device=self.device))

@@ -19,6 +19,8 @@ CONFIGS = {
     "eviction": StoreConfig(evict_after=4),
     "cap": StoreConfig(max_rows=300, admit_after=2),
     "all, sgd": StoreConfig(optimizer="sgd", admit_after=2, evict_after=6, max_rows=250),
+    # More candidates than max_rows: the candidates' own cap binds.
+    "candidate cap": StoreConfig(max_rows=60, admit_after=6),
 }
 
 
@@ -178,3 +180,26 @@ def test_on_cuda_apply_never_waits_and_a_lookup_of_held_ids_waits_once() -> None
 
     assert syncs(lambda: dev.apply(ids, grads, counts)) == 0
     assert syncs(lambda: dev.lookup(ids, 1)) == 1
+
+
+@pytest.mark.parametrize("name", ["eviction", "all, sgd", "candidate cap"])
+def test_maintain_waits_once(name: str) -> None:
+    # Every eviction decision is queued; one readback of the counts sizes the compactions.
+    from trainer.syncs import SyncCounter
+
+    dev = DeviceStore(8, CONFIGS[name], dtype=torch.float64, capacity=16)
+    dev.cpu_shortcuts = False
+    rng = np.random.default_rng(7)
+    evicted = 0
+    for step in range(40):
+        ids = torch.from_numpy(np.unique(rng.zipf(1.4, size=120).astype(np.int64) % 900))
+        dev.lookup(ids, step)
+        dev.apply(ids, torch.zeros((ids.numel(), 8), dtype=torch.float64),
+                  torch.ones(ids.numel(), dtype=torch.int64))
+        with SyncCounter("cpu") as waits:
+            evicted += dev.maintain(step)
+        assert waits.count == 1, (step, dict(waits.seen))
+    if name == "candidate cap":  # rows stay under the cap; the candidates were cut to it
+        assert dev.candidates == CONFIGS[name].max_rows
+    else:
+        assert evicted > 0
