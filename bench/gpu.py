@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(every path; compiled during the untimed steps)")
     p.add_argument("--index-design", choices=["probe", "stash", "sorted"], default="sorted",
                    help="the device store's index design (default sorted)")
+    p.add_argument("--interleave", action="store_true",
+                   help="step the host and device paths in turn on each batch (each step "
+                   "timed alone) rather than one after the other: a fairer ratio on a shared "
+                   "machine; the peak memory is then the two paths' together")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -120,19 +124,43 @@ def _peak_mb(device: torch.device) -> float | None:
 AUDIT_STEPS = 2
 
 
+def _trainer(path: str, batches: list[ClickBatch], args: argparse.Namespace) -> Trainer:
+    """A rank on ``path``'s store, warmed up on the untimed batches."""
+    store = StoreConfig(index="host" if path == "host" else "device",
+                        index_design=args.index_design)
+    trainer = Trainer(LocalComm(args.torch_device), Placement.hash(1), batches[0].ids.shape[1],
+                      batches[0].dense.shape[1], model=_model(args), store=store,
+                      train=TrainConfig(global_batch=len(batches[0])))
+    for batch in batches[:args.warmup]:
+        trainer.step(batch)
+    trainer.finish_step()
+    return trainer
+
+
+def _audited_waits(trainer: Trainer, audited: list[ClickBatch]) -> int:
+    """Waits the audit counts over the batches after the timed ones (off CUDA)."""
+    if isinstance(trainer.store, DeviceStore):
+        trainer.store.cpu_shortcuts = False  # count the path CUDA takes
+    with SyncCounter(trainer.comm.device) as syncs:
+        for batch in audited:
+            trainer.step(batch)
+    return syncs.count
+
+
+def _row(path: str, seconds: np.ndarray, wall: float, steps: int, batch: int, waits: float,
+         peak: float | None) -> dict[str, object]:
+    return {"path": path, "ms_by_phase": {p: round(1000 * s / steps, 3)
+                                          for p, s in zip(PHASES, seconds)},
+            "samples_per_s": round(steps * batch / wall), "syncs_per_step": round(waits, 2),
+            "peak_mem_mb": peak}
+
+
 def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
                  ) -> dict[str, object]:
     device = args.torch_device
     sync = synchronizer(device)
-    store = StoreConfig(index="host" if path == "host" else "device",
-                        index_design=args.index_design)
-    trainer = Trainer(LocalComm(device), Placement.hash(1), batches[0].ids.shape[1],
-                      batches[0].dense.shape[1], model=_model(args), store=store,
-                      train=TrainConfig(global_batch=len(batches[0])))
+    trainer = _trainer(path, batches, args)
     timed, audited = _split(batches, args)
-    for batch in batches[:args.warmup]:
-        trainer.step(batch)
-    trainer.finish_step()
     sync()
     _reset_peak(device)
     seconds = np.zeros(len(PHASES))
@@ -147,18 +175,45 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
     sync()  # outside the sync count: the bench's own wait
     wall = time.perf_counter() - began
     peak = _peak_mb(device)
-    if audited:
-        if isinstance(trainer.store, DeviceStore):
-            trainer.store.cpu_shortcuts = False  # count the path CUDA takes
-        with syncs:
-            for batch in audited:
-                trainer.step(batch)
-    steps = len(timed)
-    return {"path": path, "ms_by_phase": {p: round(1000 * s / steps, 3)
-                                          for p, s in zip(PHASES, seconds)},
-            "samples_per_s": round(steps * len(batches[0]) / wall),
-            "syncs_per_step": round(syncs.count / (len(audited) or steps), 2),
-            "peak_mem_mb": peak}
+    waits = _audited_waits(trainer, audited) / len(audited) if audited else \
+        syncs.count / len(timed)
+    return _row(path, seconds, wall, len(timed), len(batches[0]), waits, peak)
+
+
+def _interleaved_rows(paths: list[str], batches: list[ClickBatch], args: argparse.Namespace
+                      ) -> dict[str, dict[str, object]]:
+    """The trainer paths stepped in turn on each batch, the first path rotating: a load
+    change on a shared machine then falls on every path alike. Each step is timed alone
+    (the device synchronised around it); the peak memory is the paths' together."""
+    device = args.torch_device
+    sync = synchronizer(device)
+    trainers = {p: _trainer(p, batches, args) for p in paths}
+    timed, audited = _split(batches, args)
+    sync()
+    _reset_peak(device)
+    seconds = {p: np.zeros(len(PHASES)) for p in paths}
+    wall = dict.fromkeys(paths, 0.0)
+    waits = dict.fromkeys(paths, 0)
+    for i, batch in enumerate(timed):
+        for path in paths[i % len(paths):] + paths[:i % len(paths)]:
+            syncs = SyncCounter(device)
+            began = time.perf_counter()
+            with syncs if device.type == "cuda" else contextlib.nullcontext():
+                c = trainers[path].step(batch)
+            sync()
+            wall[path] += time.perf_counter() - began
+            assert c is not None
+            seconds[path] += c.seconds
+            waits[path] += syncs.count
+    peak = _peak_mb(device)
+    rows = {}
+    for path, trainer in trainers.items():
+        trainer.finish_step()
+        per_step = _audited_waits(trainer, audited) / len(audited) if audited else \
+            waits[path] / len(timed)
+        rows[path] = _row(path, seconds[path], wall[path], len(timed), len(batches[0]),
+                          per_step, peak)
+    return rows
 
 
 def _split(batches: list[ClickBatch], args: argparse.Namespace
@@ -234,9 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.batch_sizes:
         total = args.warmup + args.steps + (0 if args.torch_device.type == "cuda" else AUDIT_STEPS)
         batches = [synthetic_batch(stream, i * size, size) for i in range(total)]
+        stepped = [p for p in args.path_list if p != "model_only"]
+        together = _interleaved_rows(stepped, batches, args) if args.interleave else {}
         for path in args.path_list:
             row = _model_only_row(batches, args) if path == "model_only" else \
-                _trainer_row(path, batches, args)
+                together.get(path) or _trainer_row(path, batches, args)
             row.update(device=str(args.torch_device), global_batch=size, autocast=args.autocast,
                        compile=args.compile)
             rows.append(row)

@@ -29,6 +29,16 @@ def test_bench_gives_one_row_per_path_and_batch(capsys: pytest.CaptureFixture[st
     assert rows[("model_only", 128)]["syncs_per_step"] == 0.0
 
 
+def test_interleaved_paths_give_the_same_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--device", "cpu", "--batches", "128", "--steps", "2", "--warmup", "1",
+          "--paths", "host,device", "--interleave"])
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert [r["path"] for r in rows] == ["host", "device"]
+    assert all(r["samples_per_s"] > 0 and set(r["ms_by_phase"]) == set(PHASES) for r in rows)
+    assert rows[1]["syncs_per_step"] == 1.0
+    assert rows[0]["peak_mem_mb"] == rows[1]["peak_mem_mb"]  # the two paths' together
+
+
 def test_the_stash_index_adds_a_wait_per_insert(capsys: pytest.CaptureFixture[str]) -> None:
     main(["--device", "cpu", "--batches", "128", "--steps", "1", "--warmup", "1",
           "--paths", "device", "--index-design", "stash"])
