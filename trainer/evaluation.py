@@ -11,6 +11,7 @@ import collections
 import math
 
 import numpy as np
+import torch
 
 from streaming import ClickBatch, Schema, auc
 from trainer.dist import Comm
@@ -25,17 +26,21 @@ _EVAL_CHUNK = 8192
 class Progressive:
     """The most recent ``keep`` samples of a rank with their scores before their update.
 
+    Scores may stay on the device as tensors: they are copied to the host together when
+    read (:meth:`arrays`, every few steps for the metric), not one wait a step.
+
     Args:
         keep: Samples kept (a rank's share of the window).
     """
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._parts: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
+        self._parts: collections.deque[tuple[np.ndarray, np.ndarray | torch.Tensor]] = \
+            collections.deque()
         self._held = 0
 
-    def add(self, labels: np.ndarray, logits: np.ndarray) -> None:
-        """One step's labels and logits."""
+    def add(self, labels: np.ndarray, logits: np.ndarray | torch.Tensor) -> None:
+        """One step's labels and logits (numpy, or a tensor on any device)."""
         self._parts.append((labels, logits))
         self._held += len(labels)
         while self._parts and self._held - len(self._parts[0][0]) >= self.keep:
@@ -45,8 +50,13 @@ class Progressive:
         """Labels and scores of the samples kept."""
         if not self._parts:
             return np.zeros(0), np.zeros(0)
-        return (np.concatenate([p[0] for p in self._parts]),
-                np.concatenate([p[1] for p in self._parts]))
+        scores = [p[1] for p in self._parts]
+        if all(isinstance(x, torch.Tensor) for x in scores):  # one copy to the host
+            logits = torch.cat(scores).cpu().numpy()  # type: ignore[arg-type]
+        else:
+            logits = np.concatenate([x.cpu().numpy() if isinstance(x, torch.Tensor) else x
+                                     for x in scores])
+        return np.concatenate([p[0] for p in self._parts]), logits
 
     def local_auc(self) -> float:
         """This rank's progressive AUC (NaN without both classes)."""

@@ -131,7 +131,7 @@ class _Logs:
         if hooks.record_steps:
             self.steps.append(c)
         if self.progressive is not None:
-            self.progressive.add(tr.last_labels, tr.last_logits.cpu().numpy())
+            self.progressive.add(tr.last_labels, tr.last_logits)  # read every few steps
             if self.metrics is not None and tr.step_index % _AUC_EVERY == 0:
                 self.metrics.on_heldout_auc(self.progressive.local_auc())
 
