@@ -104,3 +104,29 @@ def test_the_device_step_reports_each_loss_one_step_late() -> None:
     host.finish_step()
     assert device.totals.loss_samples == host.totals.loss_samples == 6 * BATCH
     assert device.totals.loss_sum == host.totals.loss_sum
+
+
+def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # run_rank's loop around the step (control agreement, progressive scores, metrics-free
+    # logs) adds no wait a step at one rank: two runs differ by exactly their step counts.
+    from exact_jobs import SOURCE
+
+    from trainer.job import Job
+    from trainer.run import run_rank
+
+    init = DeviceStore.__init__
+
+    def audited(self: DeviceStore, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.cpu_shortcuts = False
+
+    monkeypatch.setattr(DeviceStore, "__init__", audited)
+    waits = {}
+    for steps in (5, 20):
+        job = Job(replace(SOURCE, records=240 * steps), **{
+            **EXACT, "store": replace(EXACT["store"], index="device")},  # type: ignore[arg-type]
+            placement=Placement.hash(1), progressive=480)
+        with SyncCounter("cpu") as counter:
+            run_rank(LocalComm(), job)
+        waits[steps] = counter.count
+    assert waits[20] - waits[5] == 15, waits

@@ -153,6 +153,9 @@ def decode(v: np.ndarray, world: int) -> Control:
 
 def agree(comm: Comm, proposal: Proposal) -> Control:
     """Sum every rank's proposal and decode it (collective: every rank calls it)."""
-    t = torch.from_numpy(encode(proposal, comm.rank, comm.world)).to(comm.device)
+    v = encode(proposal, comm.rank, comm.world)
+    if comm.world == 1:  # the sum is the vector: no trip to the device and back (a wait)
+        return decode(v, 1)
+    t = torch.from_numpy(v).to(comm.device)
     comm.all_reduce_sum(t, "control")
     return decode(t.cpu().numpy(), comm.world)
