@@ -34,8 +34,7 @@ from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dist import Comm, Pending
-from trainer.embedding import DeviceStore, EmbeddingStore, ReplicaTable, RowExchange
-from trainer.embedding.dedup import unique_padded
+from trainer.embedding import DeviceStore, EmbeddingStore, ReplicaTable, RowExchange, unique_padded
 from trainer.model import DenseOptimizer, FlatParameters, build_model
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 

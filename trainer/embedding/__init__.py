@@ -2,6 +2,7 @@
 owned elsewhere under bounded staleness, the row exchange of a step, and rows moving to new
 owners."""
 
+from trainer.embedding.dedup import Unique, unique_padded
 from trainer.embedding.device_index import DeviceIndex
 from trainer.embedding.device_store import DeviceStore
 from trainer.embedding.exchange import Audit, ReadPlan, RowExchange
@@ -22,7 +23,9 @@ __all__ = [
     "RowExchange",
     "RowOptimizer",
     "StoreStats",
+    "Unique",
     "initial_rows",
     "move_chunk",
     "row_bytes",
+    "unique_padded",
 ]
