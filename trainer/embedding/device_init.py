@@ -11,6 +11,8 @@ copy of their ids to the host and of the values back.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -77,6 +79,15 @@ def _fmix64(a: torch.Tensor) -> torch.Tensor:
     return _xor_shift_33(a)
 
 
+@functools.lru_cache(maxsize=64)
+def _keys_on(device: torch.device, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seed's key and the columns' keys as limbs on ``device``, copied there once (a copy
+    from pageable memory waits for the device: it must not run every step)."""
+    key = torch.from_numpy(_limbs_of(np.array([seed_key(seed)], dtype=np.uint64)))
+    cols = torch.from_numpy(_limbs_of(column_keys(dim)))
+    return key.to(device), cols.to(device)
+
+
 def initial_rows_on(ids: torch.Tensor, dim: int, seed: int, scale: float,
                     dtype: torch.dtype) -> torch.Tensor:
     """``initial_rows(ids, dim, seed, scale)`` computed where ``ids`` are, as ``dtype``.
@@ -88,10 +99,8 @@ def initial_rows_on(ids: torch.Tensor, dim: int, seed: int, scale: float,
         scale: Half-width of the interval.
         dtype: Float type of the result.
     """
-    dev = ids.device
-    key = torch.from_numpy(_limbs_of(np.array([seed_key(seed)], dtype=np.uint64))).to(dev)
+    key, cols = _keys_on(ids.device, dim, seed)
     base = _fmix64(_limbs(ids.to(torch.int64).reshape(-1)) ^ key)
-    cols = torch.from_numpy(_limbs_of(column_keys(dim))).to(dev)
     bits = _fmix64(_add(base[:, None, :], cols[None, :, :]))
     # bits >> 11 is 53 bits: limbs shifted right by 11 and summed exactly in int64.
     top = [(bits[..., k] >> 11) | ((bits[..., k + 1] & 0x7FF) << 5) if k < 3
