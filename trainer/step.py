@@ -22,6 +22,7 @@ benchmark (2 ranks on 2 shared cores, 586 steps): the dense phase fell from 5.1-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -171,7 +172,7 @@ class Trainer:
         self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat)
         self.loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
         self.step_index = 0
-        self.totals = Totals()
+        self._totals = Totals()
         self.routes = tc.routes and comm.world > 1
         # Routing: a rank's share of the global batch, the most samples it may route to one
         # rank, and whether the last global batch was whole (see _send_with_header).
@@ -187,6 +188,8 @@ class Trainer:
         # The device path's last summed loss and its samples, read back with the next step's
         # counts (or by finish_step).
         self._loss_pending: tuple[torch.Tensor, int] | None = None
+        # That loss read back (by finish_step) before a step's counters carried it.
+        self._loss_ready: tuple[float, int] | None = None
 
     # -- training ----------------------------------------------------------------------------
 
@@ -278,15 +281,36 @@ class Trainer:
         if pending is not None:
             c.loss_sum, c.loss_samples = got.pop(), pending[1]
             self._loss_pending = None
+        elif self._loss_ready is not None:  # read back already, by finish_step
+            (c.loss_sum, c.loss_samples), self._loss_ready = self._loss_ready, None
         return [int(x) for x in got]
 
     def _settle_loss(self) -> None:
-        """Book the device path's last loss, not yet read, in the totals (training ends)."""
+        """Read the device path's last loss back, for the next step's counters to carry (or
+        the totals, when read before one does)."""
         if self._loss_pending is not None:
             loss, samples = self._loss_pending
             self._loss_pending = None
-            self.totals.loss_sum += float(loss)
-            self.totals.loss_samples += samples
+            self._loss_ready = (float(loss), samples)
+
+    @property
+    def totals(self) -> Totals:
+        """This rank's counters summed over its steps. On the device path a loss that
+        :meth:`finish_step` read back, and no step's counters carried yet, is booked here."""
+        if self._loss_ready is not None:
+            (loss, samples), self._loss_ready = self._loss_ready, None
+            self._totals.loss_sum += loss
+            self._totals.loss_samples += samples
+        return self._totals
+
+    @property
+    def loss_finite(self) -> bool:
+        """Whether the last step's loss is finite (NaN or infinite: the model diverged). On the
+        device path it is read back first (one wait): call it where that is worth a wait,
+        before a checkpoint or a publish, since the step's counters carry each loss a step
+        late."""
+        self._settle_loss()
+        return self._loss_ready is None or math.isfinite(self._loss_ready[0])
 
     def _backward(self, local: ClickBatch, global_n: int, values: torch.Tensor,
                   inverse: torch.Tensor
@@ -343,7 +367,7 @@ class Trainer:
                 self.step_index % _MAINTAIN_EVERY == 0:
             self.store.maintain(self.step_index)
         c.traffic = self.comm.traffic - before
-        self.totals.add(c)
+        self._totals.add(c)
         self.last_labels = local.labels
         return c
 
@@ -354,7 +378,8 @@ class Trainer:
         the dense parameters (:meth:`predict`, :meth:`state`, :meth:`flush`), finish it first.
         Call it before reading ``model`` or ``dense`` directly, and when training ends. The
         wait and the all-reduce's bytes go to the totals (the dense phase and traffic), as they
-        would have in a step.
+        would have in a step. On the device path it also reads the last step's loss back: the
+        next step's counters carry it, or :attr:`totals` books it.
         """
         before = self.comm.traffic.copy()
         self._book(before, self._finish_dense())
@@ -374,8 +399,8 @@ class Trainer:
     def _book(self, before: Traffic, dense_seconds: float) -> None:
         """Count in the totals what was sent since ``before`` and ``dense_seconds``, outside
         any counted step."""
-        self.totals.seconds[PHASES.index("dense")] += dense_seconds
-        self.totals.traffic = self.totals.traffic + (self.comm.traffic - before)
+        self._totals.seconds[PHASES.index("dense")] += dense_seconds
+        self._totals.traffic = self._totals.traffic + (self.comm.traffic - before)
 
     def _prepare(self, batch: ClickBatch) -> _Prepared:
         """The step's work that needs no collective and no dense parameter."""

@@ -130,3 +130,31 @@ def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
             run_rank(LocalComm(), job)
         waits[steps] = counter.count
     assert waits[20] - waits[5] == 15, waits
+
+
+def test_a_loss_read_back_early_is_carried_by_the_next_step() -> None:
+    # flush / predict / state / checkpoints finish the step and read its loss back: the next
+    # step's counters still carry it, so the per-step losses (the metric) miss none.
+    host = _trainer(EXACT["store"])
+    device = _trainer(replace(EXACT["store"], index="device"))
+    a = _steps(host, StreamSource(SYN, BATCH, 6), 6)
+    source = StreamSource(SYN, BATCH, 6)
+    b = _steps(device, source, 2)
+    device.flush()
+    assert device.loss_finite
+    b += _steps(device, source, 4)
+    assert [c.loss_sum for c in b[1:]] == [c.loss_sum for c in a[:-1]]
+    device.flush()
+    assert device.totals.loss_sum == sum(c.loss_sum for c in b) + a[-1].loss_sum
+    assert device.totals.loss_samples == 6 * BATCH
+
+
+def test_a_diverged_device_step_is_caught_before_the_next_checkpoint() -> None:
+    device = _trainer(replace(EXACT["store"], index="device"))
+    source = StreamSource(SYN, BATCH, 2)
+    _steps(device, source, 1)
+    with torch.no_grad():
+        device.dense.flat.fill_(float("nan"))  # the next step's loss is NaN
+    c = device.step(source.next_batch())
+    assert c is not None and np.isfinite(c.loss_sum)  # it carries the step before's loss
+    assert not device.loss_finite  # read back now: what a checkpoint or publish asks first

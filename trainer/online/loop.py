@@ -226,6 +226,8 @@ class OnlineLoop:
             if self.auto is not None:
                 self.auto.on_migrated(self.records)
             self.publish_placement()
+        if ctl.publish or ctl.checkpoint:
+            self._check_last_loss()
         if ctl.publish:
             self.publisher.publish()
         if ctl.checkpoint:
@@ -312,6 +314,16 @@ class OnlineLoop:
         self.budget.count(int(t[0]))
         self._last = Proposal()
 
+    def _check_last_loss(self) -> None:
+        """Raise if the last step's loss was not finite, before a publish or a checkpoint.
+
+        The control round knows each rank's loss of the step before (its proposal); one rank
+        on the device path reads each loss a step late, so its last one is read here. Only
+        that path defers its loss, and only at one rank, so no rank can decide alone.
+        """
+        if not self.trainer.loss_finite:
+            self._check_diverged(True)
+
     def _check_diverged(self, diverged: bool) -> None:
         if diverged:  # every rank raises here, before anything is checkpointed
             raise Diverged(f"the training loss became NaN or infinite at step "
@@ -345,6 +357,7 @@ class OnlineLoop:
         """The end of a run (collective): count the last step, push every pending update to
         its owner, publish it, and checkpoint (final when the broker stored every delta)."""
         self.settle()
+        self._check_last_loss()
         if self.publisher.enabled:
             self.trainer.flush()
             self.publisher.publish()
