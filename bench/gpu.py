@@ -19,9 +19,9 @@ One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synth
 CUDA each phase ends where the host reached, so queued work shows in the phase that waits for
 it: the loss read back at a step's end waits for its queued work, in the dense phase);
 ``syncs_per_step`` counts the host's waits for the device (``trainer.syncs``), the benchmark's
-own excluded: on CUDA what torch reports under ``set_sync_debug_mode("warn")`` in the timed
-steps; on a CPU the audit of the operations that would wait on CUDA, over 2 more steps after
-the timed ones (the store's numpy initialiser, a CPU-only shortcut, off); ``peak_mem_mb`` is
+own excluded, over 2 untimed steps after the timed ones: on CUDA what torch reports under
+``set_sync_debug_mode("warn")``, on a CPU the audit of the operations that would wait on CUDA
+(with the store's CPU-only shortcuts off); ``peak_mem_mb`` is
 ``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident high-water mark (CPU; reset
 before each row where Linux allows). The last line printed is the JSON summary ``{"bench":
 "gpu", "rows": [{"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interleave", action="store_true",
                    help="step the host and device paths in turn on each batch (each step "
                    "timed alone) rather than one after the other: a fairer ratio on a shared "
-                   "machine; the peak memory is then the two paths' together")
+                   "machine (a CPU: on CUDA the timing around each step stops its overlap with "
+                   "the next); the peak memory is then the two paths' together")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -119,8 +120,9 @@ def _peak_mb(device: torch.device) -> float | None:
     return peak_mb()
 
 
-# Off CUDA, the steps the sync audit counts (trainer.syncs), after the timed ones: the audit
-# routes every operator through Python, so it must not run under the clock.
+# The steps whose waits are counted (trainer.syncs), after the timed ones: the CPU audit
+# routes every operator through Python, and on CUDA each wait counted raises a Python warning,
+# which would slow the path with more waits; neither may run under the clock.
 AUDIT_STEPS = 2
 
 
@@ -164,19 +166,16 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
     sync()
     _reset_peak(device)
     seconds = np.zeros(len(PHASES))
-    syncs = SyncCounter(device)
     began = time.perf_counter()
-    with syncs if device.type == "cuda" else contextlib.nullcontext():
-        for batch in timed:
-            c = trainer.step(batch)
-            assert c is not None
-            seconds += c.seconds
+    for batch in timed:
+        c = trainer.step(batch)
+        assert c is not None
+        seconds += c.seconds
     trainer.finish_step()
-    sync()  # outside the sync count: the bench's own wait
+    sync()
     wall = time.perf_counter() - began
     peak = _peak_mb(device)
-    waits = _audited_waits(trainer, audited) / len(audited) if audited else \
-        syncs.count / len(timed)
+    waits = _audited_waits(trainer, audited) / len(audited)
     return _row(path, seconds, wall, len(timed), len(batches[0]), waits, peak)
 
 
@@ -184,7 +183,9 @@ def _interleaved_rows(paths: list[str], batches: list[ClickBatch], args: argpars
                       ) -> dict[str, dict[str, object]]:
     """The trainer paths stepped in turn on each batch, the first path rotating: a load
     change on a shared machine then falls on every path alike. Each step is timed alone
-    (the device synchronised around it); the peak memory is the paths' together."""
+    (the device synchronised around it, which on CUDA takes away the overlap of one step's
+    host work with the last one's device work: meant for a CPU); the peak memory is the
+    paths' together."""
     device = args.torch_device
     sync = synchronizer(device)
     trainers = {p: _trainer(p, batches, args) for p in paths}
@@ -193,24 +194,19 @@ def _interleaved_rows(paths: list[str], batches: list[ClickBatch], args: argpars
     _reset_peak(device)
     seconds = {p: np.zeros(len(PHASES)) for p in paths}
     wall = dict.fromkeys(paths, 0.0)
-    waits = dict.fromkeys(paths, 0)
     for i, batch in enumerate(timed):
         for path in paths[i % len(paths):] + paths[:i % len(paths)]:
-            syncs = SyncCounter(device)
             began = time.perf_counter()
-            with syncs if device.type == "cuda" else contextlib.nullcontext():
-                c = trainers[path].step(batch)
+            c = trainers[path].step(batch)
             sync()
             wall[path] += time.perf_counter() - began
             assert c is not None
             seconds[path] += c.seconds
-            waits[path] += syncs.count
     peak = _peak_mb(device)
     rows = {}
     for path, trainer in trainers.items():
         trainer.finish_step()
-        per_step = _audited_waits(trainer, audited) / len(audited) if audited else \
-            waits[path] / len(timed)
+        per_step = _audited_waits(trainer, audited) / len(audited)
         rows[path] = _row(path, seconds[path], wall[path], len(timed), len(batches[0]),
                           per_step, peak)
     return rows
@@ -218,9 +214,8 @@ def _interleaved_rows(paths: list[str], batches: list[ClickBatch], args: argpars
 
 def _split(batches: list[ClickBatch], args: argparse.Namespace
            ) -> tuple[list[ClickBatch], list[ClickBatch]]:
-    """The timed batches and, off CUDA, the audited ones after them."""
-    audit = 0 if args.torch_device.type == "cuda" else AUDIT_STEPS
-    end = len(batches) - audit
+    """The timed batches and the counted ones after them."""
+    end = len(batches) - AUDIT_STEPS
     return batches[args.warmup:end], batches[end:]
 
 
@@ -255,13 +250,11 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
     _reset_peak(device)
     timed, audited = _split(batches, args)
     wall, count = 0.0, 0
-    on_cuda = device.type == "cuda"
     for i, batch in enumerate(timed + audited):
-        counted, clocked = on_cuda or i >= len(timed), i < len(timed)
+        counted, clocked = i >= len(timed), i < len(timed)
         item = gather(batch)
         sync()
-        # The model's waits only, not the gather's: on CUDA counted in the timed steps, else
-        # by the audit after them.
+        # The model's waits only, not the gather's, counted after the timed steps.
         syncs = SyncCounter(device)
         began = time.perf_counter()
         with syncs if counted else contextlib.nullcontext():
@@ -273,7 +266,7 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
     steps = len(timed)
     return {"path": "model_only", "ms_by_phase": {"compute": round(1000 * wall / steps, 3)},
             "samples_per_s": round(steps * len(batches[0]) / wall),
-            "syncs_per_step": round(count / (len(audited) or steps), 2),
+            "syncs_per_step": round(count / len(audited), 2),
             "peak_mem_mb": _peak_mb(device)}
 
 
@@ -287,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.warmup} untimed + {args.steps} timed steps per row")
     rows: list[dict[str, object]] = []
     for size in args.batch_sizes:
-        total = args.warmup + args.steps + (0 if args.torch_device.type == "cuda" else AUDIT_STEPS)
+        total = args.warmup + args.steps + AUDIT_STEPS
         batches = [synthetic_batch(stream, i * size, size) for i in range(total)]
         stepped = [p for p in args.path_list if p != "model_only"]
         together = _interleaved_rows(stepped, batches, args) if args.interleave else {}

@@ -75,8 +75,9 @@ class _Audit(TorchDispatchMode):
 class SyncCounter:
     """Counts the host's waits for ``device`` while entered (see the module docstring).
 
-    On CUDA it counts what ``set_sync_debug_mode("warn")`` reports; elsewhere it audits the
-    operations listed above, in the thread that entered it. Not reentrant.
+    On CUDA it counts what ``set_sync_debug_mode("warn")`` reports (process-wide: every
+    thread's waits); elsewhere it audits the operations listed above, in the thread that
+    entered it (counters in several threads may overlap). Not reentrant in one thread.
 
     Attributes:
         device: The device whose waits are counted.
@@ -112,50 +113,77 @@ class SyncCounter:
         catcher = warnings.catch_warnings(record=True)
         recorded = catcher.__enter__()
         warnings.simplefilter("always")
+        before = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("warn")
         self._warnings = recorded
 
         def leave() -> None:
-            torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.set_sync_debug_mode(before)
             self._warnings = list(recorded)
             catcher.__exit__(None, None, None)
 
         self._exit = leave
 
     def _enter_audit(self) -> None:
-        seen = self.seen
-        originals = {name: getattr(torch.Tensor, name) for name in ("cpu", "numpy", "tolist")}
-        fetched: set[int] = set()  # tensors a counted .cpu() returned: their .numpy() is free
-        # The dispatch mode is the entering thread's; so are the counted copies (the ranks of
-        # a ThreadComm job are threads of one process).
-        me = threading.get_ident()
-
-        def cpu(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-            out = originals["cpu"](t, *args, **kwargs)
-            if threading.get_ident() == me:
-                seen["cpu"] += 1
-                fetched.add(id(out))
-            return out
-
-        def numpy(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == me and id(t) not in fetched:
-                seen["numpy"] += 1
-            return originals["numpy"](t, *args, **kwargs)
-
-        def tolist(t: torch.Tensor) -> Any:
-            if threading.get_ident() == me:
-                seen["tolist"] += 1
-            return originals["tolist"](t)
-
-        patches = {"cpu": cpu, "numpy": numpy, "tolist": tolist}
-        for name, fn in patches.items():
-            setattr(torch.Tensor, name, fn)
-        mode = _Audit(seen)
+        _copies_counted_for(self.seen)
+        mode = _Audit(self.seen)
         mode.__enter__()
 
         def leave() -> None:
             mode.__exit__(None, None, None)
-            for name, fn in originals.items():
-                setattr(torch.Tensor, name, fn)
+            _copies_counted_for(None)
 
         self._exit = leave
+
+
+# Copies out are counted by patching Tensor.cpu/numpy/tolist once for every counter entered
+# (in any thread), each thread's calls going to the counter that thread entered; the methods
+# are restored when the last one leaves, in whatever order counters leave.
+_COPIES = ("cpu", "numpy", "tolist")
+_ORIGINALS = {name: getattr(torch.Tensor, name) for name in _COPIES}
+_lock = threading.Lock()
+_counting: dict[int, tuple[Counter[str], set[int]]] = {}  # thread -> (its counts, fetched ids)
+
+
+def _copies_counted_for(seen: Counter[str] | None) -> None:
+    """Count this thread's copies out into ``seen`` from now on (None: stop)."""
+    me = threading.get_ident()
+    with _lock:
+        if seen is None:
+            _counting.pop(me, None)
+            if not _counting:
+                for name, fn in _ORIGINALS.items():
+                    setattr(torch.Tensor, name, fn)
+            return
+        if me in _counting:
+            raise RuntimeError("SyncCounter is not reentrant: this thread is counting already")
+        if not _counting:
+            for name, fn in _PATCHES.items():
+                setattr(torch.Tensor, name, fn)
+        _counting[me] = (seen, set())  # the ids: tensors a counted .cpu() returned
+
+
+def _cpu(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    out = _ORIGINALS["cpu"](t, *args, **kwargs)
+    mine = _counting.get(threading.get_ident())
+    if mine is not None:
+        mine[0]["cpu"] += 1
+        mine[1].add(id(out))
+    return out
+
+
+def _numpy(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    mine = _counting.get(threading.get_ident())
+    if mine is not None and id(t) not in mine[1]:  # the .numpy() of a counted .cpu() is free
+        mine[0]["numpy"] += 1
+    return _ORIGINALS["numpy"](t, *args, **kwargs)
+
+
+def _tolist(t: torch.Tensor) -> Any:
+    mine = _counting.get(threading.get_ident())
+    if mine is not None:
+        mine[0]["tolist"] += 1
+    return _ORIGINALS["tolist"](t)
+
+
+_PATCHES = {"cpu": _cpu, "numpy": _numpy, "tolist": _tolist}

@@ -88,3 +88,32 @@ def test_the_audit_counts_the_entering_thread_only() -> None:
         other.join()
         x.tolist()
     assert dict(s.seen) == {"tolist": 1}
+
+
+def test_counters_in_two_threads_leave_in_any_order() -> None:
+    before = (torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.tolist)
+    entered, release = threading.Event(), threading.Event()
+    other_count: list[int] = []
+
+    def other() -> None:
+        with SyncCounter("cpu") as s:
+            entered.set()
+            release.wait(5)
+            x.tolist()
+        other_count.append(s.count)
+
+    t = threading.Thread(target=other)
+    with SyncCounter("cpu") as mine:
+        t.start()
+        entered.wait(5)
+        x.cpu().numpy()
+    release.set()  # the other thread leaves last
+    t.join()
+    assert mine.count == 1 and other_count == [1]
+    assert (torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.tolist) == before
+
+
+def test_a_thread_cannot_count_twice_at_once() -> None:
+    with SyncCounter("cpu"):
+        with pytest.raises(RuntimeError, match="not reentrant"):
+            SyncCounter("cpu").__enter__()

@@ -78,6 +78,15 @@ class Found(NamedTuple):
         return Found(self.slots[:n], cand, self.counts)
 
 
+def _among(ids: torch.Tensor, sorted_set: torch.Tensor) -> torch.Tensor:
+    """``torch.isin(ids, sorted_set)`` for a sorted set, by binary search: isin's own sorting
+    path (taken for sets past a few dozen ids) calls unique, which waits on CUDA."""
+    if sorted_set.numel() == 0:
+        return torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+    pos = torch.searchsorted(sorted_set, ids).clamp_(max=sorted_set.numel() - 1)
+    return sorted_set[pos] == ids
+
+
 def _stable_order(primary: torch.Tensor, secondary: torch.Tensor) -> torch.Tensor:
     """Positions sorted by ``primary``, ties by ``secondary`` (``np.lexsort((secondary,
     primary))``)."""
@@ -212,7 +221,7 @@ class DeviceStore(StoreSize):
             at = torch.where(known, cand, 0)
             seen = self._cand_count[at] + (self._cand_last[at] != step).to(torch.int64)
             ripe = known & (seen >= threshold)
-        admitted = absent & (ripe | torch.isin(flat, self._pinned))
+        admitted = absent & (ripe | _among(flat, self._pinned))
         return Found(slots, cand, torch.stack([absent.sum(), (absent & ~known).sum(),
                                                admitted.sum()]))
 
@@ -375,7 +384,7 @@ class DeviceStore(StoreSize):
         c = self.config
         ids, slots = self._index.items()
         used = self._last_used[slots]
-        pinned = torch.isin(ids, self._pinned)
+        pinned = _among(ids, self._pinned)
         evict = torch.zeros(ids.numel(), dtype=torch.bool, device=self.device)
         if c.evict_after:
             evict |= used < step - c.evict_after
@@ -470,7 +479,7 @@ class DeviceStore(StoreSize):
         threshold = self.config.admit_after
         if threshold <= 1:
             return None
-        pinned = torch.isin(ids, self._pinned)
+        pinned = _among(ids, self._pinned)
         if known is None:
             slots = self._cand.find(ids)
             new = torch.nonzero(slots < 0).reshape(-1)
