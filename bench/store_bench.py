@@ -7,7 +7,7 @@ samples x 26 fields, the same ids for every variant, generated before the clock 
   on the ids in host memory; device: ``trainer.embedding.dedup.unique_padded`` on the ids on
   the device, their count left there);
 * ``lookup``: the store's rows of those ids (rows created on first use); on the device as the
-  device step makes it: ``find_rows``, one readback of the counts, ``lookup(found=...)``;
+  device step makes it, ``lookup_padded`` (one readback);
 * ``gather``: each entry's row (``index_select`` by the inverse), what the model reads;
 * ``scatter``: a gradient per entry summed per distinct id (``index_add_``), what the backward
   pass hands the store;
@@ -101,13 +101,7 @@ def _run(variant: str, batches: list[np.ndarray], args: argparse.Namespace
         sync()
         clock["dedup"] = time.perf_counter()
         if isinstance(store, DeviceStore):  # as the device step does it: one readback
-            if store.cpu_shortcuts:  # on a CPU, rows found for the distinct ids alone
-                padded = padded[:int(count)]
-            distinct = torch.arange(padded.numel(), device=device) < count
-            found = store.find_rows(padded, distinct, step)
-            n, *counts_found = torch.cat([count.reshape(1), found.counts]).tolist()
-            uniq = padded[:n]
-            values, _ = store.lookup(uniq, step, found=found.head(n), counts=counts_found)
+            uniq, values, _, _ = store.lookup_padded(padded, count, step)
         else:
             values, _ = store.lookup(uniq, step)  # type: ignore[arg-type]
         sync()

@@ -186,7 +186,7 @@ class Trainer:
         # The last step's dense all-reduce, left running, and its buffer (see finish_step).
         self._dense_pending: tuple[Pending, torch.Tensor] | None = None
         # The device path's last summed loss and its samples, read back with the next step's
-        # counts (or by finish_step).
+        # counts (lookup_padded's extra) or by finish_step.
         self._loss_pending: tuple[torch.Tensor, int] | None = None
         # That loss read back (by finish_step) before a step's counters carried it.
         self._loss_ready: tuple[float, int] | None = None
@@ -247,18 +247,12 @@ class Trainer:
         assert isinstance(store, DeviceStore)
         t0, t1, waited = times
         ids = to_device(local.ids, store.device)
-        uniq, inverse, count = unique_padded(ids.reshape(-1))
-        if store.cpu_shortcuts:
-            # A CPU waits for nothing: the rows are found for the distinct ids alone (a fifth
-            # of the batch's entries on the synthetic stream), not for the padded batch.
-            uniq = uniq[:int(count)]
-            distinct = torch.ones(uniq.numel(), dtype=torch.bool, device=store.device)
-        else:
-            distinct = torch.arange(uniq.numel(), device=store.device) < count
-        found = store.find_rows(uniq, distinct, self.step_index)
-        n, *counts = self._read_counts(c, torch.cat([count.reshape(1), found.counts]))
-        uniq = uniq[:n]
-        values, _ = store.lookup(uniq, self.step_index, found=found.head(n), counts=counts)
+        padded, inverse, count = unique_padded(ids.reshape(-1))
+        pending = self._loss_pending
+        uniq, values, _, loss = store.lookup_padded(
+            padded, count, self.step_index, extra=None if pending is None else pending[0])
+        self._carry_loss(c, loss)
+        n = int(uniq.numel())
         c.unique_ids += n
         c.owned_reads += n
         c.staleness = np.zeros(1, np.int64)
@@ -270,20 +264,14 @@ class Trainer:
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
 
-    def _read_counts(self, c: StepCounters, counts: torch.Tensor) -> list[int]:
-        """The device step's one wait: ``counts`` (a 1-d int tensor) and the last step's
-        loss, which goes into ``c``, in one copy to the host."""
-        pending = self._loss_pending
-        parts = counts.to(torch.float64)  # counts < 2**53 are exact in float64
-        if pending is not None:
-            parts = torch.cat([parts, pending[0].to(torch.float64).reshape(1)])
-        got = parts.tolist()
-        if pending is not None:
-            c.loss_sum, c.loss_samples = got.pop(), pending[1]
+    def _carry_loss(self, c: StepCounters, read: list[float]) -> None:
+        """Put the last step's loss in ``c``: ``read`` with this step's counts, or read back
+        already by finish_step."""
+        if self._loss_pending is not None:
+            c.loss_sum, c.loss_samples = read[0], self._loss_pending[1]
             self._loss_pending = None
-        elif self._loss_ready is not None:  # read back already, by finish_step
+        elif self._loss_ready is not None:
             (c.loss_sum, c.loss_samples), self._loss_ready = self._loss_ready, None
-        return [int(x) for x in got]
 
     def _settle_loss(self) -> None:
         """Read the device path's last loss back, for the next step's counters to carry (or

@@ -17,10 +17,10 @@ versions in numpy, rows in tensors, as the host store does. Host waits per call,
 (everything else is queued):
 
 * :meth:`lookup`: one readback, the positions of the ids without a row (its length sizes the
-  rows to create); none where the caller passes that number in ``found``, having read it
-  with its own (the device step does). ``admit_after > 1`` adds two (the new candidates, the
-  admitted count); the stash design of the index one per insert (the default, ``"sorted"``,
-  none). New rows' initial values are computed on the device on CUDA
+  rows to create); ``admit_after > 1`` adds two (the new candidates, the admitted count).
+  :meth:`lookup_padded` (the device step's): one in all, admission included, with the
+  caller's own values read in it. The stash design of the index adds one per insert (the
+  default, ``"sorted"``, none). New rows' initial values are computed on the device on CUDA
   (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a CPU
   numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for 10k
   rows of 65), so it does (``cpu_shortcuts``).
@@ -46,7 +46,7 @@ from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.store import StoreSize, StoreStats
 from trainer.types import StoreConfig
 
-__all__ = ["DeviceStore", "Found"]
+__all__ = ["DeviceStore", "PaddedLookup"]
 
 
 Ids = torch.Tensor | np.ndarray
@@ -58,7 +58,7 @@ def _like(result: torch.Tensor, ids: Ids) -> Ids:
 
 
 class Found(NamedTuple):
-    """What :meth:`DeviceStore.find_rows` found, for a lookup that waits for nothing.
+    """What ``DeviceStore._find_rows`` found, for a lookup that waits for nothing.
 
     Attributes:
         slots: Row slot of each id, -1 for an id without a row.
@@ -76,6 +76,23 @@ class Found(NamedTuple):
         """The same for the first ``n`` ids (the valid ones of a padded batch)."""
         cand = None if self.candidates is None else self.candidates[:n]
         return Found(self.slots[:n], cand, self.counts)
+
+
+class PaddedLookup(NamedTuple):
+    """What :meth:`DeviceStore.lookup_padded` answers.
+
+    Attributes:
+        ids: The distinct ids, ``ids[:count]`` of the padded array (pass this tensor to
+            :meth:`DeviceStore.apply`: it reuses the lookup's slots).
+        values: Their rows.
+        state: Their optimizer state (None unless asked for).
+        extra: The caller's extra values, read back with the counts.
+    """
+
+    ids: torch.Tensor
+    values: torch.Tensor
+    state: torch.Tensor | None
+    extra: list[float]
 
 
 def _among(ids: torch.Tensor, sorted_set: torch.Tensor) -> torch.Tensor:
@@ -196,16 +213,46 @@ class DeviceStore(StoreSize):
         have = slots >= 0
         return torch.where(have[:, None], self._values[self._sunk(slots)], out)
 
-    def find_rows(self, ids: torch.Tensor, valid: torch.Tensor, step: int) -> Found:
-        """The first half of a lookup in ``step``, queued: the ids' slots and, on the device,
-        the counts that size the second half (:meth:`lookup` with ``found``).
+    def lookup_padded(self, ids: torch.Tensor, count: torch.Tensor, step: int, *,
+                      with_state: bool = False, extra: torch.Tensor | None = None
+                      ) -> PaddedLookup:
+        """:meth:`lookup` of the distinct ids ``ids[:count]``, the count on the device, with
+        one wait (a batch deduplicated by :func:`~trainer.embedding.dedup.unique_padded`).
+
+        The rows are found and the admissions decided for the whole padded array first; then
+        one copy brings the counts that size the rest to the host, and with them ``extra``
+        (the caller's own values on the device, read in the same wait: the step's last loss).
+        With ``cpu_shortcuts`` the count is read first and only the distinct ids are searched
+        (a CPU waits for nothing; a padded batch is 5x the distinct ids of the synthetic
+        stream's).
 
         Args:
-            ids: Distinct ids where ``valid`` (a padded batch; the rest is ignored).
-            valid: Bool mask of the ids the lookup will take.
+            ids: int64 ``[N]`` on the device, distinct in ``ids[:count]`` (the rest ignored).
+            count: 0-d int64 tensor on the device.
             step: The step of the lookup.
+            with_state: Also return the rows' optimizer state.
+            extra: Values to read back with the counts (any shape; read as float64).
         """
         flat = self._ids_t(ids)
+        if self.cpu_shortcuts:
+            flat = flat[:int(count)]
+            valid = torch.ones(flat.numel(), dtype=torch.bool, device=self.device)
+        else:
+            valid = torch.arange(flat.numel(), device=self.device) < count
+        found = self._find_rows(flat, valid, step)
+        parts = [count.reshape(1), found.counts]
+        if extra is not None:
+            parts.append(extra.reshape(-1))
+        # counts < 2**53 are exact in float64
+        got = torch.cat([t.to(torch.float64) for t in parts]).tolist()  # the wait
+        n, *counts = (int(x) for x in got[:4])
+        uniq = flat[:n]
+        values, state = self._lookup(uniq, uniq, step, with_state, found.head(n), counts)
+        return PaddedLookup(uniq, values, state, got[4:])
+
+    def _find_rows(self, flat: torch.Tensor, valid: torch.Tensor, step: int) -> Found:
+        """The first half of a lookup in ``step``, queued: the ids' slots and, on the device,
+        the counts that size the second half (``valid``: the ids the lookup will take)."""
         slots = self._index.find(flat)
         absent = (slots < 0) & valid
         zero = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -225,33 +272,30 @@ class DeviceStore(StoreSize):
         return Found(slots, cand, torch.stack([absent.sum(), (absent & ~known).sum(),
                                                admitted.sum()]))
 
-    def lookup(self, ids: Ids, step: int, *, with_state: bool = False,
-               found: Found | None = None, counts: Sequence[int] | None = None
+    def lookup(self, ids: Ids, step: int, *, with_state: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and optionally optimizer state) of unique ids used in ``step`` (see
-        ``EmbeddingStore.lookup``).
+        ``EmbeddingStore.lookup``)."""
+        return self._lookup(ids, self._ids_t(ids), step, with_state, None, None)
 
-        Args:
-            found: :meth:`find_rows` of these ids (``head``-ed to them), whose ``counts`` the
-                caller has read back (with its own, in one wait) and passes in ``counts``: the
-                lookup then waits for nothing. Its slots are updated in place.
-            counts: ``found.counts`` on the host.
-        """
-        flat = self._ids_t(ids)
+    def _lookup(self, ids: object, flat: torch.Tensor, step: int, with_state: bool,
+                found: Found | None, counts: Sequence[int] | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`lookup` of ``flat`` (``ids`` as the caller passed them, the key an apply of
+        the same object reuses the slots by); with ``found`` (:meth:`_find_rows` of these ids)
+        and its counts read back, waiting for nothing (the found slots are updated in
+        place)."""
         self._last_step = max(self._last_step, step)
         known: tuple[torch.Tensor, int] | None = None
-        if found is None:
+        if found is None or counts is None:
             slots = self._index.find(flat)
             missing = torch.nonzero(slots < 0).reshape(-1)  # the readback
         else:
-            if counts is None:
-                raise ValueError("lookup(found=...) needs the found counts, read back")
             slots = found.slots
             missing = torch.nonzero_static(slots < 0, size=counts[0]).reshape(-1)
         absent = missing[:0]
         if missing.numel():
-            if found is not None and found.candidates is not None:
-                assert counts is not None
+            if found is not None and found.candidates is not None and counts is not None:
                 known = (found.candidates[missing], counts[1])
             admit = self._admit(flat[missing], step, known)
             if admit is None:  # every missing id is admitted
@@ -474,7 +518,7 @@ class DeviceStore(StoreSize):
                known: tuple[torch.Tensor, int] | None = None) -> torch.Tensor | None:
         """Mask of ids without a row admitted now (None: all of them); counts the others once
         per step (see ``EmbeddingStore._admit``). ``known``: the ids' candidate slots and how
-        many are -1, as ``find_rows`` found them (else they are looked up, and counted with
+        many are -1, as ``_find_rows`` found them (else they are looked up, and counted with
         a readback)."""
         threshold = self.config.admit_after
         if threshold <= 1:

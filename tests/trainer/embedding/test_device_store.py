@@ -39,18 +39,18 @@ def _same_rows(host: EmbeddingStore, dev: DeviceStore) -> None:
 
 def _queued_lookup(dev: DeviceStore, ids: np.ndarray, step: int, with_state: bool,
                    rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The lookup as the device step makes it: find_rows on the ids padded with others, the
-    counts read back, then the lookup of the valid head."""
+    """The lookup as the device step makes it on CUDA: lookup_padded of the ids padded with
+    others, the padded array searched whole (the CPU's shortcut off)."""
+    dev.cpu_shortcuts = False
     padded = np.concatenate([ids, rng.integers(0, 900, size=40)])
     t = torch.from_numpy(padded).to(dev.device)
-    valid = torch.arange(t.numel(), device=dev.device) < ids.size
-    found = dev.find_rows(t, valid, step)
-    counts = found.counts.tolist()
-    return dev.lookup(t[:ids.size], step, with_state=with_state, found=found.head(ids.size),
-                      counts=counts)
+    count = torch.tensor(ids.size, device=dev.device)
+    got = dev.lookup_padded(t, count, step, with_state=with_state)
+    np.testing.assert_array_equal(_np(got.ids), ids)
+    return got.values, got.state
 
 
-@pytest.mark.parametrize("queued", [False, True], ids=["lookup", "find_rows"])
+@pytest.mark.parametrize("queued", [False, True], ids=["lookup", "lookup_padded"])
 @pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str, design: str,
