@@ -140,7 +140,7 @@ def _trainer(path: str, batches: list[ClickBatch], args: argparse.Namespace) -> 
 
 
 def _audited_waits(trainer: Trainer, audited: list[ClickBatch]) -> int:
-    """Waits the audit counts over the batches after the timed ones (off CUDA)."""
+    """Waits counted (trainer.syncs) over the batches after the timed ones."""
     if isinstance(trainer.store, DeviceStore):
         trainer.store.cpu_shortcuts = False  # count the path CUDA takes
     with SyncCounter(trainer.comm.device) as syncs:
