@@ -35,7 +35,14 @@ from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dist import Comm, Pending
-from trainer.embedding import DeviceStore, EmbeddingStore, ReplicaTable, RowExchange, unique_padded
+from trainer.embedding import (
+    DeviceExchange,
+    DeviceStore,
+    EmbeddingStore,
+    ReplicaTable,
+    RowExchange,
+    unique_padded,
+)
 from trainer.model import DenseOptimizer, FlatParameters, build_model
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 
@@ -160,15 +167,16 @@ class Trainer:
                                      design=store.index_design)
         else:
             self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
-        # One rank with the device store: a step's ids stay on the device (no exchange, no
-        # replicas; routing is off at one rank).
-        self._device_path = isinstance(self.store, DeviceStore) and comm.world == 1
         replicated = [r for r in placement.replicas if r.size]
         if replicated:
             self.store.pin(np.unique(np.concatenate(replicated)))
         self.replicas = ReplicaTable(placement.replicas[comm.rank], mc.row_dim,
                                      self.store.optimizer, dtype=self.dtype, device=device)
         self.exchange = RowExchange(comm, self.store, self.replicas, placement, tc.staleness)
+        # The device store at more ranks: the exchange on the device while no rank holds
+        # replicas (see _device_path).
+        self.device_exchange = (DeviceExchange(self.exchange)
+                                if isinstance(self.store, DeviceStore) and comm.world > 1 else None)
         self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat)
         self.loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
         self.step_index = 0
@@ -192,6 +200,15 @@ class Trainer:
         self._loss_ready: tuple[float, int] | None = None
 
     # -- training ----------------------------------------------------------------------------
+
+    @property
+    def _device_path(self) -> bool:
+        """Whether this step keeps its ids on the device: the device store at one rank (no
+        exchange), or at more ranks while no rank holds replicas (``DeviceExchange``; with
+        replicas the host exchange's lag counts and notices decide)."""
+        if self.device_exchange is not None:
+            return DeviceExchange.takes(self.placement)
+        return isinstance(self.store, DeviceStore)
 
     def step(self, batch: ClickBatch, exhausted: bool = False) -> StepCounters | None:
         """Train one step on this rank's share of the global batch.
@@ -240,26 +257,38 @@ class Trainer:
 
     def _device_step(self, local: ClickBatch, global_n: int, c: StepCounters, before: Traffic,
                      times: tuple[float, float, float]) -> StepCounters:
-        """One rank's step with the device store: ids deduplicated, rows read and updated on
-        the device. The host waits once: for the counts that size what follows (distinct
-        ids, ids without a row), with the last step's loss read in the same copy."""
+        """A step with the device store: ids deduplicated, rows read and updated on the
+        device. At one rank the host waits once: for the counts that size what follows
+        (distinct ids, ids without a row), with the last step's loss read in the same copy.
+        At more ranks (no replicas) twice: the split sizes, with the loss; the owner's lookup
+        (``DeviceExchange``)."""
         store = self.store
         assert isinstance(store, DeviceStore)
         t0, t1, waited = times
         ids = to_device(local.ids, store.device)
         padded, inverse, count = unique_padded(ids.reshape(-1))
         pending = self._loss_pending
-        uniq, values, _, loss = store.lookup_padded(
-            padded, count, self.step_index, extra=None if pending is None else pending[0])
-        self._carry_loss(c, loss)
-        n = int(uniq.numel())
-        c.unique_ids += n
-        c.owned_reads += n
-        c.staleness = np.zeros(1, np.int64)
-        t2 = self._clock.monotonic()
-        loss_sum, row_grads, dense_grads = self._backward(local, global_n, values, inverse)
-        t3 = self._clock.monotonic()
-        store.apply(uniq, row_grads, torch.ones(n, dtype=torch.int64, device=store.device))
+        extra = None if pending is None else pending[0]
+        if self.device_exchange is not None:  # more ranks: a second wait (the owner's lookup)
+            plan = self.device_exchange.read(padded, count, self.step_index, c, extra)
+            self._carry_loss(c, plan.extra)
+            t2 = self._clock.monotonic()
+            loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values,
+                                                              inverse)
+            t3 = self._clock.monotonic()
+            self.device_exchange.write(plan, row_grads, c)
+        else:
+            uniq, values, _, loss = store.lookup_padded(padded, count, self.step_index,
+                                                        extra=extra)
+            self._carry_loss(c, loss)
+            n = int(uniq.numel())
+            c.unique_ids += n
+            c.owned_reads += n
+            c.staleness = np.zeros(1, np.int64)
+            t2 = self._clock.monotonic()
+            loss_sum, row_grads, dense_grads = self._backward(local, global_n, values, inverse)
+            t3 = self._clock.monotonic()
+            store.apply(uniq, row_grads, torch.ones(n, dtype=torch.int64, device=store.device))
         t4 = self._clock.monotonic()
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
@@ -343,8 +372,12 @@ class Trainer:
         # step's all-reduce (and its update) in this step's dense phase, not in its routing.
         if self._device_path:
             self._loss_pending = (loss_sum.detach(), c.samples_trained)
-        else:
+        else:  # with a loss the device path left (replicas came): both, in this step's counters
+            self._settle_loss()
             c.loss_sum, c.loss_samples = float(loss_sum.detach()), c.samples_trained
+            if self._loss_ready is not None:
+                (loss, samples), self._loss_ready = self._loss_ready, None
+                c.loss_sum, c.loss_samples = c.loss_sum + loss, c.loss_samples + samples
         tick = self._clock.monotonic
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
         self.step_index += 1
@@ -393,10 +426,10 @@ class Trainer:
     def _prepare(self, batch: ClickBatch) -> _Prepared:
         """The step's work that needs no collective and no dense parameter."""
         n = len(batch)
-        if self._device_path:  # deduplicated on the device
-            return _Prepared()
         if not self.routes:
-            uniq, inverse = np.unique(batch.ids, return_inverse=True) if n else (None, None)
+            if self._device_path or not n:  # deduplicated on the device, or nothing to
+                return _Prepared()
+            uniq, inverse = np.unique(batch.ids, return_inverse=True)
             return _Prepared(uniq=uniq, inverse=inverse)
         if n > self._share:
             raise ValueError(f"rank {self.comm.rank} was given {n} samples, more than its "

@@ -3,6 +3,7 @@ owned elsewhere under bounded staleness, the row exchange of a step, and rows mo
 owners."""
 
 from trainer.embedding.dedup import Unique, unique_padded
+from trainer.embedding.device_exchange import DeviceExchange, DevicePlacement, DevicePlan
 from trainer.embedding.device_index import DeviceIndex
 from trainer.embedding.device_store import DeviceStore
 from trainer.embedding.exchange import Audit, ReadPlan, RowExchange
@@ -14,7 +15,10 @@ from trainer.embedding.store import EmbeddingStore, StoreStats
 __all__ = [
     "Audit",
     "ChunkReport",
+    "DeviceExchange",
     "DeviceIndex",
+    "DevicePlacement",
+    "DevicePlan",
     "DeviceStore",
     "EmbeddingStore",
     "Migration",

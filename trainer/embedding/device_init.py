@@ -18,7 +18,7 @@ import torch
 
 from trainer.embedding.optimizer import column_keys, seed_key
 
-__all__ = ["initial_rows_on"]
+__all__ = ["fmix64_mod", "initial_rows_on"]
 
 _M16 = 0xFFFF
 _FMIX_1 = 0xFF51AFD7ED558CCD
@@ -77,6 +77,18 @@ def _fmix64(a: torch.Tensor) -> torch.Tensor:
     a = _xor_shift_33(a)
     a = _mul_const(a, _FMIX_2)
     return _xor_shift_33(a)
+
+
+def fmix64_mod(ids: torch.Tensor, m: int) -> torch.Tensor:
+    """``fmix64(ids) mod m`` (unsigned, as :func:`partitioner.default_owner` computes it) where
+    ``ids`` are: the default owner of each id for ``m`` ranks, int64, shape of ``ids``."""
+    if not 0 < m < 2**31:
+        raise ValueError(f"modulus must be in [1, 2**31), got {m}")
+    h = _fmix64(_limbs(ids.to(torch.int64)))
+    r = h[..., 3] % m
+    for k in (2, 1, 0):  # Horner's rule over the limbs: r * 2**16 + limb stays below 2**47
+        r = (r * (_M16 + 1) + h[..., k]) % m
+    return r
 
 
 @functools.lru_cache(maxsize=64)

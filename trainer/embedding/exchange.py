@@ -14,7 +14,7 @@ pushes); a refresh sets that count to zero. When a count passes ``s``, the owner
 holder (a *notice*, carried by the next step's request message) and the copy is stale until
 it is read and refreshed. So at a read both ends know, without asking, which copies come with
 rows: HET's version check without a round trip of versions. Both ends follow placement and
-replica-set changes by the same rule (:meth:`RowExchange._sync`): a copy keeps its lag only
+replica-set changes by the same rule (:meth:`RowExchange.sync`): a copy keeps its lag only
 while both its holder's set and its row's owner stay; any other copy starts stale.
 
 Write phase (:meth:`RowExchange.write`): the owner sums, per row, its own gradient and the
@@ -170,7 +170,7 @@ class RowExchange:
         reps = [r for r in placement.replicas if r.size]
         self._replicated = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
         # Owner side: per rank, its copies of rows owned here. Both ends follow the placement
-        # and replica table in force at the last _sync.
+        # and replica table in force at the last sync.
         self._copies: list[_Copies] = []
         self._synced: tuple[Placement, ReplicaTable] | None = None
 
@@ -193,7 +193,7 @@ class RowExchange:
         its copies read within their bound while the rows come back.
         """
         comm, world = self.comm, self.comm.world
-        self._sync()
+        self.sync()
         req = self._requests(uniq, self._notices())
         received = comm.exchange_counts(req.sent)
         recv_sizes = received[:, 0] + 2 * received[:, 1] + received[:, 2] + received[:, 3]
@@ -453,7 +453,7 @@ class RowExchange:
             out.append(c.ids[new])
         return out
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Follow a change of placement or of this rank's replica table (between steps).
 
         Every rank calls it at the same points (the start of a read or a flush, both
@@ -500,7 +500,7 @@ class RowExchange:
             The number of replica rows pushed by this rank.
         """
         comm, world = self.comm, self.comm.world
-        self._sync()
+        self.sync()
         slots = self.replicas.pending_slots()
         ids = self.replicas.ids[slots]
         owner = self.placement.owner_of(ids)

@@ -41,7 +41,8 @@ class StoreStats:
     created: int = 0
     evicted: int = 0
     # Lookups of ids without a row, per lookup call: an id its owner reads and another rank
-    # fetches in the same step counts twice.
+    # fetches in the same step counts twice (once with the device exchange, which looks both
+    # up in one call).
     not_admitted_reads: int = 0
     dropped_updates: int = 0
 

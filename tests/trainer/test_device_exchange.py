@@ -1,0 +1,196 @@
+"""The device store at more ranks (``DeviceExchange``): the host exchange's protocol on tensors.
+
+Ranks are threads (``ThreadComm``). Each test builds one trainer per rank on the host store
+(numpy ids, ``RowExchange``) and one on the device store, trains both on the same stream, and
+compares what they hold bit for bit; the waits are the sync counter's audit (what would wait
+on CUDA), with the store's CPU-only shortcuts off so that the audited path is CUDA's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from exact_jobs import EXACT, SYN
+
+from partitioner import Placement
+from streaming import ClickBatch, SyntheticStream
+from trainer.dist import ThreadComm, run_threads
+from trainer.embedding import DevicePlacement, DeviceStore
+from trainer.step import Trainer
+from trainer.syncs import SyncCounter
+from trainer.testing import StreamSource
+from trainer.types import StoreConfig
+
+BATCH, STEPS = 240, 10
+
+
+def _explicit(world: int, replicas: int = 0) -> Placement:
+    """Every id of the stream's first records placed at random (none where hash would put it
+    by design), ``replicas`` copies a rank."""
+    rng = np.random.default_rng(7)
+    ids = np.unique(SyntheticStream(SYN).feature_ids(0, BATCH * STEPS))
+    owners = rng.integers(0, world, ids.size).astype(np.int32)
+    reps = tuple(np.sort(rng.choice(ids[owners != w], replicas, replace=False))
+                 for w in range(world))
+    return Placement(1, world, ids, owners, reps)
+
+
+def _share(source: StreamSource, comm: ThreadComm) -> ClickBatch:
+    """This rank's share of the next global batch (every rank reads the whole stream)."""
+    return source.next_batch().take(np.arange(comm.rank, BATCH, comm.world))
+
+
+def _copies(world: int, n: int, version: int) -> Placement:
+    """Hash owners, and ``n`` copies a rank of rows it does not own."""
+    rng = np.random.default_rng(version)
+    ids = np.unique(SyntheticStream(SYN).feature_ids(0, BATCH * STEPS))
+    owners = Placement.hash(world).owner_of(ids)
+    reps = tuple(np.sort(rng.choice(ids[owners != w], n, replace=False)) for w in range(world))
+    return Placement(version, world, ids, owners.astype(np.int32), reps)
+
+
+def test_the_device_placement_owns_what_the_placement_owns() -> None:
+    rng = np.random.default_rng(1)
+    extremes = np.array([0, -1, 1, 2**63 - 1, -2**63], np.int64)
+    # 3, 5, 17 and 257 divide 2**16 - 1: the limbs' order would not show under them alone.
+    for placement in (Placement.hash(2), Placement.hash(7), Placement.hash(64),
+                      _explicit(3), _explicit(4)):
+        placed = placement.ids[rng.integers(0, max(1, placement.ids.size), 500)] \
+            if placement.ids.size else extremes
+        ids = np.concatenate([placed, extremes, rng.integers(-2**63, 2**63 - 1, 5000,
+                                                             dtype=np.int64)])
+        got = DevicePlacement(placement, torch.device("cpu")).owner_of(torch.from_numpy(ids))
+        np.testing.assert_array_equal(got.numpy(), placement.owner_of(ids))
+
+
+def _train(comm: ThreadComm, task: dict[str, object]) -> dict[str, object]:
+    settings = {**EXACT, "train": replace(EXACT["train"], global_batch=BATCH),
+                "store": task["store"]}
+    trainer = Trainer(comm, task["placement"], len(SYN.schema.sparse), len(SYN.schema.dense),
+                      **settings)  # type: ignore[arg-type]
+    if isinstance(trainer.store, DeviceStore):
+        trainer.store.cpu_shortcuts = False
+    source = StreamSource(SYN, BATCH, STEPS)
+    counter = SyncCounter("cpu")
+    for step in range(STEPS):
+        with counter if step >= 2 else contextlib.nullcontext():
+            c = trainer.step(_share(source, comm))
+        assert c is not None
+    trainer.finish_step()
+    totals = trainer.totals
+    return {"state": trainer.state(), "stats": trainer.store.stats,
+            "versions": trainer.store.versions(trainer.store.ids()),
+            "counts": totals.counts, "traffic": totals.traffic,
+            "loss": (totals.loss_sum, totals.loss_samples),
+            "waits": counter.count / (STEPS - 2), "seen": dict(counter.seen),
+            "device_path": trainer._device_path}
+
+
+STORES = [
+    StoreConfig(optimizer="adagrad", lr=0.05),
+    StoreConfig(optimizer="adagrad", lr=0.05, admit_after=3),
+    StoreConfig(optimizer="sgd", lr=0.1, admit_after=2, evict_after=3, max_rows=1_500),
+]
+
+
+def _cases() -> list[object]:
+    """Every store config at 2 and 3 ranks, hash and explicit placement; three of them in the
+    fast lane (the rest marked slow)."""
+    fast = {(2, "hash", 2), (3, "hash", 1), (2, "explicit", 1)}
+    names = ["plain", "admission", "admission, eviction, cap"]
+    out = []
+    for world, kind in ((2, "hash"), (3, "hash"), (2, "explicit"), (3, "explicit")):
+        placement = Placement.hash(world) if kind == "hash" else _explicit(world)
+        for k, store in enumerate(STORES):
+            marks = () if (world, kind, k) in fast else (pytest.mark.slow,)
+            out.append(pytest.param(world, placement, store, marks=marks,
+                                    id=f"{world} ranks, {kind}, {names[k]}"))
+    return out
+
+
+@pytest.mark.parametrize(("world", "placement", "store"), _cases())
+def test_the_device_exchange_trains_what_the_host_exchange_trains(
+        world: int, placement: Placement, store: StoreConfig) -> None:
+    host = run_threads(_train, {"store": store, "placement": placement}, world)
+    device = run_threads(_train, {"store": replace(store, index="device"),
+                                  "placement": placement}, world)
+    assert not host[0]["device_path"] and all(r["device_path"] for r in device)
+    assert host[0]["counts"]["remote_rows"] > 0 and host[0]["counts"]["rows_served"] > 0
+    if store.admit_after:
+        assert sum(r["stats"].not_admitted_reads for r in host) > 0
+    if store.max_rows:
+        assert sum(r["stats"].evicted for r in host) > 0
+    for want, got in zip(host, device):
+        a, b = want["state"], got["state"]
+        np.testing.assert_array_equal(a.ids, b.ids)
+        assert torch.equal(a.rows, b.rows)
+        assert all(torch.equal(a.dense[k], b.dense[k]) for k in a.dense)
+        np.testing.assert_array_equal(want["versions"], got["versions"])
+        for name in ("created", "evicted", "dropped_updates"):
+            assert getattr(want["stats"], name) == getattr(got["stats"], name), name
+        # Per lookup call: the device exchange looks up own and requested ids in one.
+        assert got["stats"].not_admitted_reads <= want["stats"].not_admitted_reads
+        for name in ("unique_ids", "owned_reads", "remote_rows", "rows_served"):
+            assert want["counts"][name] == got["counts"][name], name
+        # The same messages: bytes sent and received of every kind.
+        assert np.array_equal(want["traffic"].sent, got["traffic"].sent)
+        assert np.array_equal(want["traffic"].received, got["traffic"].received)
+        assert want["loss"][1] == got["loss"][1]
+        assert got["loss"][0] == pytest.approx(want["loss"][0], rel=1e-12)
+    assert sum(r["loss"][1] for r in device) == BATCH * STEPS  # routed: not a share each
+
+
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_a_step_at_more_ranks_waits_three_times(world: int) -> None:
+    # The split sizes (with the last loss) and the owner's lookup are the exchange's two; the
+    # third is the step's header (batch sizes, before the step), which the host path has too.
+    got = run_threads(_train, {"store": replace(STORES[1], index="device"),
+                               "placement": Placement.hash(world)}, world)
+    host = run_threads(_train, {"store": STORES[1], "placement": Placement.hash(world)}, world)
+    for r in got:
+        assert r["waits"] == 3, r["seen"]
+        assert r["seen"]["tolist"] == 2 * (STEPS - 2), r["seen"]
+    assert host[0]["waits"] > 3, host[0]["seen"]
+
+
+def test_replicas_send_the_step_to_the_host_exchange_and_back() -> None:
+    # While any rank holds copies the host exchange decides (lag counts, notices); a placement
+    # without copies brings the device exchange back. The loss the device path left pending
+    # is booked by the first host step.
+    def run(comm: ThreadComm, store: StoreConfig) -> dict[str, object]:
+        settings = {**EXACT, "train": replace(EXACT["train"], global_batch=BATCH),
+                    "store": store}
+        trainer = Trainer(comm, Placement.hash(2), len(SYN.schema.sparse),
+                          len(SYN.schema.dense), **settings)  # type: ignore[arg-type]
+        source = StreamSource(SYN, BATCH, 12)
+        paths, losses, trained = [], [], []
+        for step in range(12):
+            if step in (4, 8):  # the same owners throughout; only the copies change
+                trainer.flush()
+                placement = _copies(2, 40 if step == 4 else 0, step)
+                trainer.replace_replicas(placement.replicas)
+                trainer.set_placement(placement)
+            paths.append(trainer._device_path)
+            c = trainer.step(_share(source, comm))
+            assert c is not None
+            losses.append(c.loss_samples)
+            trained.append(c.samples_trained)
+        trainer.finish_step()
+        return {"paths": paths, "losses": losses, "trained": trained, "state": trainer.state(),
+                "loss": trainer.totals.loss_samples}
+
+    host = run_threads(run, STORES[0], 2)
+    device = run_threads(run, replace(STORES[0], index="device"), 2)
+    assert device[0]["paths"] == [True] * 4 + [False] * 4 + [True] * 4
+    # Step 4, the first on the host exchange, carries step 3's loss and its own.
+    for got in device:
+        assert got["losses"][4] == got["trained"][3] + got["trained"][4] > 0
+    for want, got in zip(host, device):
+        assert got["loss"] == want["loss"] == sum(got["trained"])
+        assert torch.equal(want["state"].rows, got["state"].rows)
+        assert all(torch.equal(want["state"].dense[k], got["state"].dense[k])
+                   for k in want["state"].dense)
