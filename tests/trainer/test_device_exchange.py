@@ -72,8 +72,8 @@ def _train(comm: ThreadComm, task: dict[str, object]) -> dict[str, object]:
                 "store": task["store"]}
     trainer = Trainer(comm, task["placement"], len(SYN.schema.sparse), len(SYN.schema.dense),
                       **settings)  # type: ignore[arg-type]
-    if isinstance(trainer.store, DeviceStore):
-        trainer.store.cpu_shortcuts = False
+    if isinstance(trainer.store, DeviceStore):  # CUDA's path, unless the test asks for the CPU's
+        trainer.store.cpu_shortcuts = bool(task.get("shortcuts", False))
     source = StreamSource(SYN, BATCH, STEPS)
     counter = SyncCounter("cpu")
     for step in range(STEPS):
@@ -115,9 +115,19 @@ def _cases() -> list[object]:
 @pytest.mark.parametrize(("world", "placement", "store"), _cases())
 def test_the_device_exchange_trains_what_the_host_exchange_trains(
         world: int, placement: Placement, store: StoreConfig) -> None:
+    _compare(world, placement, store, shortcuts=False)
+
+
+def test_the_cpu_shortcuts_train_what_the_host_exchange_trains() -> None:
+    # On a CPU (the default there) the exchange reads the distinct count first and owns the
+    # ids in numpy: the same model.
+    _compare(2, _explicit(2), STORES[2], shortcuts=True)
+
+
+def _compare(world: int, placement: Placement, store: StoreConfig, *, shortcuts: bool) -> None:
     host = run_threads(_train, {"store": store, "placement": placement}, world)
     device = run_threads(_train, {"store": replace(store, index="device"),
-                                  "placement": placement}, world)
+                                  "placement": placement, "shortcuts": shortcuts}, world)
     assert not host[0]["device_path"] and all(r["device_path"] for r in device)
     assert host[0]["counts"]["remote_rows"] > 0 and host[0]["counts"]["rows_served"] > 0
     if store.admit_after:

@@ -135,10 +135,14 @@ class DeviceExchange:
         if not self.takes(rows.placement):
             raise RuntimeError("the device exchange runs only while no rank holds replicas")
         device, dim = store.device, store.dim
-        # Padding goes to a bucket past the last rank; one stable sort groups the ids by owner,
-        # ascending within each (they are sorted).
-        valid = torch.arange(ids.numel(), device=device) < count
-        owner = torch.where(valid, self._placement().owner_of(ids), world)
+        if store.cpu_shortcuts:  # a CPU waits for nothing: the distinct ids only, owned in numpy
+            ids = ids[:int(count)]
+            owner = torch.from_numpy(rows.placement.owner_of(ids.numpy()).astype(np.int64))
+        else:
+            # Padding goes to a bucket past the last rank.
+            valid = torch.arange(ids.numel(), device=device) < count
+            owner = torch.where(valid, self._placement().owner_of(ids), world)
+        # One stable sort groups the ids by owner, ascending within each (they are sorted).
         order = torch.sort(owner, stable=True).indices
         per_owner = torch.zeros(world + 1, dtype=torch.int64, device=device)
         per_owner.index_add_(0, owner, torch.ones_like(owner))
