@@ -472,8 +472,7 @@ class Trainer:
             self.last_routed_in = self.last_routed_in[:0]
             return batch, global_n
         if received is None:
-            received = comm.all_to_all(torch.from_numpy(packed).to(comm.device), counts,
-                                       heard[:, 0], "route").cpu().numpy()
+            received = comm.host_all_to_all(packed, counts, heard[:, 0], "route")
         local = _unpack(received, self.n_fields, self.n_dense)
         c.samples_trained = len(local)
         # Which of the samples read here went to rank 0, and the ids of those other ranks
@@ -508,8 +507,8 @@ class Trainer:
         for dest in range(world):
             rows = packed[bounds[dest]:bounds[dest + 1]].ravel()
             message[dest, start:start + rows.size] = rows
-        out = comm.all_to_all(torch.from_numpy(message.ravel()).to(comm.device), [size] * world,
-                              [size] * world, "route").cpu().numpy().reshape(world, size)
+        out = comm.host_all_to_all(message.ravel(), [size] * world, [size] * world,
+                                   "route").reshape(world, size)
         heard = out[:, :start].copy()
         received = np.concatenate([out[src, start:start + heard[src, 0] * width]
                                    for src in range(world)]).reshape(-1, width)

@@ -206,3 +206,26 @@ def hold(comm: Comm, seconds: float) -> int:
     time.sleep(seconds)
     comm.barrier()
     return os.getpid()
+
+
+def host_collectives(comm: Comm, rows: int) -> list[tuple[list, list, list, int]]:
+    """The host collectives on the default group and on a gloo group of their own (what a
+    NCCL job carries host data on): per communicator, (what ``host_all_to_all`` brought, the
+    counts ``exchange_counts`` heard, the control sum, route bytes sent)."""
+    import numpy as np
+
+    from trainer.dist.comm import DistComm
+
+    world, me = comm.world, comm.rank
+    side = DistComm(comm.device, host_group=True)  # collective: every rank builds it
+    assert side.host_group is not None and getattr(comm, "host_group", None) is None
+    out = []
+    for c in (comm, side):
+        send = np.array([[1000 * me + 100 * d + r, r] for d in range(world) for r in range(rows)
+                         ], dtype=np.int64)
+        got = c.host_all_to_all(send, [rows] * world, [rows] * world, "route")
+        heard = c.exchange_counts(np.full((world, 1), 10 + me), "header")
+        summed = c.host_all_reduce_sum(np.array([me, 2**40 + me, -me]), "control")
+        out.append((got.tolist(), heard[:, 0].tolist(), summed.tolist(),
+                    int(c.traffic.sent[KINDS.index("route")])))
+    return out

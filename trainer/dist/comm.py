@@ -53,7 +53,19 @@ class Comm(Protocol):
         ...
 
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
-        """int64 ``[world, k]``: row ``d`` goes to rank ``d``; returns row ``s`` from rank ``s``."""
+        """int64 ``[world, k]``: row ``d`` goes to rank ``d``; returns row ``s`` from rank ``s``
+        (between hosts: never through the device)."""
+        ...
+
+    def host_all_to_all(
+        self, send: np.ndarray, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> np.ndarray:
+        """:meth:`all_to_all` of a host array, host to host: on NCCL a gloo side group carries
+        it, so that host data (routed samples, headers) never waits for the device."""
+        ...
+
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+        """Every rank's int64 ``values`` summed, host to host (a new array, exact)."""
         ...
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
@@ -181,6 +193,14 @@ class LocalComm(_CommState):
     def exchange_counts(self, counts: np.ndarray, kind: str = "header") -> np.ndarray:
         return np.asarray(counts, dtype=np.int64).copy()
 
+    def host_all_to_all(
+        self, send: np.ndarray, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> np.ndarray:
+        return send
+
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+        return np.asarray(values, dtype=np.int64).copy()
+
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
         return None
 
@@ -228,15 +248,28 @@ class _InFlight:
 
 
 class DistComm(_CommState):
-    """Collectives of the default ``torch.distributed`` process group."""
+    """Collectives of the default ``torch.distributed`` process group, and of a gloo group
+    beside it for host data when the default one is not gloo (NCCL)."""
 
-    def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None) -> None:
+    def __init__(self, device: torch.device | str = "cpu", stop: _Flag | None = None, *,
+                 host_group: bool | None = None) -> None:
+        """Bind to the initialised default group (collective: every rank constructs one).
+
+        Args:
+            device: Where the trainer's tensors are.
+            stop: A stop flag (``stop_requested``).
+            host_group: Carry host data on a gloo group of its own: None (the default) where
+                the default group is not gloo; True also on gloo (tests of that path).
+        """
         import torch.distributed as dist
 
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised (see trainer.dist.launch)")
         self._dist = dist
         super().__init__(dist.get_rank(), dist.get_world_size(), device, stop)
+        if host_group is None:
+            host_group = dist.get_backend() != "gloo"
+        self.host_group: Any = dist.new_group(backend="gloo") if host_group else None
         # Every rank's host and pid, so that a failing collective can say which rank is gone.
         placed: list[Any] = [None] * self.world
         dist.all_gather_object(placed, Peers.here())
@@ -254,7 +287,7 @@ class DistComm(_CommState):
 
     def _all_to_all(
         self, send: torch.Tensor, send_counts: Counts, recv_counts: Counts, kind: str, *,
-        wait: bool
+        wait: bool, group: Any = None
     ) -> Pending:
         send_counts = [int(c) for c in send_counts]
         recv_counts = [int(c) for c in recv_counts]
@@ -268,7 +301,8 @@ class DistComm(_CommState):
         began = time.perf_counter()
         with self.peers.watch(kind):
             work = self._dist.all_to_all_single(out, send, output_split_sizes=recv_counts,
-                                                input_split_sizes=send_counts, async_op=not wait)
+                                                input_split_sizes=send_counts, async_op=not wait,
+                                                group=group)
         if wait:
             count(time.perf_counter() - began)
             return _Done(out)
@@ -278,10 +312,20 @@ class DistComm(_CommState):
         counts = np.ascontiguousarray(counts, dtype=np.int64)
         if counts.shape[0] != self.world:
             raise ValueError("counts needs one row per rank")
-        send = torch.from_numpy(counts).to(self.device)
         ones = [1] * self.world
-        out = self.all_to_all(send, ones, ones, kind)
-        return out.cpu().numpy()
+        return self.host_all_to_all(counts, ones, ones, kind)
+
+    def host_all_to_all(
+        self, send: np.ndarray, send_counts: Counts, recv_counts: Counts, kind: str
+    ) -> np.ndarray:
+        t = torch.from_numpy(np.ascontiguousarray(send))
+        return self._all_to_all(t, send_counts, recv_counts, kind, wait=True,
+                                group=self.host_group).wait().numpy()
+
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+        flat = torch.from_numpy(np.array(values, dtype=np.int64).reshape(-1))
+        self._gathered_sum(flat, kind, self.host_group)
+        return flat.numpy().reshape(np.shape(values))
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
         self.start_all_reduce_sum(tensor, kind).wait()
@@ -290,15 +334,7 @@ class DistComm(_CommState):
         n = self.world
         moved = all_reduce_bytes(tensor, n, self.device)
         if small_all_reduce(tensor, self.device):
-            # Small tensors (the per-step control vector): every rank gathers every copy and
-            # sums the same copies the same way, so every rank gets the same bits.
-            flat = tensor.view(-1)
-            copies = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
-            repeated = flat.repeat(n)
-            with self.peers.watch(kind):
-                took = _timed(lambda: self._dist.all_to_all_single(copies, repeated))
-            torch.sum(copies, dim=0, out=flat)
-            self.traffic.add(kind, moved, moved, took)
+            self._gathered_sum(tensor.view(-1), kind)
             return _Done(tensor)
 
         def count(took: float) -> None:
@@ -307,6 +343,18 @@ class DistComm(_CommState):
         with self.peers.watch(kind):
             work = self._dist.all_reduce(tensor, async_op=True)
         return _InFlight(work, (), tensor, count, lambda: self.peers.watch(kind))
+
+    def _gathered_sum(self, flat: torch.Tensor, kind: str, group: Any = None) -> None:
+        """Sum a small CPU tensor in place: every rank gathers every copy (one all-to-all)
+        and sums the same copies the same way, so every rank gets the same bits."""
+        n = self.world
+        copies = torch.empty((n, flat.numel()), dtype=flat.dtype)
+        repeated = flat.repeat(n)
+        with self.peers.watch(kind):
+            took = _timed(lambda: self._dist.all_to_all_single(copies, repeated, group=group))
+        torch.sum(copies, dim=0, out=flat)
+        moved = all_reduce_bytes(flat, n, torch.device("cpu"))
+        self.traffic.add(kind, moved, moved, took)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> None:
         with self.peers.watch("broadcast"):

@@ -106,7 +106,30 @@ class ThreadComm(_CommState):
         if counts.shape[0] != self.world:
             raise ValueError("counts needs one row per rank")
         ones = [1] * self.world
-        return self.all_to_all(torch.from_numpy(counts), ones, ones, kind).numpy()
+        return self.host_all_to_all(counts, ones, ones, kind)
+
+    def host_all_to_all(self, send: np.ndarray, send_counts: Counts, recv_counts: Counts,
+                        kind: str) -> np.ndarray:
+        # numpy throughout: no tensor, so the sync audit sees no copy out (there is none).
+        sizes = [int(c) for c in send_counts]
+        recv = [int(c) for c in recv_counts]
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        chunks = [send[bounds[d]:bounds[d + 1]].copy() for d in range(self.world)]
+        got = [chunks_of[self.rank] for chunks_of in self.group.gather(self.rank, chunks)]
+        if [len(g) for g in got] != recv:
+            raise RuntimeError(f"rank {self.rank} expected {recv} rows by source in an "
+                               f"all-to-all ({kind}), got {[len(g) for g in got]}")
+        out = np.concatenate(got) if got else send[:0]
+        self.traffic.add(kind, *all_to_all_bytes(torch.from_numpy(send), torch.from_numpy(out),
+                                                 sizes, recv, self.rank), 0.0)
+        return out
+
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+        mine = np.array(values, dtype=np.int64)
+        out = np.sum(self.group.gather(self.rank, mine), axis=0, dtype=np.int64)
+        moved = all_reduce_bytes(torch.from_numpy(mine), self.world, self.device)
+        self.traffic.add(kind, moved, moved, 0.0)
+        return out.reshape(mine.shape)
 
     def _sum(self, tensor: torch.Tensor) -> None:
         # Summed as DistComm sums a small tensor (torch.sum over the stacked copies): the same

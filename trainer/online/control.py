@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from trainer.dist import Comm
 
@@ -154,8 +153,4 @@ def decode(v: np.ndarray, world: int) -> Control:
 def agree(comm: Comm, proposal: Proposal) -> Control:
     """Sum every rank's proposal and decode it (collective: every rank calls it)."""
     v = encode(proposal, comm.rank, comm.world)
-    if comm.world == 1:  # the sum is the vector: no trip to the device and back (a wait)
-        return decode(v, 1)
-    t = torch.from_numpy(v).to(comm.device)
-    comm.all_reduce_sum(t, "control")
-    return decode(t.cpu().numpy(), comm.world)
+    return decode(comm.host_all_reduce_sum(v, "control"), comm.world)  # host to host

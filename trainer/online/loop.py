@@ -30,7 +30,6 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-import torch
 
 from partitioner import PartitionConfig, Placement, default_owner
 from streaming import ClickBatch
@@ -307,9 +306,8 @@ class OnlineLoop:
         """Count the last step's records (collective): a run ended by ``--steps`` has no next
         control round to count them before its final checkpoint."""
         last = self._last
-        t = torch.tensor([last.records, int(last.diverged)], dtype=torch.int64,
-                         device=self.comm.device)
-        self.comm.all_reduce_sum(t, "control")
+        t = self.comm.host_all_reduce_sum(np.array([last.records, int(last.diverged)]),
+                                          "control")
         self._check_diverged(bool(t[1]))
         self.budget.count(int(t[0]))
         self._last = Proposal()

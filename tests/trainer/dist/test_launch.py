@@ -277,3 +277,17 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
     except OSError:
         return False
+
+
+def test_host_data_goes_host_to_host_on_a_group_of_its_own_alike(targets) -> None:
+    # On NCCL, headers, routed samples and the control vector ride a gloo group beside the
+    # default one (DistComm.host_group); here both are gloo, and must deliver the same.
+    rows, world = 2, 3
+    results = launch(targets.host_collectives, rows, LaunchConfig(device="cpu", workers=world))
+    for me, per_comm in enumerate(results):
+        expected = [[1000 * src + 100 * me + r, r] for src in range(world) for r in range(rows)]
+        for got, heard, summed, route_bytes in per_comm:
+            assert got == expected
+            assert heard == [10 + r for r in range(world)]
+            assert summed == [3, 3 * 2**40 + 3, -3]
+            assert route_bytes == (world - 1) * rows * 2 * 8
