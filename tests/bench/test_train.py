@@ -17,12 +17,12 @@ def test_train_bench_prints_one_row_per_configuration(
     monkeypatch.setenv("HETGMP_LINK", "3gbit")  # as bench/link.sh sets it
     code = main(["--window", "6000", "--records", "6144", "--heldout", "2000",
                  "--embed-dim", "8", "--hidden", "16", "--global-batch", "1024",
-                 "--repeats", "2", "--paired-chunk", "2"])
+                 "--repeats", "2", "--paired-chunk", "2", "--device-store"])
     assert code == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["bench"] == "train" and last["link"] == "3gbit" and last["device"] == "cpu"
     rows = {r["config"]: r for r in last["rows"]}
-    assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100"]
+    assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100", "hash_device"]
     for r in rows.values():
         assert {"samples_per_s", "bytes_per_sample", "remote_rows_per_sample", "auc"} <= set(r)
         assert r["samples_per_s"] > 0 and 0.4 < r["auc"] < 1.0
@@ -51,6 +51,13 @@ def test_train_bench_prints_one_row_per_configuration(
         paired["graph_s10"] / paired["hash"], abs=2e-3)
     assert ratios["speed_graph_s10_over_hash_ci95"] > 0
     assert "seconds_by_phase_paired" in rows["graph_s10"]
+    # The device store's exchange sends what the host's does and trains the same model.
+    assert ratios["bytes_hash_device_over_hash"] == 1.0
+    assert rows["hash_device"]["auc"] == rows["hash"]["auc"]
+    assert ratios["speed_hash_device_over_hash"] == pytest.approx(
+        rows["hash_device"]["samples_per_s_paired"]
+        / rows["hash_device"]["hash_samples_per_s_paired"],
+        abs=2e-3)
 
 
 def test_paired_ratio_is_over_the_whole_run_with_an_interval_from_matched_rounds() -> None:
