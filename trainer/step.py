@@ -173,8 +173,7 @@ class Trainer:
         self.replicas = ReplicaTable(placement.replicas[comm.rank], mc.row_dim,
                                      self.store.optimizer, dtype=self.dtype, device=device)
         self.exchange = RowExchange(comm, self.store, self.replicas, placement, tc.staleness)
-        # The device store at more ranks: the exchange on the device while no rank holds
-        # replicas (see _device_path).
+        # The device store at more ranks: the row exchange on the device.
         self.device_exchange = (DeviceExchange(self.exchange)
                                 if isinstance(self.store, DeviceStore) and comm.world > 1 else None)
         self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat)
@@ -203,11 +202,8 @@ class Trainer:
 
     @property
     def _device_path(self) -> bool:
-        """Whether this step keeps its ids on the device: the device store at one rank (no
-        exchange), or at more ranks while no rank holds replicas (``DeviceExchange``; with
-        replicas the host exchange's lag counts and notices decide)."""
-        if self.device_exchange is not None:
-            return DeviceExchange.takes(self.placement)
+        """Whether a step keeps its ids on the device: with the device store (no exchange at
+        one rank, ``DeviceExchange`` at more)."""
         return isinstance(self.store, DeviceStore)
 
     def step(self, batch: ClickBatch, exhausted: bool = False) -> StepCounters | None:
@@ -260,7 +256,7 @@ class Trainer:
         """A step with the device store: ids deduplicated, rows read and updated on the
         device. At one rank the host waits once: for the counts that size what follows
         (distinct ids, ids without a row), with the last step's loss read in the same copy.
-        At more ranks (no replicas) twice: the split sizes, with the loss; the owner's lookup
+        At more ranks twice: the split sizes, with the loss; the owner's lookup
         (``DeviceExchange``)."""
         store = self.store
         assert isinstance(store, DeviceStore)
@@ -269,7 +265,7 @@ class Trainer:
         padded, inverse, count = unique_padded(ids.reshape(-1))
         pending = self._loss_pending
         extra = None if pending is None else pending[0]
-        if self.device_exchange is not None:  # more ranks: a second wait (the owner's lookup)
+        if self.device_exchange is not None:  # more ranks: a second wait, the owner's lookup
             plan = self.device_exchange.read(padded, count, self.step_index, c, extra)
             self._carry_loss(c, plan.extra)
             t2 = self._clock.monotonic()
@@ -372,12 +368,8 @@ class Trainer:
         # step's all-reduce (and its update) in this step's dense phase, not in its routing.
         if self._device_path:
             self._loss_pending = (loss_sum.detach(), c.samples_trained)
-        else:  # with a loss the device path left (replicas came): both, in this step's counters
-            self._settle_loss()
+        else:
             c.loss_sum, c.loss_samples = float(loss_sum.detach()), c.samples_trained
-            if self._loss_ready is not None:
-                (loss, samples), self._loss_ready = self._loss_ready, None
-                c.loss_sum, c.loss_samples = c.loss_sum + loss, c.loss_samples + samples
         tick = self._clock.monotonic
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
         self.step_index += 1
@@ -405,6 +397,8 @@ class Trainer:
         before = self.comm.traffic.copy()
         self._book(before, self._finish_dense())
         self._settle_loss()
+        if self.device_exchange is not None:  # what comes next may read the copies' flags
+            self.device_exchange.release()
 
     def _finish_dense(self) -> float:
         """Wait for the pending all-reduce and apply the update; the seconds it took."""
@@ -539,6 +533,8 @@ class Trainer:
         update must have been pushed first (:meth:`flush`), or it would be lost.
         """
         old = self.replicas
+        if self.device_exchange is not None:
+            self.device_exchange.release()
         if old.pending_slots().size:
             raise RuntimeError("replica updates still pending: flush before replacing replicas")
         mine = replicas[self.comm.rank]

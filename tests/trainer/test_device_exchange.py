@@ -68,8 +68,8 @@ def test_the_device_placement_owns_what_the_placement_owns() -> None:
 
 
 def _train(comm: ThreadComm, task: dict[str, object]) -> dict[str, object]:
-    settings = {**EXACT, "train": replace(EXACT["train"], global_batch=BATCH),
-                "store": task["store"]}
+    train = replace(EXACT["train"], global_batch=BATCH, staleness=int(task.get("s", 0)))
+    settings = {**EXACT, "train": train, "store": task["store"]}
     trainer = Trainer(comm, task["placement"], len(SYN.schema.sparse), len(SYN.schema.dense),
                       **settings)  # type: ignore[arg-type]
     if isinstance(trainer.store, DeviceStore):  # CUDA's path, unless the test asks for the CPU's
@@ -84,7 +84,9 @@ def _train(comm: ThreadComm, task: dict[str, object]) -> dict[str, object]:
     totals = trainer.totals
     return {"state": trainer.state(), "stats": trainer.store.stats,
             "versions": trainer.store.versions(trainer.store.ids()),
-            "counts": totals.counts, "traffic": totals.traffic,
+            "counts": totals.counts, "traffic": totals.traffic, "staleness": totals.staleness,
+            "copies": torch.cat([trainer.replicas.values, trainer.replicas.state,
+                                 trainer.replicas.pending_grad], 1),
             "loss": (totals.loss_sum, totals.loss_samples),
             "waits": counter.count / (STEPS - 2), "seen": dict(counter.seen),
             "device_path": trainer._device_path}
@@ -98,38 +100,46 @@ STORES = [
 
 
 def _cases() -> list[object]:
-    """Every store config at 2 and 3 ranks, hash and explicit placement; two of them in the
-    fast lane (the rest marked slow)."""
-    fast = {(2, "hash", 2), (2, "explicit", 1)}
+    """Every store config at 2 and 3 ranks: hash, explicit owners, explicit owners with copies
+    at s = 0 and s = 3; four of them in the fast lane (the rest marked slow)."""
+    fast = {(2, "hash", 0, 2), (2, "explicit", 0, 1), (2, "copies", 0, 0), (2, "copies", 3, 2)}
     names = ["plain", "admission", "admission, eviction, cap"]
     out = []
-    for world, kind in ((2, "hash"), (3, "hash"), (2, "explicit"), (3, "explicit")):
-        placement = Placement.hash(world) if kind == "hash" else _explicit(world)
-        for k, store in enumerate(STORES):
-            marks = () if (world, kind, k) in fast else (pytest.mark.slow,)
-            out.append(pytest.param(world, placement, store, marks=marks,
-                                    id=f"{world} ranks, {kind}, {names[k]}"))
+    for world in (2, 3):
+        for kind, s in (("hash", 0), ("explicit", 0), ("copies", 0), ("copies", 3)):
+            placement = Placement.hash(world) if kind == "hash" else \
+                _explicit(world, 150 if kind == "copies" else 0)
+            for k, store in enumerate(STORES):
+                marks = () if (world, kind, s, k) in fast else (pytest.mark.slow,)
+                out.append(pytest.param(world, placement, s, store, marks=marks,
+                                        id=f"{world} ranks, {kind}, s={s}, {names[k]}"))
     return out
 
 
-@pytest.mark.parametrize(("world", "placement", "store"), _cases())
+@pytest.mark.parametrize(("world", "placement", "s", "store"), _cases())
 def test_the_device_exchange_trains_what_the_host_exchange_trains(
-        world: int, placement: Placement, store: StoreConfig) -> None:
-    _compare(world, placement, store, shortcuts=False)
+        world: int, placement: Placement, s: int, store: StoreConfig) -> None:
+    _compare(world, placement, store, s=s, shortcuts=False)
 
 
 def test_the_cpu_shortcuts_train_what_the_host_exchange_trains() -> None:
     # On a CPU (the default there) the exchange reads the distinct count first and owns the
     # ids in numpy: the same model.
-    _compare(2, _explicit(2), STORES[2], shortcuts=True)
+    _compare(2, _explicit(2, 150), STORES[2], s=3, shortcuts=True)
 
 
-def _compare(world: int, placement: Placement, store: StoreConfig, *, shortcuts: bool) -> None:
-    host = run_threads(_train, {"store": store, "placement": placement}, world)
+def _compare(world: int, placement: Placement, store: StoreConfig, *, s: int,
+             shortcuts: bool) -> None:
+    host = run_threads(_train, {"store": store, "placement": placement, "s": s}, world)
     device = run_threads(_train, {"store": replace(store, index="device"),
-                                  "placement": placement, "shortcuts": shortcuts}, world)
+                                  "placement": placement, "shortcuts": shortcuts, "s": s}, world)
     assert not host[0]["device_path"] and all(r["device_path"] for r in device)
     assert host[0]["counts"]["remote_rows"] > 0 and host[0]["counts"]["rows_served"] > 0
+    if any(r.size for r in placement.replicas):  # the copies' protocol ran, every part of it
+        counts = host[0]["counts"]
+        assert min(counts["replica_reads"], counts["replica_refreshes"],
+                   counts["replica_pushes"]) > 0, counts
+        assert s == 0 or host[0]["staleness"][1:].sum() > 0  # reads within the bound, behind
     if store.admit_after:
         assert sum(r["stats"].not_admitted_reads for r in host) > 0
     if store.max_rows:
@@ -144,8 +154,9 @@ def _compare(world: int, placement: Placement, store: StoreConfig, *, shortcuts:
             assert getattr(want["stats"], name) == getattr(got["stats"], name), name
         # Per lookup call: the device exchange looks up own and requested ids in one.
         assert got["stats"].not_admitted_reads <= want["stats"].not_admitted_reads
-        for name in ("unique_ids", "owned_reads", "remote_rows", "rows_served"):
-            assert want["counts"][name] == got["counts"][name], name
+        assert want["counts"] == got["counts"]  # reads, copies read, refreshed, pushed ...
+        np.testing.assert_array_equal(want["staleness"], got["staleness"])
+        assert torch.equal(want["copies"], got["copies"])
         # The same messages: bytes sent and received of every kind.
         assert np.array_equal(want["traffic"].sent, got["traffic"].sent)
         assert np.array_equal(want["traffic"].received, got["traffic"].received)
@@ -154,50 +165,51 @@ def _compare(world: int, placement: Placement, store: StoreConfig, *, shortcuts:
     assert sum(r["loss"][1] for r in device) == BATCH * STEPS  # routed: not a share each
 
 
-@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
-def test_a_step_at_more_ranks_waits_twice(world: int) -> None:
-    # The split sizes (with the last loss) and the owner's lookup. The step's header and the
-    # routed samples go host to host (Comm.host_all_to_all): no copy out of the device.
+@pytest.mark.parametrize(("world", "copies"), [
+    (2, 0), (2, 150), pytest.param(3, 0, marks=pytest.mark.slow),
+    pytest.param(3, 150, marks=pytest.mark.slow)])
+def test_a_step_at_more_ranks_waits_twice(world: int, copies: int) -> None:
+    # The split sizes (with the last loss) and the owner's lookup (with the refresh counts
+    # and the lags read), with copies or without. The step's header and the routed samples
+    # go host to host (Comm.host_all_to_all): no copy out of the device.
+    placement = _explicit(world, copies) if copies else Placement.hash(world)
     got = run_threads(_train, {"store": replace(STORES[1], index="device"),
-                               "placement": Placement.hash(world)}, world)
+                               "placement": placement, "s": 3}, world)
     for r in got:
         assert r["waits"] == 2 and r["seen"] == {"tolist": 2 * (STEPS - 2)}, r["seen"]
 
 
-def test_replicas_send_the_step_to_the_host_exchange_and_back() -> None:
-    # While any rank holds copies the host exchange decides (lag counts, notices); a placement
-    # without copies brings the device exchange back. The loss the device path left pending
-    # is booked by the first host step.
+def test_copies_that_change_between_steps_stay_exact() -> None:
+    # Copies come (step 4) and go (step 8) between steps, as the online loop changes them:
+    # flush, new replica sets, a new placement. The device exchange puts its flags back
+    # before each change and loads the new ones after, and trains what the host exchange
+    # trains, at s = 2 (copies behind their owners across the changes).
     def run(comm: ThreadComm, store: StoreConfig) -> dict[str, object]:
-        settings = {**EXACT, "train": replace(EXACT["train"], global_batch=BATCH),
+        settings = {**EXACT, "train": replace(EXACT["train"], global_batch=BATCH, staleness=2),
                     "store": store}
         trainer = Trainer(comm, Placement.hash(2), len(SYN.schema.sparse),
                           len(SYN.schema.dense), **settings)  # type: ignore[arg-type]
         source = StreamSource(SYN, BATCH, 12)
-        paths, losses, trained = [], [], []
         for step in range(12):
             if step in (4, 8):  # the same owners throughout; only the copies change
                 trainer.flush()
-                placement = _copies(2, 40 if step == 4 else 0, step)
+                placement = _copies(2, 60 if step == 4 else 0, step)
                 trainer.replace_replicas(placement.replicas)
                 trainer.set_placement(placement)
-            paths.append(trainer._device_path)
-            c = trainer.step(_share(source, comm))
-            assert c is not None
-            losses.append(c.loss_samples)
-            trained.append(c.samples_trained)
+            assert trainer._device_path == isinstance(trainer.store, DeviceStore)
+            assert trainer.step(_share(source, comm)) is not None
         trainer.finish_step()
-        return {"paths": paths, "losses": losses, "trained": trained, "state": trainer.state(),
-                "loss": trainer.totals.loss_samples}
+        totals = trainer.totals
+        return {"state": trainer.state(), "counts": totals.counts,
+                "loss": (totals.loss_sum, totals.loss_samples)}
 
-    host = run_threads(run, STORES[0], 2)
-    device = run_threads(run, replace(STORES[0], index="device"), 2)
-    assert device[0]["paths"] == [True] * 4 + [False] * 4 + [True] * 4
-    # Step 4, the first on the host exchange, carries step 3's loss and its own.
-    for got in device:
-        assert got["losses"][4] == got["trained"][3] + got["trained"][4] > 0
+    host = run_threads(run, STORES[1], 2)
+    device = run_threads(run, replace(STORES[1], index="device"), 2)
+    assert host[0]["counts"]["replica_pushes"] > 0
     for want, got in zip(host, device):
-        assert got["loss"] == want["loss"] == sum(got["trained"])
+        assert got["counts"] == want["counts"]
+        assert got["loss"][1] == want["loss"][1]
+        assert got["loss"][0] == pytest.approx(want["loss"][0], rel=1e-12)
         assert torch.equal(want["state"].rows, got["state"].rows)
         assert all(torch.equal(want["state"].dense[k], got["state"].dense[k])
                    for k in want["state"].dense)

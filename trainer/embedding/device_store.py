@@ -322,17 +322,25 @@ class DeviceStore(StoreSize):
         return values, state
 
     def apply(self, ids: Ids, grads: torch.Tensor, counts: Ids,
-              increments: torch.Tensor | None = None) -> Ids:
+              increments: torch.Tensor | None = None, *, count: torch.Tensor | None = None
+              ) -> Ids:
         """One optimizer step per row with its summed gradient; version += its count. Returns
-        whether each row was there to update (see ``EmbeddingStore.apply``)."""
+        whether each row was there to update (see ``EmbeddingStore.apply``). With ``count``
+        (a 0-d tensor on the device) only ``ids[:count]`` are updated: the rest is padding
+        (:func:`~trainer.embedding.dedup.unique_padded`), written to the sink row."""
         flat = self._ids_t(ids)
         cached = self._looked_up
         slots = cached[1] if cached is not None and cached[0] is ids else self._index.find(flat)
+        if count is not None:
+            slots = torch.where(torch.arange(flat.numel(), device=self.device) < count, slots, -1)
         applied = slots >= 0
         if flat.numel() == 0:
             return _like(applied, ids)
         index = self._sunk(slots)
-        self._dropped += (~applied).sum()
+        dropped = ~applied
+        if count is not None:
+            dropped &= torch.arange(flat.numel(), device=self.device) < count
+        self._dropped += dropped.sum()
         grads = grads.to(device=self.device, dtype=self.dtype)
         self.optimizer.step(self._values, self._state, index, grads, increments)
         self._version.index_add_(0, index, self._ids_t(counts))

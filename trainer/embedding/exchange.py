@@ -178,6 +178,18 @@ class RowExchange:
         """Rows some rank replicates now (what the audit log follows)."""
         self._replicated = np.asarray(ids, dtype=np.int64)
 
+    def owner_copies(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per rank, the copies it holds of rows owned here as this rank follows them: sorted
+        ids, lags and stale flags (the arrays themselves: ``DeviceExchange`` loads them and
+        writes them back). As of the last :meth:`sync`."""
+        return [(c.ids, c.lag, c.stale) for c in self._copies]
+
+    def log_applied(self, step: int, ids: np.ndarray, src: np.ndarray, counts: np.ndarray, *,
+                    after_reads: bool) -> None:
+        """Log updates applied to replicated rows in the audit, when one is on (see
+        :class:`Audit`)."""
+        self._log(step, ids, src, counts, after_reads=after_reads)
+
     def start_audit(self) -> Audit:
         """Log replica reads and owner updates of replicated rows from now on (tests)."""
         self.audit = Audit([], [])

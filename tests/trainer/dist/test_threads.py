@@ -144,10 +144,13 @@ def test_live_migrations_on_threads_keep_s0_training_exact(reference, max_diff) 
     assert ranks[0].online["owner_checks"] >= 3  # invariant 1 checked after every chunk
 
 
-def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
+@pytest.mark.parametrize("index", ["host", "device"])
+def test_copies_on_threads_never_lag_more_than_s(recount_lags, index: str) -> None:
+    # The device store's exchange (DeviceExchange) keeps the copies' flags and lags as
+    # tensors: the bound holds there too, recounted from what the owners applied.
     s = 3
-    job = Job(SOURCE, EXACT["model"], EXACT["store"], replace(EXACT["train"], staleness=s),
-              placement=_graph(3), hooks=Hooks(audit=True))
+    job = Job(SOURCE, EXACT["model"], replace(EXACT["store"], index=index),
+              replace(EXACT["train"], staleness=s), placement=_graph(3), hooks=Hooks(audit=True))
     ranks = run_threads(run_rank, job, 3)
     hist = ranks[0].job_totals.staleness
     assert ranks[0].job_totals.max_staleness <= s and hist[s] > 0
@@ -205,8 +208,9 @@ def test_one_rank_on_the_device_store_trains_what_the_host_store_trains(referenc
 
 def test_two_ranks_on_the_device_store_with_live_migrations_stay_exact(reference,
                                                                       max_diff) -> None:
-    # At two ranks the exchange hands the device store numpy ids (the host path around it):
-    # s = 0 still equals one process through three live migrations (take, put, versions).
+    # At two ranks the row exchange runs on the device too (DeviceExchange, copies included):
+    # s = 0 still equals one process through three live migrations (take, put, versions),
+    # two of them to placements with copies.
     online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
                           migration_chunk_bytes=96 * 6000)
     job = Job(SOURCE, **_on_device(EXACT), placement=Placement.hash(2), online=online,
