@@ -129,7 +129,7 @@ class ThreadComm(_CommState):
         out = np.sum(self.group.gather(self.rank, mine), axis=0, dtype=np.int64)
         moved = all_reduce_bytes(torch.from_numpy(mine), self.world, self.device)
         self.traffic.add(kind, moved, moved, 0.0)
-        return out.reshape(mine.shape)
+        return np.asarray(out).reshape(mine.shape)
 
     def _sum(self, tensor: torch.Tensor) -> None:
         # Summed as DistComm sums a small tensor (torch.sum over the stacked copies): the same

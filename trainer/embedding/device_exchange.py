@@ -266,10 +266,10 @@ class DeviceExchange:
                 message.append(ids[:0])
                 sizes.append(0)
                 continue
-            p = bucket(o, PUSH)
+            pushed = bucket(o, PUSH)
             named = m.copies[o][0][torch.nonzero_static(told[o], size=notices[o]).reshape(-1)]
             message += [ids[order[bounds[3 * o]:bounds[3 * o + 3]]],
-                        m.pending[slot[p]] + 1, named]
+                        m.pending[slot[pushed]] + 1, named]
             sizes.append(sum(parts[o][:3]) + parts[o][1] + notices[o])
         recv = [f + 2 * p + k + t for f, p, k, t in heard]
         request = comm.start_all_to_all(torch.cat(message), sizes, recv, "request").wait()
@@ -491,6 +491,7 @@ class DeviceExchange:
         counts.index_add_(0, u.inverse[:n_g], torch.ones_like(ids))
         if pushed is None:
             applied = store.apply(u.ids, direct, counts, count=u.n)
+            assert isinstance(applied, torch.Tensor)
             self._age(m, u, torch.where(applied, counts, 0), src, torch.ones_like(ids))
             return
         width = dim + store.optimizer.state_width
@@ -501,6 +502,7 @@ class DeviceExchange:
         inc = store.optimizer.increments(direct) * has_direct.unsqueeze(1)
         applied = store.apply(u.ids, direct + extra[:, :dim], counts,
                               increments=inc + extra[:, dim:], count=u.n)
+        assert isinstance(applied, torch.Tensor)
         self._age(m, u, torch.where(applied, counts, 0), torch.cat([src, pushed[3]]),
                   torch.cat([torch.ones_like(ids), pushed[2]]))
 
