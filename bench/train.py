@@ -216,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-store", action="store_true",
                    help="also train hash placement on the device store (--store-index device: "
                         "the row exchange on tensors, DeviceExchange), row hash_device, and its "
-                        "speed over hash's, side by side as the speed target's pair is")
+                        "speed over hash's, side by side as the speed target's pair is; and "
+                        "graph s = 10 on it, row graph_s10_device (copies included)")
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
                         "steps: s = 100 never syncs a replica before the final push)")
@@ -349,8 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     names = ["hash", *graph_jobs]
     jobs = [hash_job, *graph_jobs.values()]
     if args.device_store:
+        on_device = replace(hash_job.store, index="device")
         names.append("hash_device")
-        jobs.append(replace(hash_job, store=replace(hash_job.store, index="device")))
+        jobs.append(replace(hash_job, store=on_device))
+        if "graph_s10" in graph_jobs:  # copies too: the device exchange's whole protocol
+            names.append("graph_s10_device")
+            jobs.append(replace(graph_jobs["graph_s10"], store=on_device))
     # Extra runs of the pair the speed target compares, alternating, hash first (see the
     # docstring); only their speed is kept, so they skip the held-out scoring.
     pair = [n for n in ("hash", "graph_s10") if n in names]
@@ -395,6 +400,12 @@ def main(argv: list[str] | None = None) -> int:
             ratios["speed_graph_s10_over_hash"] = round(ratio, 3)
             ratios["speed_graph_s10_over_hash_ci95"] = round(half, 3)
             ratios["speed_graph_s10_over_hash_sequential"] = sequential
+    if "graph_s10_device" in by:
+        d, g = by["graph_s10_device"], by["graph_s10"]
+        ratios["bytes_graph_s10_device_over_graph_s10"] = round(
+            float(d["bytes_per_sample"]) / max(float(g["bytes_per_sample"]), 1e-9), 3)
+        ratios["speed_graph_s10_device_over_graph_s10_sequential"] = round(
+            float(d["samples_per_s"]) / max(float(g["samples_per_s"]), 1e-9), 3)
     if "hash_device" in by:
         d, hsh = by["hash_device"], by["hash"]
         ratios["bytes_hash_device_over_hash"] = round(

@@ -22,7 +22,8 @@ def test_train_bench_prints_one_row_per_configuration(
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["bench"] == "train" and last["link"] == "3gbit" and last["device"] == "cpu"
     rows = {r["config"]: r for r in last["rows"]}
-    assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100", "hash_device"]
+    assert list(rows) == ["single", "hash", "graph_s0", "graph_s10", "graph_s100", "hash_device",
+                          "graph_s10_device"]
     for r in rows.values():
         assert {"samples_per_s", "bytes_per_sample", "remote_rows_per_sample", "auc"} <= set(r)
         assert r["samples_per_s"] > 0 and 0.4 < r["auc"] < 1.0
@@ -54,6 +55,10 @@ def test_train_bench_prints_one_row_per_configuration(
     # The device store's exchange sends what the host's does and trains the same model.
     assert ratios["bytes_hash_device_over_hash"] == 1.0
     assert rows["hash_device"]["auc"] == rows["hash"]["auc"]
+    # Copies included (spawned gloo ranks, routing on): the same bytes, copies and model.
+    assert ratios["bytes_graph_s10_device_over_graph_s10"] == 1.0
+    for key in ("auc", "auc_local_view", "replica_refreshes", "replica_pushes", "max_staleness"):
+        assert rows["graph_s10_device"][key] == rows["graph_s10"][key], key
     assert ratios["speed_hash_device_over_hash"] == pytest.approx(
         rows["hash_device"]["samples_per_s_paired"]
         / rows["hash_device"]["hash_samples_per_s_paired"],
