@@ -132,6 +132,8 @@ class DevicePlan:
         parts: Per rank, ids fetched from it, copies pushed to it, copies kept, notices sent.
         heard: The same, from each rank.
         asked: Per rank, the ids it fetched from here, pushed here and their update counts.
+        reuse: Without copies, the owner's lookup and the position in it of each own id, then
+            of each id fetched from here: the write sums the gradients over it.
         extra: The caller's extra values, read back with the split sizes.
         step: The step.
     """
@@ -146,6 +148,7 @@ class DevicePlan:
     parts: list[list[int]]
     heard: list[list[int]]
     asked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    reuse: tuple[PaddedLookup, torch.Tensor] | None
     extra: list[float]
     step: int
 
@@ -310,16 +313,23 @@ class DeviceExchange:
         keep = torch.cat([torch.ones(wanted.numel() - sum(int(r.numel()) for r in in_rep),
                                      dtype=torch.bool, device=device), *fresh])
         reply_extra = torch.cat([n_ref, n_fresh, *lags]).to(torch.float64)
-        if wanted.numel():
+        reuse: tuple[PaddedLookup, torch.Tensor] | None = None
+        served: PaddedLookup | None = None
+        if wanted.numel() and not any(r.size for r in rows.placement.replicas):
+            # No copies anywhere: every id asked for gets its row, no state travels, and the
+            # write sums the gradients over these very ids (as the host's _apply would).
+            u = unique_padded(wanted)
+            served = store.lookup_padded(u.ids, u.n, step, extra=reply_extra)  # 2nd wait
+            where, got2, reuse = u.inverse, served.extra, (served, u.inverse)
+        elif wanted.numel():
             u = unique_padded(wanted)
             kept = torch.zeros(wanted.numel(), dtype=torch.int64, device=device)
             kept.index_add_(0, u.inverse, keep.to(torch.int64))
             chosen = kept > 0  # distinct ids some valid entry names, first by a stable sort
             first = torch.sort((~chosen).to(torch.int8), stable=True).indices
             rank = torch.cumsum(chosen, 0) - 1
-            served: PaddedLookup | None = store.lookup_padded(
+            served = store.lookup_padded(
                 u.ids[first], chosen.sum(), step, with_state=True, extra=reply_extra)  # 2nd wait
-            assert served is not None and served.state is not None
             where = rank[u.inverse]
             got2 = served.extra
         else:
@@ -334,17 +344,17 @@ class DeviceExchange:
         offsets = (n_own + sum(int(x.numel()) for x in fetched_here) + np.concatenate(
             [[0], np.cumsum([int(r.numel()) for r in in_rep])])).tolist()
         both = None
-        if served is not None:
-            assert served.state is not None
+        if served is not None and served.state is not None:
             both = torch.cat([served.values, served.state], dim=1)
         for src in range(world):
             nf = int(fetched_here[src].numel())
-            if served is not None and both is not None:
-                pick = where[at:at + nf]
+            if served is not None:
+                reply.append(served.values.index_select(0, where[at:at + nf]).reshape(-1))
+            if fresh_n[src]:
+                assert both is not None
                 mine = where[offsets[src]:offsets[src] + int(in_rep[src].numel())]
                 mine = mine[torch.nonzero_static(fresh[src], size=fresh_n[src]).reshape(-1)]
-                reply += [served.values.index_select(0, pick).reshape(-1),
-                          both.index_select(0, mine).reshape(-1)]
+                reply.append(both.index_select(0, mine).reshape(-1))
             at += nf
             reply_sizes.append(nf * dim + fresh_n[src] * width)
             if src != me:
@@ -394,7 +404,7 @@ class DeviceExchange:
                 np.full(int(replica.numel()), step), ids[replica].cpu().numpy(),
                 refresh.cpu().numpy().astype(np.int64)], 1))
         return DevicePlan(values, own, ids[own], fetch, replica, replica_slots, pushing_t, parts,
-                          heard, asked, got[1 + 8 * world:], step)
+                          heard, asked, reuse, got[1 + 8 * world:], step)
 
     # -- write -------------------------------------------------------------------------------
 
@@ -468,6 +478,15 @@ class DeviceExchange:
                 rows.log_applied(plan.step, torch.cat(p_ids).cpu().numpy(),
                                  torch.cat(p_src).cpu().numpy(),
                                  torch.cat(p_counts).cpu().numpy(), after_reads=True)
+        if plan.reuse is not None:  # no copies: own and fetched ids, as looked up
+            served, inverse = plan.reuse
+            size = served.ids.numel()
+            summed = torch.zeros((size, dim), dtype=grads.dtype, device=device)
+            summed.index_add_(0, inverse, torch.cat(g_rows))
+            counts = torch.zeros(size, dtype=torch.int64, device=device)
+            counts.index_add_(0, inverse, ones)
+            self.store.apply(served.ids, summed, counts)
+            return
         pushed_in = None
         if p_ids:
             pushed_in = (torch.cat(p_ids), torch.cat(p_rows), torch.cat(p_counts),
