@@ -400,18 +400,18 @@ def main(argv: list[str] | None = None) -> int:
             ratios["speed_graph_s10_over_hash"] = round(ratio, 3)
             ratios["speed_graph_s10_over_hash_ci95"] = round(half, 3)
             ratios["speed_graph_s10_over_hash_sequential"] = sequential
+    def over(a: str, b: str, key: str) -> float:
+        return round(float(by[a][key]) / max(float(by[b][key]), 1e-9), 3)
+
     if "graph_s10_device" in by:
-        d, g = by["graph_s10_device"], by["graph_s10"]
-        ratios["bytes_graph_s10_device_over_graph_s10"] = round(
-            float(d["bytes_per_sample"]) / max(float(g["bytes_per_sample"]), 1e-9), 3)
-        ratios["speed_graph_s10_device_over_graph_s10_sequential"] = round(
-            float(d["samples_per_s"]) / max(float(g["samples_per_s"]), 1e-9), 3)
+        ratios["bytes_graph_s10_device_over_graph_s10"] = over(
+            "graph_s10_device", "graph_s10", "bytes_per_sample")
+        ratios["speed_graph_s10_device_over_graph_s10_sequential"] = over(
+            "graph_s10_device", "graph_s10", "samples_per_s")
     if "hash_device" in by:
         d, hsh = by["hash_device"], by["hash"]
-        ratios["bytes_hash_device_over_hash"] = round(
-            float(d["bytes_per_sample"]) / max(float(hsh["bytes_per_sample"]), 1e-9), 3)
-        ratios["speed_hash_device_over_hash"] = round(
-            float(d["samples_per_s"]) / max(float(hsh["samples_per_s"]), 1e-9), 3)
+        ratios["bytes_hash_device_over_hash"] = over("hash_device", "hash", "bytes_per_sample")
+        ratios["speed_hash_device_over_hash"] = over("hash_device", "hash", "samples_per_s")
         if args.paired_chunk:
             device_job = replace(jobs[names.index("hash_device")], heldout=None)
             alongside = dict(hsh)  # hash's row keeps its pairing with graph_s10
