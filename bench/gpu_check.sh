@@ -9,7 +9,8 @@
 #      with the model under torch.compile (--compile on), into <$GPU_JSON less .json>_compile.json,
 #      and the device path on the stash index design, into <...>_stash.json;
 #   3. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
-#      cores), same records, model and global batch, at the train bench's batch and a larger one,
+#      cores; each with its default store index: the device store on the GPU, numpy on the
+#      CPU), same records, model and global batch, at the train bench's batch and a larger one,
 #      with the milliseconds a step spends in each phase (host wall time).
 #
 #   PYTHON=.venv/bin/python bash bench/gpu_check.sh     # after `make setup TORCH=<CUDA build>`

@@ -162,7 +162,7 @@ class Trainer:
         # whose torch builds might draw differently.
         comm.broadcast_(self.dense.flat, src=0)
         self.store: EmbeddingStore | DeviceStore
-        if store is not None and store.index == "device":
+        if store is not None and store.on_device(device):
             self.store = DeviceStore(mc.row_dim, store, dtype=self.dtype, device=device,
                                      design=store.index_design)
         else:

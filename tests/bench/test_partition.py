@@ -124,6 +124,7 @@ def test_remote_rows_are_classed_by_what_the_window_saw_of_their_ids() -> None:
     assert _seen_classes(np.array([4, 5]), window_ids[:0], counts[:0]).tolist() == [2, 0, 0]
 
 
+@pytest.mark.slow
 def test_scale_curve_reports_full_and_incremental_for_every_window(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--scale", "--workers", "2", "--scale-windows", "20000,60000",

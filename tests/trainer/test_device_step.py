@@ -158,3 +158,23 @@ def test_a_diverged_device_step_is_caught_before_the_next_checkpoint() -> None:
     c = device.step(source.next_batch())
     assert c is not None and np.isfinite(c.loss_sum)  # it carries the step before's loss
     assert not device.loss_finite  # read back now: what a checkpoint or publish asks first
+
+
+@pytest.mark.parametrize(("index", "device", "expected"), [
+    ("auto", "cpu", False), ("auto", "cuda", True), ("host", "cuda", False),
+    ("device", "cpu", True)])
+def test_the_store_index_auto_takes_the_device_store_on_a_gpu(
+        index: str, device: str, expected: bool) -> None:
+    assert StoreConfig(index=index).on_device(torch.device(device)) is expected  # type: ignore[arg-type]
+
+
+def test_a_default_trainer_on_a_cpu_keeps_the_numpy_store() -> None:
+    assert StoreConfig().index == "auto"
+    assert not isinstance(_trainer(StoreConfig()).store, DeviceStore)
+    assert isinstance(_trainer(StoreConfig(index="device")).store, DeviceStore)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_default_trainer_on_cuda_takes_the_device_store() -> None:
+    assert isinstance(_trainer(StoreConfig(), "cuda").store, DeviceStore)

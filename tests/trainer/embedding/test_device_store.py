@@ -51,7 +51,9 @@ def _queued_lookup(dev: DeviceStore, ids: np.ndarray, step: int, with_state: boo
 
 
 @pytest.mark.parametrize("queued", [False, True], ids=["lookup", "lookup_padded"])
-@pytest.mark.parametrize("design", DESIGNS)
+# The default design in the fast lane; the others, whole, under make test.
+@pytest.mark.parametrize("design", [
+    pytest.param(d, marks=() if d == "sorted" else (pytest.mark.slow,)) for d in DESIGNS])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str, design: str,
                                                                        queued: bool,
