@@ -271,13 +271,14 @@ def open_delta_sink(job: Job, comm: Comm) -> Any:
                      "checkpoint)")
         return None
     from streaming import ensure_topic
-    from trainer.serving import KafkaDeltaSink
+    from trainer.serving import KafkaDeltaSink, load_signer
 
     topic = online.model_topic or f"{job.source.consumer.topic}.model"
     if comm.rank == 0:  # before any other rank's metadata request could auto-create it
         ensure_topic(job.source.kafka, topic, comm.world)
     comm.barrier()
-    return KafkaDeltaSink(job.source.kafka, topic, comm.rank)
+    return KafkaDeltaSink(job.source.kafka, topic, comm.rank,
+                          load_signer(online.delta_key_file))
 
 
 def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:

@@ -350,6 +350,11 @@ class OnlineConfig:
     model_topic: str = field(
         default="", metadata={"help": "the delta-log topic ('' = <topic>.model)"}
     )
+    delta_key_file: str = field(
+        default="", metadata={"help": "sign every delta-log message with the key in this file "
+                              "(HMAC-SHA256; hetgmp serve given the same file applies only "
+                              "what it signed; '' = unsigned)"}
+    )
 
     def __post_init__(self) -> None:
         Interval.parse(self.repartition_interval)
@@ -476,6 +481,9 @@ class ServeConfig:
         "help": "how long to wait for a first checkpoint (0 = as long as it takes)"})
     follow: bool = field(default=True, metadata={
         "help": "follow the delta log (off: serve the checkpoint as it is)"})
+    delta_key_file: str = field(default="", metadata={
+        "help": "apply only delta-log messages signed with the key in this file (the "
+                "trainer's --delta-key-file; '' = an unsigned log)"})
 
     def __post_init__(self) -> None:
         if self.format not in ("tsv", "json"):

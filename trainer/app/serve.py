@@ -56,7 +56,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import torch
 
     from trainer import checkpoint as ckpt
-    from trainer.serving import Follower, FollowerThread, Service, ServingModel
+    from trainer.serving import Follower, FollowerThread, Service, ServingModel, load_signer
 
     cfg = settings(ServeConfig, args)
     kafka = settings(KafkaSettings, args)
@@ -68,6 +68,11 @@ def run_serve(args: argparse.Namespace) -> int:
         schema = Schema.parse(cfg.schema)
     except ValueError as exc:
         print(f"hetgmp serve: error: --schema: {exc}", file=sys.stderr)
+        return 2
+    try:
+        signer = load_signer(cfg.delta_key_file)
+    except ValueError as exc:
+        print(f"hetgmp serve: error: --delta-key-file: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     manifest = _wait_for_checkpoint(cfg.checkpoint_dir, cfg.wait_s)
@@ -90,7 +95,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if cfg.follow:
         assert manifest.model is not None  # from_checkpoint refuses a checkpoint without one
         topic = cfg.model_topic or manifest.model.topic
-        follower = Follower(kafka, topic, model, manifest.model.offsets)
+        follower = Follower(kafka, topic, model, manifest.model.offsets, signer=signer)
         thread = FollowerThread(follower)
         thread.start()
         log.info("following %s from offsets %s", topic, manifest.model.offsets)

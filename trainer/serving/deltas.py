@@ -57,9 +57,9 @@ import pyarrow as pa
 
 from streaming import ipc_message
 
-__all__ = ["DENSE_CHUNK", "FORMAT", "GENERATION_SHIFT", "Delta", "DeltaKind", "Publish",
-           "decode", "dense_messages", "log_version", "mark_message", "row_messages",
-           "rows_per_message", "tombstone_messages"]
+__all__ = ["DENSE_CHUNK", "FORMAT", "GENERATION_SHIFT", "REJECT_REASONS", "Delta", "DeltaKind",
+           "Publish", "RejectReason", "Rejected", "decode", "dense_messages", "log_version",
+           "mark_message", "row_messages", "rows_per_message", "tombstone_messages"]
 
 FORMAT = "hetgmp-delta/1"
 DeltaKind = Literal["rows", "tombstones", "dense", "mark"]
@@ -180,40 +180,139 @@ def mark_message(messages: int, head: Publish) -> bytes:
     return ipc_message(batch.replace_schema_metadata(_meta("mark", head)))
 
 
+class Rejected(ValueError):
+    """A message of the delta log that serving must not apply, and why.
+
+    Attributes:
+        reason: One of :data:`REJECT_REASONS` (a metric label).
+        detail: What was wrong, for the log.
+    """
+
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+RejectReason = Literal["format", "schema", "bounds", "shape", "not_finite", "order",
+                       "signature"]
+#: Why a delta is refused: not an Arrow delta of this format; without the columns or metadata
+#: its kind must hold; a header field or offset out of its range; sizes that do not agree
+#: (with each other or the model); NaN or infinite values; a generation or publish number that
+#: cannot follow what serving holds; a signature missing or wrong (signed logs).
+REJECT_REASONS: tuple[RejectReason, ...] = ("format", "schema", "bounds", "shape", "not_finite",
+                                            "order", "signature")
+# A generation must fit a version (int64) above its publish bits.
+MAX_GENERATION = (1 << (63 - GENERATION_SHIFT)) - 1
+MAX_WORLD = 1 << 16
+# Dense parameters and a mark's message count: far past any model, short of a huge allocation.
+MAX_DENSE = 1 << 31
+
+
 def decode(payload: bytes | None) -> Delta:
-    """One message of the delta log.
+    """One message of the delta log, checked for everything it can be checked for alone:
+    format, columns and their types, header ranges, sizes that agree, finite values.
+
+    What depends on the model (row width, dense size, the generation it holds) is checked by
+    :meth:`trainer.serving.ServingModel.check`.
 
     Raises:
-        ValueError: Not a delta of this format (truncated, another format, unknown kind).
+        Rejected: The message must not be applied; ``reason`` says why.
     """
     try:
         batch = pa.ipc.open_stream(payload or b"").read_next_batch()
-    except (pa.ArrowInvalid, StopIteration, OSError) as exc:
-        raise ValueError(f"not an Arrow IPC delta: {exc}") from None
-    meta = {k.decode(): v.decode() for k, v in (batch.schema.metadata or {}).items()}
+    except (pa.ArrowException, StopIteration, OSError) as exc:
+        raise Rejected("format", f"not an Arrow IPC delta: {exc}") from None
+    try:
+        meta = {k.decode(): v.decode() for k, v in (batch.schema.metadata or {}).items()}
+    except UnicodeDecodeError as exc:
+        raise Rejected("format", f"metadata that is not UTF-8: {exc}") from None
     if meta.get("hetgmp.format") != FORMAT:
-        raise ValueError(f"delta of format {meta.get('hetgmp.format')!r}, expected {FORMAT}")
+        raise Rejected("format", f"delta of format {meta.get('hetgmp.format')!r}, "
+                                 f"expected {FORMAT}")
     kind = meta.get("hetgmp.kind")
+    if kind not in ("rows", "tombstones", "dense", "mark"):
+        raise Rejected("schema", f"unknown delta kind {kind!r}")
     try:
         head = Publish(**{k: int(meta[f"hetgmp.{k}"]) for k in _HEAD},
                        lineage=meta["hetgmp.lineage"])
-        empty = np.zeros(0, np.int64)
-        none = np.zeros((0, 0), np.float32)
-        if kind == "rows":
-            values = batch.column("values")
-            flat = values.flatten().to_numpy(zero_copy_only=False)
-            return Delta("rows", head, batch.column("id").to_numpy(),
-                         np.asarray(flat, np.float32).reshape(-1, values.type.list_size))
-        if kind == "tombstones":
-            return Delta("tombstones", head, batch.column("id").to_numpy(), none)
-        if kind == "dense":
-            values = batch.column("values")[0].values.to_numpy(zero_copy_only=False)
-            return Delta("dense", head, empty, np.asarray(values, np.float32),
-                         start=int(batch.column("start")[0].as_py()),
-                         dense_size=int(meta["hetgmp.dense_size"]))
-        if kind == "mark":
-            return Delta("mark", head, empty, none,
-                         messages=int(batch.column("messages")[0].as_py()))
-    except (KeyError, ValueError, TypeError, pa.ArrowException) as exc:
-        raise ValueError(f"a {kind!r} delta without what it must hold: {exc!r}") from None
-    raise ValueError(f"unknown delta kind {kind!r}")
+    except (KeyError, ValueError) as exc:
+        raise Rejected("schema", f"a {kind!r} delta without what it must hold: {exc!r}") from None
+    _check_head(head)
+    try:
+        return _body(kind, head, batch, meta)
+    except Rejected:
+        raise
+    except Exception as exc:  # pyarrow raises several kinds on a column of another type
+        raise Rejected("schema", f"a {kind!r} delta without what it must hold: {exc!r}") from None
+
+
+def _check_head(h: Publish) -> None:
+    if not 1 <= h.world <= MAX_WORLD or not 0 <= h.rank < h.world:
+        raise Rejected("bounds", f"rank {h.rank} of world {h.world}")
+    if not 0 <= h.generation <= MAX_GENERATION:
+        raise Rejected("bounds", f"generation {h.generation} outside 0..{MAX_GENERATION}")
+    if not 0 <= h.publish < 1 << GENERATION_SHIFT:
+        raise Rejected("bounds", f"publish {h.publish} outside 0..2^{GENERATION_SHIFT}-1")
+    if h.step < 0 or h.watermark_ms < -1:
+        raise Rejected("bounds", f"step {h.step}, watermark {h.watermark_ms}")
+    # A run's base is the version of the checkpoint it resumed from: an older run's, or 0.
+    if h.base < 0 or (h.base and h.base >> GENERATION_SHIFT >= h.generation):
+        raise Rejected("bounds", f"base {h.base} is not a version of a generation before "
+                                 f"{h.generation}")
+
+
+def _column(batch: pa.RecordBatch, name: str, types: tuple[pa.DataType, ...]) -> pa.Array:
+    column = batch.column(name)
+    if column.type not in types or column.null_count:
+        raise Rejected("schema", f"column {name!r} of type {column.type} "
+                                 f"({column.null_count} nulls); expected {types[0]}")
+    return column
+
+
+def _finite(values: np.ndarray, what: str) -> np.ndarray:
+    if not np.isfinite(values).all():
+        raise Rejected("not_finite", f"{what}: {int((~np.isfinite(values)).sum())} values "
+                                     "NaN or infinite")
+    return values
+
+
+def _ids(batch: pa.RecordBatch) -> np.ndarray:
+    return _column(batch, "id", (pa.int64(),)).to_numpy()
+
+
+def _body(kind: str, head: Publish, batch: pa.RecordBatch, meta: dict[str, str]) -> Delta:
+    empty = np.zeros(0, np.int64)
+    none = np.zeros((0, 0), np.float32)
+    if kind == "rows":
+        ids = _ids(batch)
+        column = batch.column("values")
+        if not pa.types.is_fixed_size_list(column.type) or column.type.value_type != pa.float32():
+            raise Rejected("schema", f"rows of type {column.type}; expected "
+                                     "fixed_size_list<float32>")
+        if column.null_count or column.flatten().null_count:
+            raise Rejected("schema", "rows with null values")
+        dim = column.type.list_size
+        if dim < 1:
+            raise Rejected("shape", f"rows of width {dim}")
+        values = np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.float32)
+        if np.unique(ids).size != ids.size:
+            raise Rejected("shape", f"{ids.size - np.unique(ids).size} ids twice in one message")
+        return Delta("rows", head, ids, _finite(values.reshape(-1, dim), "rows"))
+    if kind == "tombstones":
+        return Delta("tombstones", head, _ids(batch), none)
+    if kind == "dense":
+        if batch.num_rows != 1:
+            raise Rejected("shape", f"a dense delta of {batch.num_rows} rows; expected 1")
+        start = int(_column(batch, "start", (pa.int64(),))[0].as_py())
+        column = _column(batch, "values", (pa.list_(pa.float32()), pa.large_list(pa.float32())))
+        values = np.asarray(column[0].values.to_numpy(zero_copy_only=False), np.float32)
+        size = int(meta["hetgmp.dense_size"])
+        if not 1 <= size <= MAX_DENSE or start < 0 or start + values.size > size:
+            raise Rejected("bounds", f"dense values {start}..{start + values.size} of a "
+                                     f"parameter vector of {size}")
+        return Delta("dense", head, empty, _finite(values, "dense parameters"), start=start,
+                     dense_size=size)
+    messages = int(_column(batch, "messages", (pa.int64(),))[0].as_py())
+    if not 0 <= messages <= MAX_DENSE:
+        raise Rejected("bounds", f"a mark of {messages} messages")
+    return Delta("mark", head, empty, none, messages=messages)

@@ -8,6 +8,12 @@ partition order; :class:`FollowerThread` does that until stopped.
 
 *Caught up* means every partition's position has reached the high watermark the broker reported
 in a fetch (not ``end_offsets``, which this broker answers with the last batch's base offset).
+
+No message stops the follower or reaches the model unchecked (:class:`DeltaGate`): it is decoded
+and checked alone (:func:`~trainer.serving.deltas.decode`), its signature verified on a signed
+log, checked against the model (:meth:`ServingModel.check`), and only then applied; a message
+refused anywhere on the way is counted by reason, logged the first time a reason is seen, and
+skipped, and the model keeps what it held.
 """
 
 from __future__ import annotations
@@ -15,13 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from streaming import KafkaSettings, connect_with_retry, topic_partitions
-from trainer.serving.deltas import decode
+from trainer.serving.deltas import REJECT_REASONS, Rejected, decode
 from trainer.serving.model import ServingModel
+from trainer.serving.signing import Signer
 
-__all__ = ["Follower", "FollowerStats", "FollowerThread"]
+__all__ = ["DeltaGate", "Follower", "FollowerStats", "FollowerThread"]
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +40,49 @@ class FollowerStats:
 
     messages: int = 0
     bytes: int = 0
-    bad: int = 0
     polls: int = 0
     caught_up: bool = False
     error: str = ""
+    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
+
+
+class DeltaGate:
+    """Everything between a message of the log and the model: decode, verify, check, apply.
+
+    Args:
+        model: What accepted deltas are applied to.
+        stats: Where messages and refusals are counted.
+        signer: Verifies signatures (None: an unsigned log).
+    """
+
+    def __init__(self, model: ServingModel, stats: FollowerStats,
+                 signer: Signer | None = None) -> None:
+        self.model, self.stats, self.signer = model, stats, signer
+
+    def receive(self, payload: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None,
+                where: str) -> bool:
+        """Apply one message if it passes every check; whether it was applied.
+
+        Args:
+            payload: The message's value.
+            headers: Its Kafka headers.
+            where: Where it was read (``topic[partition]@offset``), for the log.
+        """
+        self.stats.messages += 1
+        self.stats.bytes += len(payload or b"")
+        try:
+            if self.signer is not None:
+                self.signer.verify(payload, headers)
+            self.model.apply(decode(payload))
+        except Rejected as exc:
+            first = self.stats.rejected[exc.reason] == 0
+            self.stats.rejected[exc.reason] += 1
+            if first:  # once per reason: a flood of bad messages must not flood the log
+                log.warning("delta %s rejected (%s): %s; further deltas rejected for this "
+                            "reason are counted in hetgmp_serve_deltas_rejected_total only",
+                            where, exc.reason, exc.detail)
+            return False
+        return True
 
 
 class Follower:
@@ -47,14 +94,17 @@ class Follower:
         model: What the deltas are applied to.
         offsets: Where to start, by partition (the checkpoint's ``model.offsets``).
         topic_wait_s: How long to wait for the topic to exist.
+        signer: Verifies every message's signature (None: an unsigned log).
     """
 
     def __init__(self, settings: KafkaSettings, topic: str, model: ServingModel,
-                 offsets: dict[int, int], topic_wait_s: float = 60.0) -> None:
+                 offsets: dict[int, int], topic_wait_s: float = 60.0,
+                 signer: Signer | None = None) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
         self.topic, self.model = topic, model
         self.stats = FollowerStats()
+        self.gate = DeltaGate(model, self.stats, signer)
         parts = sorted(topic_partitions(settings, topic, wait_s=topic_wait_s))
         self._consumer = connect_with_retry(
             lambda: KafkaConsumer(**settings.client_kwargs(), group_id=None,
@@ -75,17 +125,8 @@ class Follower:
         n = 0
         for tp in sorted(got, key=lambda t: t.partition):
             for record in got[tp]:
-                self.stats.messages += 1
-                self.stats.bytes += len(record.value or b"")
-                try:
-                    delta = decode(record.value)
-                except ValueError as exc:
-                    self.stats.bad += 1
-                    log.warning("%s[%d] offset %d is not a delta: %s", tp.topic, tp.partition,
-                                record.offset, exc)
-                    continue
-                self.model.apply(delta)
-                n += 1
+                n += self.gate.receive(record.value, record.headers,
+                                       f"{tp.topic}[{tp.partition}]@{record.offset}")
         if not self.stats.caught_up and self._at_end():
             self.stats.caught_up = True
             log.info("caught up with %s: %d deltas applied", self.topic, self.model.applied.deltas)

@@ -28,12 +28,20 @@ from streaming import ClickBatch
 from trainer import checkpoint as ckpt
 from trainer.embedding import initial_rows
 from trainer.model import FlatParameters, build_model
-from trainer.serving.deltas import Delta, log_version
+from trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
 from trainer.types import ModelConfig
 
 __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
 
 log = logging.getLogger(__name__)
+
+_PUBLISH_MASK = (1 << GENERATION_SHIFT) - 1
+# How far a new generation may jump past the one held: runs that crashed before publishing
+# anything each take a number.
+MAX_GENERATION_JUMP = 1024
+# How far past a rank's last complete publish (or its run's base) a publish number may be: a
+# rank's publishes arrive in order, one mark each, so a legitimate one is next or close to it.
+MAX_PUBLISH_AHEAD = 1 << 16
 
 
 def model_config(shape: dict[str, Any]) -> ModelConfig:
@@ -198,8 +206,12 @@ class ServingModel:
         self._dense_version = version
         self._model = self._build(flat)
         self._assembling: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._generation = version >> 40
+        self._generation = version >> GENERATION_SHIFT
         self._base = 0
+        # The version of the checkpoint it started from: a run that resumed from an older one
+        # would take serving back past what it has held.
+        self._floor = version
+        self._numel = int(flat.size)
         self._world = world
         self._marks: dict[int, RankMark] = {}
         self._counts: dict[tuple[int, int], int] = {}  # (rank, publish) -> messages seen
@@ -221,6 +233,8 @@ class ServingModel:
         if values.shape[1:] != (model.config.row_dim,):
             raise ckpt.CheckpointError(f"{manifest.path}: rows of width {values.shape[1:]}, "
                                        f"the model's are {model.config.row_dim}")
+        if not (np.isfinite(values).all() and np.isfinite(dense).all()):
+            raise ckpt.CheckpointError(f"{manifest.path} holds NaN or infinite parameters")
         model.table.upsert(ids, values.astype(np.float32), version)
         return model
 
@@ -238,8 +252,53 @@ class ServingModel:
 
     # -- the log -----------------------------------------------------------------------------
 
+    def check(self, delta: Delta) -> None:
+        """Refuse a delta that this model must not apply: sizes that are not the model's, or
+        a generation or publish number that cannot follow what it holds. What a message can
+        be checked for alone, :func:`~trainer.serving.deltas.decode` has checked.
+
+        Raises:
+            Rejected: ``delta`` must be skipped (nothing of it was applied).
+        """
+        h = delta.head
+        if h.lineage != self.lineage:
+            return  # another job's: ignored, whatever it holds
+        if delta.kind == "rows" and delta.values.shape[1] != self.config.row_dim:
+            raise Rejected("shape", f"rows of width {delta.values.shape[1]}; the model's are "
+                                    f"{self.config.row_dim}")
+        if delta.kind == "dense" and delta.dense_size != self._numel:
+            raise Rejected("shape", f"dense parameters of {delta.dense_size} values; the model "
+                                    f"has {self._numel}")
+        if h.generation < self._generation:
+            return  # an older run's: it never outranks what is held (apply)
+        if h.generation > self._generation:
+            if h.generation - self._generation > MAX_GENERATION_JUMP:
+                raise Rejected("order", f"generation {h.generation} jumps more than "
+                                        f"{MAX_GENERATION_JUMP} past {self._generation}")
+            if h.base < self._floor:
+                raise Rejected("order", f"generation {h.generation} resumed from version "
+                                        f"{h.base}, before the checkpoint serving started from "
+                                        f"({self._floor}): restart serve to follow it")
+            ref = h.base & _PUBLISH_MASK
+        else:
+            if h.world != self._world:
+                raise Rejected("bounds", f"world {h.world} in generation {h.generation} of "
+                                         f"world {self._world}")
+            last = self._marks.get(h.rank)
+            ref = max(self._floor, self._base) & _PUBLISH_MASK
+            if last is not None:
+                ref = max(ref, last.publish)
+        if h.publish > ref + MAX_PUBLISH_AHEAD:
+            raise Rejected("order", f"publish {h.publish} of rank {h.rank} is more than "
+                                    f"{MAX_PUBLISH_AHEAD} past {ref}")
+
     def apply(self, delta: Delta) -> None:
-        """Apply one delta of the log, in the order its partition holds them."""
+        """Apply one delta of the log, in the order its partition holds them.
+
+        Raises:
+            Rejected: :meth:`check` refused it; the model is as it was.
+        """
+        self.check(delta)
         a, h = self.applied, delta.head
         if h.lineage != self.lineage:
             a.foreign += 1

@@ -76,6 +76,13 @@ class _ModelCollector:
         for kind in ("rows", "tombstones", "dense", "mark"):
             deltas.add_metric([kind], a.by_kind.get(kind, 0))
         yield deltas
+        if s.follower is not None:
+            rejected = CounterMetricFamily("hetgmp_serve_deltas_rejected", "Delta-log messages "
+                                           "refused and skipped, by reason (the model keeps "
+                                           "what it held)", labels=["reason"])
+            for reason, n in s.follower.follower.stats.rejected.items():
+                rejected.add_metric([reason], n)
+            yield rejected
         yield CounterMetricFamily("hetgmp_serve_rows_applied", "Rows replaced or added by the "
                                   "log", value=a.rows)
         yield CounterMetricFamily("hetgmp_serve_rows_removed", "Rows removed by tombstones",

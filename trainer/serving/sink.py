@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from streaming import KafkaSettings, connect_with_retry
+from trainer.serving.signing import Signer
 
 __all__ = ["DeltaSink", "Failed", "KafkaDeltaSink", "MemorySink"]
 
@@ -63,12 +64,14 @@ class KafkaDeltaSink:
         settings: How to reach the cluster.
         topic: The delta-log topic (created with ``partitions`` if missing).
         rank: The publishing rank (the message key; partition ``rank % partitions``).
+        signer: Signs every message (None: an unsigned log).
     """
 
-    def __init__(self, settings: KafkaSettings, topic: str, rank: int) -> None:
+    def __init__(self, settings: KafkaSettings, topic: str, rank: int,
+                 signer: Signer | None = None) -> None:
         from kafka import KafkaProducer
 
-        self.topic = topic
+        self.topic, self._signer = topic, signer
         self._producer = connect_with_retry(
             lambda: KafkaProducer(**settings.client_kwargs(), acks="all",
                                   enable_idempotence=True, linger_ms=5,
@@ -101,8 +104,9 @@ class KafkaDeltaSink:
         from kafka.errors import KafkaError
 
         try:
-            future = self._producer.send(self.topic, value=payload, key=self._key,
-                                         partition=self.partition)
+            future = self._producer.send(
+                self.topic, value=payload, key=self._key, partition=self.partition,
+                headers=self._signer.headers(payload) if self._signer is not None else None)
         except KafkaError as exc:  # no room in the buffer, or no metadata in max_block_ms
             self._failure(rows, tombstones, exc)
             return
@@ -146,15 +150,18 @@ class KafkaDeltaSink:
 
 
 class MemorySink:
-    """Messages kept in a list, offsets counted from 0 (unit tests of the publisher)."""
+    """Messages kept in a list, offsets counted from 0 (unit tests of the publisher); with a
+    ``signer``, each message's headers in ``headers``."""
 
-    def __init__(self, topic: str = "memory.model") -> None:
-        self.topic = topic
+    def __init__(self, topic: str = "memory.model", signer: Signer | None = None) -> None:
+        self.topic, self._signer = topic, signer
         self.messages: list[bytes] = []
+        self.headers: list[list[tuple[str, bytes]]] = []
 
     def send(self, payload: bytes, *, rows: np.ndarray | None = None,
              tombstones: np.ndarray | None = None) -> None:
         self.messages.append(payload)
+        self.headers.append(self._signer.headers(payload) if self._signer is not None else [])
 
     def acked(self) -> dict[int, int]:
         return {0: len(self.messages)} if self.messages else {}
