@@ -54,25 +54,51 @@ log = logging.getLogger(__name__)
 GENERATION_FILE = "GENERATION"
 
 
+def _identity(root: Path) -> dict[str, object]:
+    st = root.stat()
+    return {"path": str(root.resolve()), "device": st.st_dev, "inode": st.st_ino}
+
+
+def _same_directory(recorded: object, now: dict[str, object]) -> bool:
+    """Whether the directory that wrote a run count is this one: the same inode (moved
+    within its file system, remounted), or the same path (restored from a backup in place).
+    A copy elsewhere (``cp -a``, a snapshot mounted beside the original) is neither."""
+    if not isinstance(recorded, dict):
+        return True  # written before directories were recorded: adopted as it is
+    return ((recorded.get("device"), recorded.get("inode")) == (now["device"], now["inode"])
+            or recorded.get("path") == now["path"])
+
+
 def next_generation(root: str) -> tuple[str, int]:
     """Count one more run in checkpoint directory ``root`` (rank 0), durably.
 
     Returns:
         The directory's *lineage* (a random name given by its first run: serving ignores
         deltas of another lineage, another job's on the same topic) and the new run's number.
+        A copy of a checkpoint directory is another job: the first run in it takes a lineage
+        of its own, so that it never publishes as the original (whose serve processes would
+        apply its rows).
     """
     path = Path(root) / GENERATION_FILE
+    Path(root).mkdir(parents=True, exist_ok=True)
+    here = _identity(Path(root))
     lineage, last = uuid.uuid4().hex, 0
     if path.exists():
         try:
             body = json.loads(path.read_text())
             lineage, last = str(body["lineage"]), int(body["generation"])
-        except (ValueError, KeyError, TypeError) as exc:
+            recorded = body.get("directory")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ckpt.CheckpointError(
                 f"{path} is not a run count ({exc!r}): restore or delete it (serving orders "
                 "the runs of a checkpoint directory by it)") from None
-    Path(root).mkdir(parents=True, exist_ok=True)
-    data = json.dumps({"lineage": lineage, "generation": last + 1}).encode()
+        if not _same_directory(recorded, here):
+            copied, lineage = lineage, uuid.uuid4().hex
+            log.warning("%s is a copy of the checkpoint directory %s: it publishes as a job of "
+                        "its own (lineage %s, not %s); serve processes of the original ignore "
+                        "it", root, recorded.get("path") if isinstance(recorded, dict) else "?",
+                        lineage, copied)
+    data = json.dumps({"lineage": lineage, "generation": last + 1, "directory": here}).encode()
     ckpt.atomic_write(path, lambda f: f.write(data))
     return lineage, last + 1
 
@@ -124,7 +150,8 @@ class Publisher:
         chosen = next_generation(root) if comm.rank == 0 else None
         self.lineage, self.generation = comm.broadcast_object(chosen)
         trainer.store.track_evictions(True)
-        if resumed is None or not resumed.final or resumed.generation != self.generation - 1:
+        if (resumed is None or not resumed.final or resumed.generation != self.generation - 1
+                or resumed.lineage != self.lineage):
             if resumed is not None or len(trainer.store):
                 # The log may hold what a crashed run published past the checkpoint.
                 trainer.store.unpublish()

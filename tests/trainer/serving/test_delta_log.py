@@ -124,3 +124,31 @@ def test_a_crash_and_a_resume_never_move_a_row_back(kafka: KafkaSettings, unique
     got, _ = serving.table.gather(ids)
     np.testing.assert_array_equal(got, rows)  # what the resumed trainer holds, exactly
     assert np.isin(after[0], ids).all()
+
+
+def test_a_copied_checkpoint_directory_never_publishes_as_the_original(
+        kafka: KafkaSettings, unique, tmp_path: Path) -> None:
+    """``cp -a`` of a job's checkpoint directory, resumed on the same topic: the copy trains
+    and publishes, and a serve process of the original applies none of it."""
+    import shutil
+
+    topic = unique("deltas-copy")
+    produce(kafka, ProduceConfig(topic=topic, count=RECORDS, partitions=2,
+                                 records_per_message=PER_MESSAGE), SYN)
+    spec = kafka_spec(kafka, topic, unique("deltas-copy-group"))
+    one = replace(LAUNCH, workers=1)
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    launch(run_rank, Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(1),
+                         online=online_config(original, max_records=RECORDS // 2)), one)
+    shutil.copytree(original, copy, copy_function=shutil.copy2)
+    serving, follower = follow(kafka, checkpoints(original)[-1])
+    before = serving.export()
+    launch(run_rank, Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(1),
+                         online=replace(online_config(copy), resume=True)), one)
+    assert checkpoints(copy)[-1].records == RECORDS  # the copy trained the rest, and published
+    follower.catch_up(timeout_s=60)
+    follower.close()
+    assert serving.applied.foreign > 0 and serving.applied.generations == 0
+    for held, now in zip(before, serving.export()):
+        np.testing.assert_array_equal(held, now)
+    assert checkpoints(copy)[-1].model.lineage != checkpoints(original)[-1].model.lineage
