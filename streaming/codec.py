@@ -294,9 +294,13 @@ class Decoder:
                     raise ValueError(f"label must be 0 or 1, got {label!r}")
                 row_dense = [_json_int(obj.get(name)) for name in schema.dense]
                 row_values = [_json_str(obj.get(name)) for name in schema.sparse]
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, RecursionError) as exc:
+                # RecursionError: nesting deeper than the json module parses ('[' * 30000).
+                detail = ("nested too deeply" if isinstance(exc, RecursionError)
+                          else str(exc)[:200])
                 ok[r] = False
-                self._reject_rows(lines, np.array([r]), RejectReason.BAD_JSON, meta, rejects, str(exc)[:200])
+                self._reject_rows(lines, np.array([r]), RejectReason.BAD_JSON, meta, rejects,
+                                  detail)
                 continue
             labels[r] = float(label)
             dense[r] = row_dense

@@ -484,6 +484,15 @@ class ServeConfig:
     delta_key_file: str = field(default="", metadata={
         "help": "apply only delta-log messages signed with the key in this file (the "
                 "trainer's --delta-key-file; '' = an unsigned log)"})
+    header_timeout_s: float = field(default=10.0, metadata={
+        "help": "close a connection that has not sent a whole request head this long after "
+                "it opened or after its last reply (idle keep-alive connections too)"})
+    body_timeout_s: float = field(default=30.0, metadata={
+        "help": "answer 408 to a request whose body has not arrived this long after its head"})
+    max_inflight_bytes: int = field(default=64 << 20, metadata={
+        "help": "most request-body bytes held in memory at once (reserved as a request's "
+                "Content-Length, or --max-body-bytes without one); past it requests get 503 "
+                "with Retry-After"})
 
     def __post_init__(self) -> None:
         if self.format not in ("tsv", "json"):
@@ -492,5 +501,10 @@ class ServeConfig:
             raise ValueError(f"port {self.port} is not a TCP port")
         if self.max_body_bytes < 1 or self.max_records < 1 or self.threads < 1:
             raise ValueError("max_body_bytes, max_records and threads must be positive")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ValueError("header_timeout_s and body_timeout_s must be positive")
+        if self.max_inflight_bytes < self.max_body_bytes:
+            raise ValueError(f"max_inflight_bytes ({self.max_inflight_bytes}) must hold one "
+                             f"body of max_body_bytes ({self.max_body_bytes})")
         if self.wait_s < 0:
             raise ValueError("wait_s >= 0")

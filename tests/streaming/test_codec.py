@@ -150,6 +150,17 @@ def test_json_dense_values_past_int64_are_rejected_not_raised():
     assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 2
 
 
+def test_json_nested_past_what_the_parser_takes_is_rejected_not_raised():
+    """'[' * 30000: the json module raises RecursionError, which escaped the decoder (a 500 in
+    serve; in the consumer, a batch that fails again after every restart)."""
+    schema = Schema.parse("label=y;dense=a;sparse=u")
+    d = Decoder(schema, DecodeConfig("json", max_record_bytes=1 << 20)).decode(
+        [b"[" * 30000 + b"]" * 30000, b'{"y":1,"a":2,"u":"x"}', b'{"u":' * 20000]
+    )
+    assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 2
+    assert d.rejects[0].detail == "nested too deeply"
+
+
 def test_unknown_format_is_a_clear_error():
     with pytest.raises(ValueError, match="tsv, json, arrow"):
         Decoder(config=DecodeConfig("csv"))  # type: ignore[arg-type]

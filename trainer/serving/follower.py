@@ -165,7 +165,15 @@ class Follower:
 
 
 class FollowerThread(threading.Thread):
-    """:meth:`Follower.poll_once` until :meth:`stop`; an error stops it, kept in the stats."""
+    """:meth:`Follower.poll_once` until :meth:`stop`.
+
+    A poll that fails (the broker gone, the log truncated under its position) does not end
+    it: the error is kept in the stats (``/healthz`` answers 503 with it) and the poll is
+    retried after a pause that doubles up to :attr:`MAX_BACKOFF_S`; the first poll that
+    succeeds clears it.
+    """
+
+    MAX_BACKOFF_S = 30.0
 
     def __init__(self, follower: Follower) -> None:
         super().__init__(name="delta-log-follower", daemon=True)
@@ -173,12 +181,23 @@ class FollowerThread(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
+        stats, pause = self.follower.stats, 0.5
         try:
             while not self._halt.is_set():
-                self.follower.poll_once()
-        except Exception as exc:
-            self.follower.stats.error = f"{type(exc).__name__}: {exc}"
-            log.exception("the delta-log follower stopped")
+                try:
+                    self.follower.poll_once()
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                    if error != stats.error:
+                        log.exception("the delta-log follower cannot read the log; retrying "
+                                      "every %g s at most", self.MAX_BACKOFF_S)
+                    stats.error = error
+                    self._halt.wait(pause)
+                    pause = min(2 * pause, self.MAX_BACKOFF_S)
+                    continue
+                if stats.error:
+                    log.info("the delta-log follower reads the log again")
+                    stats.error, pause = "", 0.5
         finally:
             self.follower.close()
 

@@ -1,8 +1,19 @@
 """``hetgmp serve``'s HTTP side: predictions from a :class:`ServingModel`, health, metrics.
 
-aiohttp serves the requests (a body over ``--max-body-bytes`` is refused before it is read
-whole); decoding and the forward pass run on a small thread pool, since numpy and torch release
-the interpreter while they compute. Routes:
+aiohttp serves the requests; decoding and the forward pass run on a small thread pool, since
+numpy and torch release the interpreter while they compute. What a client can hold:
+
+* a connection that has not sent a whole request head ``--header-timeout-s`` after it opened
+  (or after its last reply) is closed: aiohttp's keep-alive timer, which also runs before the
+  first request;
+* a body not received within ``--body-timeout-s`` gets 408;
+* a body over ``--max-body-bytes`` gets 413 before it is read whole; bodies in memory at once
+  (being read, decoded or scored) are bounded by ``--max-inflight-bytes``: past it a request
+  gets 503 with ``Retry-After`` before its body is read;
+* more than ``--max-records`` lines get 413 before they are split.
+
+The process listens at once; until a model is loaded ``/predict`` answers 503 and ``/readyz``
+says what it waits for. Routes:
 
 * ``POST /predict``: records in the consumer's formats, chosen by Content-Type
   (``text/tab-separated-values`` or ``text/plain``: Criteo TSV; ``application/x-ndjson``,
@@ -10,7 +21,8 @@ the interpreter while they compute. Routes:
   present and ignored. Answers ``{"scores": [...], "model": {...}}``, one score per record in
   order; a request with any malformed record is refused whole (400, each bad line's number and
   reason), so that scores never shift against the records they belong to.
-* ``GET /healthz``: the process and its follower of the delta log are alive.
+* ``GET /healthz``: the process is alive, nothing it needs has failed, and its follower of
+  the delta log is reading (503 with the error while it cannot).
 * ``GET /readyz``: a checkpoint is loaded and the log has been caught up with once.
 * ``GET /metrics``: Prometheus exposition.
 """
@@ -18,12 +30,14 @@ the interpreter while they compute. Routes:
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -40,6 +54,19 @@ log = logging.getLogger(__name__)
 
 _TSV = {"text/tab-separated-values", "text/plain"}
 _JSON = {"application/x-ndjson", "application/jsonl", "application/json"}
+# A request body at least this big gives memory back once no body is held (Service.trim_soon).
+_TRIM_AFTER_BYTES = 1 << 20
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
+
 # Latency buckets (seconds): a 256-record request takes milliseconds on a CPU.
 _BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -69,6 +96,12 @@ class _ModelCollector:
 
     def collect(self) -> Iterator[Any]:
         s = self.service
+        yield GaugeMetricFamily("hetgmp_serve_ready", "1 once the log was caught up with",
+                                value=float(s.ready))
+        yield GaugeMetricFamily("hetgmp_serve_inflight_bytes", "Request bodies held in memory "
+                                "now (read, decoded or being scored)", value=s.inflight_bytes)
+        if s.model is None:
+            return
         m, a = s.model, s.model.applied
         yield GaugeMetricFamily("hetgmp_serve_rows", "Embedding rows held", value=len(m.table))
         deltas = CounterMetricFamily("hetgmp_serve_deltas_applied", "Delta-log messages "
@@ -100,8 +133,6 @@ class _ModelCollector:
             yield GaugeMetricFamily("hetgmp_serve_model_lag_seconds", "Now minus the newest "
                                     "Kafka append time whose every update the model holds",
                                     value=time.time() - wm / 1000.0)
-        yield GaugeMetricFamily("hetgmp_serve_ready", "1 once the log was caught up with",
-                                value=float(s.ready))
 
 
 @dataclass
@@ -109,22 +140,28 @@ class Service:
     """What the routes need.
 
     Attributes:
-        model: The model answering.
-        follower: Its follower of the delta log (None: a fixed checkpoint).
+        model: The model answering (None until one is loaded: :meth:`attach`).
+        follower: Its follower of the delta log (None: a fixed checkpoint, or not yet).
         schema: The records' field names.
         format: The record format of a request without a Content-Type.
         max_record_bytes: Longer records are malformed.
         max_records: Most records one request may hold.
         threads: Threads that decode and score.
+        max_inflight_bytes: Most request-body bytes held at once.
+        waiting_for: What the process waits for before it can answer ('' once it has a model).
+        failed: Why it cannot go on ('' while nothing has failed).
     """
 
-    model: ServingModel
+    model: ServingModel | None
     follower: FollowerThread | None
     schema: Schema
     format: str = "tsv"
     max_record_bytes: int = 65536
     max_records: int = 65536
     threads: int = 2
+    max_inflight_bytes: int = 64 << 20
+    waiting_for: str = ""
+    failed: str = ""
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -132,23 +169,50 @@ class Service:
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="score")
         self._decoders = {f: Decoder(self.schema, DecodeConfig(f, self.max_record_bytes))
                           for f in ("tsv", "json")}
+        self.inflight_bytes = 0  # changed on the event loop only
+        self._trimmed = 0.0
+
+    def trim_soon(self) -> None:
+        """Give the heap's free memory back to the system, at most once a second, on the pool.
+
+        glibc keeps what large request bodies and their decoding freed in its arenas (its
+        mmap threshold grows with the largest block freed), so after a burst of 8 MB bodies a
+        process stayed 550 MB above its idle size; ``malloc_trim`` brings it back.
+        """
+        now = time.monotonic()
+        if _malloc_trim is None or now - self._trimmed < 1.0:
+            return
+        self._trimmed = now
+        self.pool.submit(_malloc_trim, 0)
+
+    def attach(self, model: ServingModel, follower: FollowerThread | None) -> None:
+        """Start answering from ``model`` (kept current by ``follower``)."""
+        self.model, self.follower, self.waiting_for = model, follower, ""
 
     @property
     def ready(self) -> bool:
         """A checkpoint is loaded and the log was caught up with (or there is no log)."""
+        if self.model is None or self.failed or self.waiting_for:
+            return False
         f = self.follower
         return f is None or (f.follower.stats.caught_up and not f.follower.stats.error)
 
     def score(self, body: bytes, fmt: str) -> tuple[int, dict[str, Any]]:
         """(status, reply) for a request body (runs on the pool)."""
+        # Count before splitting: 4M short lines would be 4M objects before the check.
+        if body.count(b"\n") > self.max_records:
+            body = body.rstrip()
+            n = body.count(b"\n") + 1
+            if n > self.max_records:
+                return 413, {"error": f"{n} records in one request; at most "
+                                      f"{self.max_records} (--max-records)"}
         lines = body.split(b"\n")
         while lines and not lines[-1].strip():
             lines.pop()
         if not lines:
             return 400, {"error": "no records in the request body"}
-        if len(lines) > self.max_records:
-            return 413, {"error": f"{len(lines)} records in one request; at most "
-                                  f"{self.max_records} (--max-records)"}
+        if self.model is None:
+            return 503, {"error": "no model loaded yet"}
         decoded = self._decoders[fmt].decode(lines, offsets=np.arange(len(lines)))
         if decoded.rejects:
             bad = sorted(decoded.rejects, key=lambda r: r.offset)
@@ -167,8 +231,9 @@ class Service:
                                else None}}
 
 
-def build_app(service: Service, max_body_bytes: int) -> Any:
-    """The aiohttp application of ``service``."""
+def build_app(service: Service, max_body_bytes: int, body_timeout_s: float = 30.0) -> Any:
+    """The aiohttp application of ``service`` (the header timeout is the runner's
+    ``keepalive_timeout``: :func:`trainer.app.serve`)."""
     from aiohttp import web
 
     async def predict(request: web.Request) -> web.Response:
@@ -177,7 +242,13 @@ def build_app(service: Service, max_body_bytes: int) -> Any:
         service.metrics.requests.labels(str(status)).inc()
         if status == 200:
             service.metrics.latency.observe(time.perf_counter() - t0)
-        return web.json_response(reply, status=status, dumps=_dumps)
+        response = web.json_response(reply, status=status, dumps=_dumps)
+        if status == 503:
+            response.headers["Retry-After"] = "1"
+        if status in (408, 413):
+            # The body may be unread: the connection cannot carry another request.
+            response.force_close()
+        return response
 
     async def _predict(request: web.Request) -> tuple[int, dict[str, Any]]:
         ctype = request.content_type  # "application/octet-stream" when none is given
@@ -190,29 +261,57 @@ def build_app(service: Service, max_body_bytes: int) -> Any:
         else:
             return 415, {"error": f"Content-Type {ctype!r} is not a record format: send "
                                   f"{sorted(_TSV)} for TSV or {sorted(_JSON)} for JSON lines"}
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+        if service.model is None:
+            return 503, {"error": f"no model loaded yet: {service.waiting_for or service.failed}"}
+        size = request.content_length
+        if size is not None and size > max_body_bytes:
             return 413, {"error": f"the body is over {max_body_bytes} bytes (--max-body-bytes)"}
-        loop = asyncio.get_running_loop()
+        # Reserve what the body may take before reading it (all of --max-body-bytes when the
+        # client does not say), so bodies in memory never pass the bound.
+        need = max(size or max_body_bytes, 1)
+        if service.inflight_bytes + need > service.max_inflight_bytes and service.inflight_bytes:
+            return 503, {"error": f"{service.inflight_bytes} bytes of requests in memory; at "
+                                  f"most {service.max_inflight_bytes} (--max-inflight-bytes): "
+                                  "retry"}
+        service.inflight_bytes += need
         try:
-            return await loop.run_in_executor(service.pool, service.score, body, fmt)
-        except ValueError as exc:  # records the model cannot take
-            return 400, {"error": str(exc)}
+            try:
+                async with asyncio.timeout(body_timeout_s):
+                    body = await request.read()
+            except TimeoutError:
+                return 408, {"error": f"the body did not arrive within {body_timeout_s:g} s "
+                                      "(--body-timeout-s)"}
+            except web.HTTPRequestEntityTooLarge:
+                return 413, {"error": f"the body is over {max_body_bytes} bytes "
+                                      "(--max-body-bytes)"}
+            loop = asyncio.get_running_loop()
+            try:
+                return await loop.run_in_executor(service.pool, service.score, body, fmt)
+            except ValueError as exc:  # records the model cannot take
+                return 400, {"error": str(exc)}
+        finally:
+            service.inflight_bytes -= need
+            if need >= _TRIM_AFTER_BYTES and not service.inflight_bytes:
+                service.trim_soon()
 
     async def healthz(_: web.Request) -> web.Response:
         f = service.follower
-        if f is not None and (f.follower.stats.error or not f.is_alive()):
-            return web.json_response({"ok": False, "error": f.follower.stats.error or
-                                      "the delta-log follower stopped"}, status=503)
-        return web.json_response({"ok": True})
+        error = service.failed
+        if not error and f is not None and (f.follower.stats.error or not f.is_alive()):
+            error = f.follower.stats.error or "the delta-log follower stopped"
+        if error:
+            return web.json_response({"ok": False, "error": error}, status=503)
+        return web.json_response({"ok": True, **({"waiting_for": service.waiting_for}
+                                                 if service.waiting_for else {})})
 
     async def readyz(_: web.Request) -> web.Response:
         if service.ready:
+            assert service.model is not None
             return web.json_response({"ready": True, "step": service.model.step})
         f = service.follower
-        reason = (f.follower.stats.error if f is not None and f.follower.stats.error
-                  else "catching up with the delta log")
+        reason = (service.failed or service.waiting_for
+                  or (f.follower.stats.error if f is not None and f.follower.stats.error
+                      else "catching up with the delta log"))
         return web.json_response({"ready": False, "reason": reason}, status=503)
 
     async def metrics(_: web.Request) -> web.Response:

@@ -9,14 +9,16 @@ lineage, which any message of the topic shows.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from small_serving import GEN, IDS, LINEAGE, PUBLISHES
+from small_serving import numel as _numel
+from small_serving import small_batch as _batch
+from small_serving import small_model as _model
 
-from streaming import ClickBatch
-from trainer.model import FlatParameters, build_model
 from trainer.serving import (
     DeltaGate,
     FollowerStats,
@@ -28,37 +30,9 @@ from trainer.serving import (
     mark_message,
     row_messages,
 )
-from trainer.serving.model import model_config
 
-SHAPE: dict[str, Any] = {"model": "deepfm", "row_dim": 17, "hidden": [8], "cross_layers": 0,
-                         "fields": 3, "dense": 2, "row_seed": 0, "row_init_scale": 0.01}
-LINEAGE = "0123456789abcdef"
-GEN, PUBLISHES = 3, 40  # the checkpoint serving starts from: generation 3, publish 40
 HEAD = Publish(rank=0, world=2, generation=GEN, publish=PUBLISHES + 1, step=500,
                watermark_ms=1_700_000_000_000, lineage=LINEAGE, base=log_version(2, 17))
-IDS = np.arange(100, 140, dtype=np.int64)
-
-
-def _numel() -> int:
-    return FlatParameters(build_model(model_config(SHAPE), SHAPE["fields"], SHAPE["dense"])).numel
-
-
-def _model() -> ServingModel:
-    rng = np.random.default_rng(0)
-    flat = rng.standard_normal(_numel()).astype(np.float32) * 0.1
-    model = ServingModel(SHAPE, flat, lineage=LINEAGE, version=log_version(GEN, PUBLISHES),
-                         world=2, step=400)
-    model.table.upsert(IDS, rng.standard_normal((IDS.size, 17)).astype(np.float32),
-                       log_version(GEN, PUBLISHES))
-    return model
-
-
-def _batch() -> ClickBatch:
-    ids = np.stack([IDS[:16], IDS[16:32], IDS[::-1][:16]], axis=1)
-    dense = np.linspace(0, 1, 32, dtype=np.float32).reshape(16, 2)
-    none = np.full(16, -1, np.int64)
-    return ClickBatch(labels=np.zeros(16, np.float32), dense=dense, ids=ids,
-                      partitions=none.astype(np.int32), offsets=none, timestamps_ms=none)
 
 
 def _state(model: ServingModel) -> tuple[np.ndarray, ...]:
