@@ -156,6 +156,25 @@ def connect_with_retry(
             attempt += 1
 
 
+# Partitions a topic may be created with. librdkafka refuses metadata of a topic with more than
+# 100,000 (RD_KAFKAP_PARTITIONS_MAX): one such topic breaks every librdkafka client of the
+# broker, and the embedded broker kept ~1.2 GB after a 1,000,000-partition topic was deleted.
+# A topic past 10,000 is a typo here (a trainer reads a share of them per rank).
+MAX_PARTITIONS = 10_000
+
+
+def check_partitions(partitions: int) -> None:
+    """Refuse a partition count outside 1..:data:`MAX_PARTITIONS`.
+
+    Raises:
+        ValueError: The message says why.
+    """
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValueError(f"{partitions} partitions: a topic is created with 1 to "
+                         f"{MAX_PARTITIONS:,} (past 100,000 librdkafka clients of the broker "
+                         "can no longer read its metadata)")
+
+
 def ensure_topic(
     settings: KafkaSettings,
     topic: str,
@@ -163,7 +182,12 @@ def ensure_topic(
     replication_factor: int = 1,
     timeout_s: float = 60.0,
 ) -> bool:
-    """Create ``topic`` with ``partitions`` partitions if missing; True if it was created."""
+    """Create ``topic`` with ``partitions`` partitions if missing; True if it was created.
+
+    Raises:
+        ValueError: ``partitions`` outside 1..:data:`MAX_PARTITIONS` (nothing is created).
+    """
+    check_partitions(partitions)
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 

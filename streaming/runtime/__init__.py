@@ -5,7 +5,15 @@ The environment is read here only (:func:`env_value`).
 """
 
 from streaming.runtime.clock import Clock, FakeClock, SystemClock
-from streaming.runtime.config import add_flags, build, env_value, load_toml, redact, secret
+from streaming.runtime.config import (
+    add_flags,
+    build,
+    directory_problem,
+    env_value,
+    load_toml,
+    redact,
+    secret,
+)
 from streaming.runtime.logs import register_secret, setup_logging
 from streaming.runtime.processes import (
     die_with_parent,
@@ -22,6 +30,7 @@ __all__ = [
     "add_flags",
     "build",
     "die_with_parent",
+    "directory_problem",
     "env_value",
     "free_port",
     "free_ports",

@@ -156,3 +156,23 @@ def build(cls: type[T], ns: argparse.Namespace, prefix: str = "", **overrides: A
             values[f.name] = getattr(ns, dest)
     values.update(overrides)
     return cls(**values)
+
+
+def directory_problem(flag: str, path: str, *, write: bool = True) -> str:
+    """Why ``path`` (given as ``flag``) cannot be a directory this process uses ('' = it can),
+    so that a command refuses it in one line before anything starts: a file there, a file
+    above it, or (``write``) no permission to create or write it."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        return f"{flag} {path} is a file, not a directory"
+    existing = p
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{flag} {path}: {existing} is a file, not a directory"
+    if write and not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {path}: {existing} is not writable by this user"
+    return ""

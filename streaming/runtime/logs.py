@@ -21,11 +21,27 @@ _lock = threading.Lock()
 _secrets: set[str] = set()
 
 
+def _forms(value: str) -> set[str]:
+    """The ways a library may print ``value``: as it is, escaped as Python's ``repr`` of a
+    string or of its UTF-8 bytes writes it (a backslash doubled, a tab as ``\\t``, either
+    quote escaped), as JSON writes it, and URL-quoted."""
+    import json
+    from urllib.parse import quote, quote_plus
+
+    forms = {value, repr(value)[1:-1], repr(value.encode())[2:-1], json.dumps(value)[1:-1],
+             value.encode("unicode_escape").decode("ascii"), quote(value, safe=""),
+             quote_plus(value)}
+    for q in ("'", '"'):  # either quote escaped, whichever repr chose to wrap it in
+        forms.add(value.encode("unicode_escape").decode("ascii").replace(q, "\\" + q))
+    return {f for f in forms if f}
+
+
 def register_secret(value: str) -> None:
-    """Mask ``value`` in every log line from now on (empty values are ignored)."""
+    """Mask ``value`` in every log line from now on, in every form :func:`_forms` knows
+    (empty values are ignored)."""
     if value:
         with _lock:
-            _secrets.add(value)
+            _secrets.update(_forms(value))
 
 
 def redact_text(text: str) -> str:

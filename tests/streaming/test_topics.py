@@ -10,7 +10,7 @@ import time
 import pytest
 
 from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.kafka import TopicNotFound, ensure_topic, topic_partitions
+from streaming.kafka import KafkaSettings, TopicNotFound, ensure_topic, topic_partitions
 from streaming.producer import ProduceConfig
 
 
@@ -76,5 +76,22 @@ def test_consumer_defaults_are_valid():
 def test_idempotence_needs_acks_from_all_replicas():
     with pytest.raises(ValueError, match="idempotence"):
         ProduceConfig(acks="1")
-    assert ProduceConfig(acks="1", idempotence=False).acks == "1"
+    assert ProduceConfig(acks="1", idempotence=False, client="confluent").acks == "1"
     assert (ProduceConfig().acks, ProduceConfig().idempotence) == ("all", True)
+
+
+def test_acks_1_is_refused_where_the_clients_count_cannot_be_trusted():
+    """kafka-python with acks=1 reported 36,736 records written across a broker restart that
+    the broker did not hold; librdkafka counted exactly. The producer's count must hold."""
+    with pytest.raises(ValueError, match="acks '1' with the kafka-python client"):
+        ProduceConfig(acks="1", idempotence=False, client="kafka-python")
+    assert ProduceConfig(acks="0", idempotence=False, client="kafka-python").acks == "0"
+
+
+@pytest.mark.parametrize("partitions", [0, 10_001, 1_000_000])
+def test_a_partition_count_past_what_clients_read_is_refused(partitions):
+    with pytest.raises(ValueError, match="partitions"):
+        ProduceConfig(partitions=partitions)
+    # before any connection: no broker answers on this port, and none is asked
+    with pytest.raises(ValueError, match="10,000"):
+        ensure_topic(KafkaSettings(bootstrap_servers="127.0.0.1:9"), "t", partitions)

@@ -16,11 +16,10 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from streaming import KafkaSettings, Schema
-from streaming.runtime import add_flags
+from streaming.runtime import add_flags, directory_problem
 from trainer.app.commands import settings
 from trainer.types import ServeConfig
 
@@ -49,9 +48,9 @@ def _check_paths(cfg: ServeConfig) -> str:
     """Why the settings' paths cannot work ('' = they can), before anything starts."""
     if not cfg.checkpoint_dir:
         return "--checkpoint-dir is required (the training job's)"
-    root = Path(cfg.checkpoint_dir)
-    if root.exists() and not root.is_dir():
-        return f"--checkpoint-dir {root} is not a directory"
+    problem = directory_problem("--checkpoint-dir", cfg.checkpoint_dir, write=False)
+    if problem:
+        return problem
     from trainer.serving import load_signer
 
     try:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
-from streaming.runtime import add_flags, build, stop_on_signals
+from streaming.runtime import add_flags, build, directory_problem, stop_on_signals
 from trainer.app.jsonout import strict_json
 from trainer.counters import ONLINE_KINDS, PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
@@ -142,6 +142,7 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     store = build(StoreConfig, args, "store", seed=args.seed)
     if args.eval_window < 1:
         raise ValueError(f"--eval-window {args.eval_window}: must be >= 1")
+    _check_paths(online)
     common = dict(progressive=args.eval_window, seed=args.seed, online=online,
                   metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                   metrics_linger_s=args.metrics_linger_s)
@@ -187,6 +188,21 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
         job = Job(spec, model, store, train, heldout_after_ms=args.heldout_after,
                   run_records=args.records, **common)
     return job, launch
+
+
+def _check_paths(online: OnlineConfig) -> None:
+    """Refuse, before any rank starts, paths the run could not use (one line, not the
+    traceback of a rank that tried)."""
+    from trainer.serving import load_signer
+
+    if online.checkpoint_dir:
+        problem = directory_problem("--checkpoint-dir", online.checkpoint_dir)
+        if problem:
+            raise ValueError(problem)
+    try:
+        load_signer(online.delta_key_file)
+    except ValueError as exc:
+        raise ValueError(f"--delta-key-file: {exc}") from None
 
 
 def _check_resumed_range(online: OnlineConfig, records: int, heldout: int) -> None:

@@ -171,17 +171,42 @@ def test_produce_then_consume_through_the_cli(broker, unique, tmp_path):
     assert summary["committed"] is True
 
 
-def test_a_password_never_reaches_the_log_whichever_library_writes_it(kafka, unique):
+@pytest.mark.parametrize("secret", ["pw-5f3a9c1e-not-for-logs", "Zq7Wk\\back'q\"d\tt"])
+def test_a_password_never_reaches_the_log_whichever_library_writes_it(kafka, unique, secret):
     """kafka-python's admin client logs its whole configuration at DEBUG, SASL password
-    included; the log formatter masks every secret the project handed to a client."""
-    secret = "pw-5f3a9c1e-not-for-logs"
+    included, as Python's repr (a backslash, a quote or a tab escaped); the log formatter masks
+    every secret the project handed to a client, in every form it may be printed."""
     r = run_cli("--log-level", "DEBUG", "produce", "--bootstrap-servers",
                 kafka.bootstrap_servers, "--sasl-plain-password", secret, "--count", "64",
                 "--topic", unique("secret"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "sasl_plain_password" in r.stderr  # the line that used to carry it is there
     assert secret not in r.stdout + r.stderr
-    assert "'sasl_plain_password': '***'" in r.stderr
+    assert repr(secret)[1:-1] not in r.stdout + r.stderr
+    assert "'sasl_plain_password': '***'" in r.stderr or \
+        "'sasl_plain_password': \"***\"" in r.stderr
+
+
+@pytest.mark.parametrize("secret", ["Zq7Wk\\back", "it's", 'say "x"', "tab\there", "both'\"",
+                                    "ünï", "a b&c=d"])
+def test_every_printed_form_of_a_secret_is_masked(secret: str) -> None:
+    import json
+    import logging
+    from urllib.parse import quote_plus
+
+    from streaming.runtime import register_secret
+    from streaming.runtime.logs import RedactingFormatter
+
+    register_secret(secret)
+    printed = [repr(secret), repr(secret.encode()), json.dumps(secret), quote_plus(secret),
+               repr({"sasl_plain_password": secret})]
+    for text in printed:
+        record = logging.LogRecord("kafka.admin", logging.DEBUG, __file__, 1, "config %s",
+                                   (text,), None)
+        line = RedactingFormatter("%(message)s").format(record)
+        assert "***" in line and secret not in line, (text, line)
+        if len(secret) > 4:
+            assert secret[1:-1] not in line, (text, line)
 
 
 def test_the_formatter_masks_secrets_in_arguments_and_tracebacks():

@@ -230,6 +230,10 @@ def test_a_synthetic_resume_below_the_trained_records_is_refused(
     (["--embed-dim", "1000000000"], "dense parameters with --embed-dim 1000000000"),
     (["--repartition-interval", "-5"], "is negative"),  # it used to mean "never"
     (["--source", "kafka", "--consumer-max-record-bytes", "0"], "max_record_bytes"),
+    # Paths (a file given as the checkpoint directory ended in a 30-line traceback).
+    (["--checkpoint-dir", __file__], "is a file, not a directory"),
+    (["--checkpoint-dir", f"{__file__}/ckpt"], "is a file, not a directory"),
+    (["--delta-key-file", f"{__file__}.missing"], "--delta-key-file"),
 ])
 def test_bad_settings_are_usage_errors_before_any_rank_starts(
         capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
