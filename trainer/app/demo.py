@@ -290,6 +290,16 @@ class _Load(threading.Thread):
         import urllib.error
         import urllib.request
 
+        # Serve listens at once and answers 503 until it holds a model (the first checkpoint):
+        # requests start once /readyz says so, as a load balancer's readiness probe would.
+        while not self.halt.wait(self.period):
+            try:
+                with urllib.request.urlopen(self.url.replace("/predict", "/readyz"),
+                                            timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass  # 503 (an HTTPError) or not listening yet
         i = 0
         while not self.halt.wait(self.period):
             req = urllib.request.Request(self.url, data=self.bodies[i % len(self.bodies)],
@@ -302,7 +312,7 @@ class _Load(threading.Thread):
             except urllib.error.HTTPError:
                 self.failed += 1
             except OSError:
-                pass  # not listening yet: it waits for the first checkpoint
+                pass  # gone (the demo is ending)
             i += 1
 
     def stop(self) -> None:
