@@ -473,6 +473,18 @@ class ClickConsumer:
         """Next offset per partition of what :meth:`next_batch` has returned so far."""
         return dict(self._positions)
 
+    @property
+    def can_hold(self) -> bool:
+        """Whether :meth:`hold` works with this consumer's client library (librdkafka)."""
+        return self._client is not None and self._client.can_hold
+
+    def hold(self, partitions: set[int]) -> None:
+        """Fetch nothing more of exactly these partitions until a later call leaves them out
+        (a reader that must wait for another partition bounds what it buffers so; messages
+        already fetched are still returned). Only where :attr:`can_hold`."""
+        assert self._client is not None, "consumer not started"
+        self._client.hold(set(partitions))
+
     def seek(self, offsets: Mapping[int, int]) -> None:
         """Continue partitions from the given offsets (e.g. those of a checkpoint)."""
         assert self._client is not None, "consumer not started"

@@ -70,6 +70,7 @@ class Prefetcher:
         self._thread: threading.Thread | None = None
         self.peak_records = 0  # the most records the queue held at once
         self.peak_bytes = 0
+        self._hold: set[int] | None = None  # partitions to hold, not yet applied
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -159,6 +160,17 @@ class Prefetcher:
 
         self.call(seek)
 
+    def hold(self, partitions: set[int]) -> None:
+        """Fetch nothing more of these partitions (:meth:`ClickConsumer.hold`) from the thread's
+        next poll on; returns at once."""
+        with self._lock:
+            polling = self._thread is not None and self._error is None
+            if polling:
+                self._hold = set(partitions)
+                self._lock.notify_all()
+        if not polling:
+            self.consumer.hold(set(partitions))
+
     def call(self, fn: Callable[[ClickConsumer], T], timeout: float | None = None) -> T:
         """Run ``fn(consumer)`` on the consumer's thread between two polls; its result.
 
@@ -183,10 +195,15 @@ class Prefetcher:
             while not self._stop.is_set():
                 self._serve_calls()
                 with self._lock:
+                    hold, self._hold = self._hold, None
+                if hold is not None:
+                    self.consumer.hold(hold)
+                with self._lock:
                     if self._queued >= self.max_records:
                         # Full: wait for the caller to take some (or to call, or to stop).
                         self._lock.wait_for(lambda: self._queued < self.max_records
-                                            or self._calls or self._stop.is_set(), 1.0)
+                                            or self._calls or self._hold is not None
+                                            or self._stop.is_set(), 1.0)
                         continue
                 before = self.consumer.snapshot()
                 batch = self.consumer.next_batch(self._messages_wanted(), self.poll_s)

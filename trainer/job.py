@@ -110,6 +110,8 @@ class RankResult:
             traffic between steps included; :data:`trainer.counters.KINDS`).
         idle_seconds: Time of the loop's steps that trained nothing on any rank (waiting for
             records, the ``idle_s`` before a Kafka source ends), part of ``seconds``.
+        source: The sources' own counts, summed over ranks (a Kafka source: how its
+            event-time order went, :meth:`trainer.sources.KafkaShard.report`).
     """
 
     rank: int
@@ -135,6 +137,7 @@ class RankResult:
     resumed_records: int = 0
     idle_seconds: float = 0.0
     sent_by_kind: dict[str, int] = field(default_factory=dict)
+    source: dict[str, int] = field(default_factory=dict)
 
     @property
     def training_seconds(self) -> float:

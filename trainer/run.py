@@ -78,6 +78,9 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
         loop.finish()
     result = _result(comm, job, trainer, loop, logs, start, seconds, manifest)
     result.idle_seconds = idle
+    reports = comm.all_gather_object(source.report())
+    result.source = {k: int(sum(r.get(k, 0) for r in reports))
+                     for k in sorted({k for r in reports for k in r})}
     if metrics is not None and job.metrics_linger_s > 0:
         _linger(comm, clock, job.metrics_linger_s)
     return result

@@ -115,6 +115,8 @@ class ConfluentConsumer(ConsumerClient):
         self._admin = AdminClient(_base_config(kafka))
         self._assigned: set[int] = set()
         self._active: set[int] = set()  # partitions librdkafka fetches (seek allowed)
+        self._held: set[int] = set()  # partitions asked to be held (hold)
+        self._paused: set[int] = set()  # those paused in librdkafka now
         self._starts: dict[int, int] = {}  # positions of partitions not handed to librdkafka yet
         self._listener: Rebalance | None = None
         self._in_callback = False
@@ -174,10 +176,27 @@ class ConfluentConsumer(ConsumerClient):
         self._c.assign([self._tp(p, self._starts.get(p, OFFSET_INVALID)) for p in parts])
         self._active = set(parts)
         self._starts = {}
+        self._apply_held()
 
     def assign(self, partitions: Sequence[int]) -> None:
         self._assigned = set(partitions)
-        self._active = set()
+        self._active, self._paused = set(), set()
+
+    can_hold = True
+
+    def hold(self, partitions: set[int]) -> None:
+        self._held = set(partitions)
+        self._apply_held()
+
+    def _apply_held(self) -> None:
+        """Pause and resume what librdkafka fetches now to match :meth:`hold` (a partition it
+        does not fetch yet is paused once it is handed over)."""
+        want = self._held & self._active
+        if want - self._paused:
+            self._c.pause([self._tp(p) for p in sorted(want - self._paused)])
+        if self._paused - want:
+            self._c.resume([self._tp(p) for p in sorted(self._paused - want)])
+        self._paused = want
 
     def subscribe(self, listener: Rebalance) -> None:
         self._listener = listener
@@ -185,6 +204,7 @@ class ConfluentConsumer(ConsumerClient):
         def on_assign(consumer: Any, tps: list[Any]) -> None:
             parts = {tp.partition for tp in tps if tp.topic == self.topic}
             self._assigned, self._active, self._in_callback = parts, set(), True
+            self._paused = set()  # a new assignment starts unpaused
             try:
                 try:
                     committed = self.committed(sorted(parts)) if parts else {}
@@ -201,6 +221,7 @@ class ConfluentConsumer(ConsumerClient):
             listener.revoked(parts)
             self._assigned -= parts
             self._active -= parts
+            self._paused -= parts
             consumer.unassign()
 
         self._c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)

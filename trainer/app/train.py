@@ -266,6 +266,9 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "freshness_p50_s": result.online.get("freshness_p50_s"),
         "freshness_p99_s": result.online.get("freshness_p99_s"),
         "resumed_from_step": result.resumed_from,
+        # Kafka: records handed out of event-time order because a rank's order buffer was
+        # full (0 keeps the promise), and the source's other counts.
+        "event_time_order": result.source or None,
         # Host wall time by phase, each the longest of any rank's (on CUDA a phase also waits
         # for the GPU work queued before it whenever it copies to the host).
         "seconds_by_phase": {phase: round(float(v), 3)

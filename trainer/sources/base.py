@@ -93,6 +93,10 @@ class Source(abc.ABC):
         ``labels`` on every series."""
         return []
 
+    def report(self) -> dict[str, int]:
+        """The source's own counts for the run's summary (summed over ranks)."""
+        return {}
+
     def close(self) -> None:
         """Release what the source holds."""
         return None

@@ -56,6 +56,9 @@ T = TypeVar("T")
 _SILENT_S = 2.0
 # Records a rank may hold back for event-time order at least (about 20 MB of Criteo records).
 _ORDER_BUFFER = 65536
+# Held-back records past which the partitions read ahead of the oldest waiting one stop being
+# fetched (Kafka's pause, as Kafka Streams pauses a partition whose buffer is full), at least.
+_HOLD_AT = 8192
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,17 @@ class KafkaShard(Source):
         self.consumer = ClickConsumer(spec.kafka, spec.consumer, partitions=mine, clock=clock)
         self.schema = self.consumer.schema
         self._buffer = self._new_buffer()
-        # Past this many records held back for order, they go out anyway (memory stays bounded).
-        # A fetch may bring one partition's next megabytes before any of another's.
-        self._order_limit = max(4 * self.local_batch, spec.prefetch_records, _ORDER_BUFFER)
+        # Past _hold_at records held back for order, the partitions ahead stop being fetched,
+        # so the one behind comes in; what was fetched of them before still arrives (the
+        # prefetch queue and a poll). Past _order_limit they go out anyway, out of order:
+        # memory stays bounded, and the summary and hetgmp_source_order_overflows say so.
+        self._hold_at = max(2 * self.local_batch, _HOLD_AT)
+        self._order_limit = max(4 * self.local_batch, _ORDER_BUFFER) + self._hold_at \
+            + 2 * spec.prefetch_records
+        self._held: set[int] = set()
         self.order_overflows = 0
+        self.order_holds = 0
+        self.order_peak = 0
         self._read = 0
         self._last_data = self._clock.monotonic()
         self._heard = {p: self._last_data for p in mine}  # when each partition last sent
@@ -192,11 +202,20 @@ class KafkaShard(Source):
             return False
 
     def collectors(self, labels: Mapping[str, str]) -> list[Any]:
-        """The consumer's metrics (records, decode errors by reason, dead letters, offsets)."""
+        """The consumer's metrics (records, decode errors by reason, dead letters, offsets)
+        and the event-time order's."""
         from streaming import ConsumerCollector
 
         # Lag counts from what this rank trained, not from what it has read ahead.
-        return [ConsumerCollector(self.consumer, dict(labels), positions=self.snapshot)]
+        return [ConsumerCollector(self.consumer, dict(labels), positions=self.snapshot),
+                _OrderCollector(self, dict(labels))]
+
+    def report(self) -> dict[str, int]:
+        """How the event-time order went: records handed out of order because the buffer
+        overflowed (times it did), times partitions read ahead were held, the most records
+        buffered."""
+        return {"order_overflows": self.order_overflows, "order_holds": self.order_holds,
+                "order_buffer_peak": self.order_peak}
 
     def next_batch(self, cap: int | None = None) -> ClickBatch:
         """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""
@@ -315,18 +334,44 @@ class KafkaShard(Source):
     def _releasable(self) -> int:
         """Records that may go out now: in event-time order, those no partition behind its log
         could still precede; all of them once the source has ended, or past the order limit."""
+        self.order_peak = max(self.order_peak, len(self._buffer))
         if self._ended or self._pass_over:
+            self._hold(set())
             return len(self._buffer)
-        ready = self._buffer.releasable(self._waiting())
+        waiting = self._waiting()
+        ready = self._buffer.releasable(waiting)
+        held_back = len(self._buffer) - ready
+        if held_back >= self._hold_at:
+            self._hold(self._buffer.ahead(waiting))
+        elif held_back < self._hold_at // 2:
+            self._hold(set())
         if ready < len(self._buffer) and len(self._buffer) >= self._order_limit:
             if not self.order_overflows:
                 log.warning("partitions %s: %d records held back for event-time order waiting "
-                            "on %s; handing them out as they are (records may be out of order "
-                            "from now on by up to what one partition is ahead)",
-                            self.partitions, len(self._buffer), sorted(self._waiting()))
+                            "on %s although %s are no longer fetched; handing them out as they "
+                            "are (records may be out of order from now on by up to what one "
+                            "partition is ahead; counted in hetgmp_source_order_overflows)",
+                            self.partitions, len(self._buffer), sorted(waiting),
+                            sorted(self._held))
             self.order_overflows += 1
             return len(self._buffer)
         return ready
+
+    def _hold(self, partitions: set[int]) -> None:
+        """Fetch nothing more of ``partitions`` (and again of those left out), where the
+        client can (librdkafka); with kafka-python the order limit is the only bound."""
+        if partitions == self._held or not self.consumer.can_hold:
+            return
+        if partitions - self._held:
+            self.order_holds += 1
+        now = self._clock.monotonic()
+        for p in self._held - partitions:  # silent from now on only if it sends nothing
+            self._heard[p] = now
+        self._held = set(partitions)
+        if self._prefetch is not None:
+            self._prefetch.hold(self._held)
+        else:
+            self.consumer.hold(self._held)
 
     def _behind(self) -> set[int]:
         """Partitions not read to the end of their log (as the last fetch knew it), or not
@@ -345,7 +390,10 @@ class KafkaShard(Source):
         """Partitions behind their log that sent something lately: they may still send a
         record older than those buffered."""
         now = self._clock.monotonic()
-        return {p for p in self._behind() if now - self._heard[p] <= _SILENT_S}
+        # A held partition is silent because this shard stopped fetching it, not because its
+        # producer paused: it stays waited on (it is ahead, so it holds nothing back).
+        return {p for p in self._behind()
+                if p in self._held or now - self._heard[p] <= _SILENT_S}
 
     def _poll(self, want: int) -> None:
         room = max(want - len(self._buffer), min(want, 4096), 1)
@@ -461,3 +509,32 @@ def message_cut(data: ClickBatch, want: int, exact: bool) -> int:
         return n
     return first + int(np.argmin(same[first:])) if not same[first:].all() else len(data)
 
+
+class _OrderCollector:
+    """The event-time order's figures, read when scraped."""
+
+    def __init__(self, shard: KafkaShard, labels: dict[str, str]) -> None:
+        self.shard, self.labels = shard, labels
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        names = sorted(self.labels)
+        values = [self.labels[k] for k in names]
+        for metric in (
+                CounterMetricFamily("hetgmp_source_order_overflows", "Times the event-time "
+                                    "buffer was full and its records went out as fetched "
+                                    "(out of order)", labels=names),
+                CounterMetricFamily("hetgmp_source_order_holds", "Times partitions read ahead "
+                                    "of the oldest waiting one stopped being fetched",
+                                    labels=names),
+                GaugeMetricFamily("hetgmp_source_order_buffered", "Records held back for "
+                                  "event-time order now", labels=names)):
+            value = {"hetgmp_source_order_overflows": self.shard.order_overflows,
+                     "hetgmp_source_order_holds": self.shard.order_holds,
+                     "hetgmp_source_order_buffered": len(self.shard._buffer)}[metric.name]
+            metric.add_metric(values, value)
+            yield metric

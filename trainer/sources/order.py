@@ -103,6 +103,18 @@ class EventTimeBuffer:
                 ok &= (t < tq) | ((t == tq) & ((o < oq) | ((o == oq) & (p <= q))))
         return n if ok.all() else int(np.argmin(ok))
 
+    def ahead(self, waiting: Collection[int]) -> set[int]:
+        """The partitions read past the oldest of the ``waiting`` ones (``max_skew_ms``
+        allowed): what they send next cannot go out before that one sends, so fetching more of
+        them only grows the buffer. Every partition read when a waiting one has sent nothing."""
+        if not self.ordered or not waiting:
+            return set()
+        newest = [self._newest.get(q) for q in waiting]
+        if any(n is None for n in newest):
+            return set(self._newest)
+        frontier = min(n[0] for n in newest if n is not None) + self.max_skew_ms
+        return {p for p, (t, _) in self._newest.items() if t > frontier}
+
     def take(self, n: int) -> ClickBatch:
         """The first ``n`` records, removed from the buffer."""
         out = self.data.take(slice(0, n))

@@ -80,6 +80,19 @@ def test_max_skew_lets_younger_records_go_without_waiting():
     assert fetched.take(4).partitions.tolist() == [0, 0, 0, 1]
 
 
+def test_the_partitions_read_past_the_oldest_waiting_one_are_ahead():
+    buf = EventTimeBuffer(SCHEMA)
+    buf.add(records(0, range(3), [0, 50, 500]))
+    buf.add(records(1, [0], [10]))
+    buf.add(records(2, [0], [10]))
+    assert buf.ahead(waiting={1, 2}) == {0}  # 0 ran ahead of 1 and 2
+    assert buf.ahead(waiting={0}) == set()  # the only one waited on is never held
+    assert buf.ahead(waiting=()) == set()
+    assert buf.ahead(waiting={0, 3}) == {0, 1, 2}  # 3 has sent nothing: all read are ahead
+    assert EventTimeBuffer(SCHEMA, max_skew_ms=600).ahead(waiting={1}) == set()
+    assert EventTimeBuffer(SCHEMA, ordered=False).ahead(waiting={1}) == set()
+
+
 PER_MESSAGE = 16
 COUNT = 16 * PER_MESSAGE * 24  # 6,144 records, 384 messages, 96 a partition
 BATCH = 512  # 32 messages a step: a multiple of the partitions' 4 (shares stay equal)
@@ -125,6 +138,38 @@ def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, un
     assert np.all(np.diff(message) >= 0), "records out of append order"
     assert np.all(np.diff(k[:, 0]) >= 0)
     assert shard.order_overflows == 0
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_one_rank_replay_of_a_long_four_partition_log_keeps_event_time_order(
+        kafka, unique, client):
+    """200,000 records produced as fast as they go: a fetch brings one partition's next
+    megabytes before another's, and the old 65,536-record buffer overflowed (50-100 times,
+    records up to half a second out of order). librdkafka now stops fetching the partitions
+    read ahead; kafka-python (which cannot pause here) has a buffer sized for what it fetches."""
+    topic = unique("long-replay")
+    report = produce(kafka, ProduceConfig(topic=topic, count=200_000, partitions=4,
+                                          records_per_message=16), SYN)
+    assert report.acked == 200_000
+    out, shard = read_all(KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id="",
+                                                          client=client), idle_s=3.0))
+    assert len(out) == 200_000
+    message = out.offsets * 4 + out.partitions
+    assert np.all(np.diff(message) >= 0), "records out of append order"
+    assert shard.report()["order_overflows"] == 0
+    if client == "confluent":
+        assert shard.report()["order_holds"] > 0
+        assert shard.report()["order_buffer_peak"] < shard._order_limit
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(shard.collectors({"rank": "0"})[-1])
+    text = generate_latest(registry).decode()
+    assert 'hetgmp_source_order_overflows_total{rank="0"} 0.0' in text
+    assert f'hetgmp_source_order_holds_total{{rank="0"}} {shard.order_holds}.0' in text
 
 
 @pytest.mark.broker
