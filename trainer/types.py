@@ -242,6 +242,12 @@ class LaunchConfig:
             raise ValueError("workers, timeout_s and threads must be positive")
 
 
+# --checkpoint-interval auto: this often with a checkpoint directory, plus one at the first
+# publish. Bounds what a crash replays and how much delta log a starting serve reads.
+AUTO = "auto"
+AUTO_CHECKPOINT_S = 300.0
+
+
 @dataclass(frozen=True)
 class Interval:
     """Every ``count`` records, or every ``seconds`` seconds; parsed from ``"100000"`` / ``"30s"``.
@@ -327,9 +333,11 @@ class OnlineConfig:
         default="", metadata={"help": "directory of checkpoints ('' = no checkpoints)"}
     )
     checkpoint_interval: str = field(
-        default="0",
-        metadata={"help": "checkpoint every N records or every N seconds (60s); one is always "
-                  "taken at the end of a run and on SIGTERM when --checkpoint-dir is set"},
+        default="auto",
+        metadata={"help": "checkpoint every N records or every N seconds (60s), 0 = only at "
+                  "the end of a run and on SIGTERM, or auto: every 300 s and once at the first "
+                  "publish of a fresh run, so that `hetgmp serve` (which starts from a "
+                  "checkpoint) can start while it trains; only with --checkpoint-dir"},
     )
     keep_checkpoints: int = field(default=3, metadata={"help": "complete checkpoints kept"})
     resume: bool = field(
@@ -358,7 +366,7 @@ class OnlineConfig:
 
     def __post_init__(self) -> None:
         Interval.parse(self.repartition_interval)
-        Interval.parse(self.checkpoint_interval)
+        self.checkpoint  # noqa: B018 (parses: a bad interval is refused here)
         if self.drift_threshold < 0 or self.window < 1 or self.migration_chunk_bytes < 1:
             raise ValueError("drift_threshold >= 0, window >= 1, migration_chunk_bytes >= 1")
         if not 0 < self.window_sample <= 1 or self.keep_checkpoints < 1 or self.max_records < 0:
@@ -369,7 +377,8 @@ class OnlineConfig:
             raise ValueError("publish_interval >= 0 (0 = no delta log)")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir")
-        if Interval.parse(self.checkpoint_interval).enabled and not self.checkpoint_dir:
+        if self.checkpoint_interval != AUTO and self.checkpoint.enabled \
+                and not self.checkpoint_dir:
             raise ValueError("--checkpoint-interval needs --checkpoint-dir")
 
     @property
@@ -379,8 +388,15 @@ class OnlineConfig:
 
     @property
     def checkpoint(self) -> Interval:
-        """When to checkpoint."""
+        """When to checkpoint (``auto``: every 300 s with a checkpoint directory)."""
+        if self.checkpoint_interval.strip().lower() == AUTO:
+            return Interval(seconds=AUTO_CHECKPOINT_S if self.checkpoint_dir else 0.0)
         return Interval.parse(self.checkpoint_interval)
+
+    @property
+    def checkpoint_at_first_publish(self) -> bool:
+        """A fresh run checkpoints at its first publish (``--checkpoint-interval auto``)."""
+        return self.checkpoint_interval.strip().lower() == AUTO
 
 
 class FaultPlan(Protocol):

@@ -6,17 +6,18 @@ all-reduce of one small int64 vector sums the proposals, and every rank decodes 
 :class:`Control`. So every decision (stop, repartition, switch placement, checkpoint) is taken by
 every rank at the same step, without a message of its own.
 
-Wire format, ``12 + 4 * world`` int64 values summed over ranks::
+Wire format, ``13 + 4 * world`` int64 values summed over ranks::
 
     0 stop | 1 repartition | 2 ready | 3 checkpoint | 4 diverged | 5 publish   (flags)
     6 records | 7 rows not held | 8 samples trained         (the previous step, summed)
     9 embedding-path bytes | 10 the loop's window, placement and migration bytes (sent since
       the previous control round) | 11 rows the previous step's batches fetch under hash
                                                         (summed; --placement auto)
-    12 + r            window words rank r sends to rank 0 now (its packed samples)
-    12 + world + r    samples rank r trained in the previous step
-    12 + 2 world + r  rows rank r owns
-    12 + 3 world + r  newest Kafka append time (ms) rank r read in the previous step, -1 none
+    12 ranks whose source was not caught up with its log after the previous step
+    13 + r            window words rank r sends to rank 0 now (its packed samples)
+    13 + world + r    samples rank r trained in the previous step
+    13 + 2 world + r  rows rank r owns
+    13 + 3 world + r  newest Kafka append time (ms) rank r read in the previous step, -1 none
 
 :func:`encode` and :func:`decode` are pure; :func:`agree` is the collective.
 """
@@ -32,7 +33,7 @@ from trainer.dist import Comm
 __all__ = ["Control", "Proposal", "agree", "decode", "encode", "width"]
 
 _FLAGS = 6
-_SUMS = 6
+_SUMS = 7
 _PER_RANK = 4
 
 
@@ -55,6 +56,8 @@ class Proposal:
             (with the embedding path's, what a placement changes).
         hash_rows: Rows its batch of the previous step fetches under the hash placement (those
             it uses and does not own by hash), for ``--placement auto``.
+        behind: Its source had records it had not handed out after the previous step (read
+            ahead, or unread on the broker): :meth:`trainer.sources.Source.caught_up`.
         window: int64 words of window samples it sends to rank 0 now.
         rows_owned: Rows it owns.
         newest_ms: Newest Kafka append time among the records it read in the previous step
@@ -73,6 +76,7 @@ class Proposal:
     embedding_bytes: int = 0
     loop_bytes: int = 0
     hash_rows: int = 0
+    behind: bool = False
     window: int = 0
     rows_owned: int = 0
     newest_ms: int = -1
@@ -94,6 +98,7 @@ class Control:
     embedding_bytes: int = 0
     loop_bytes: int = 0
     hash_rows: int = 0
+    behind: int = 0
     window_words: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     trained: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     rows_owned: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -125,7 +130,7 @@ def encode(p: Proposal, rank: int, world: int) -> np.ndarray:
     v = np.zeros(width(world), np.int64)
     v[:_FLAGS] = [p.stop, p.repartition, p.ready, p.checkpoint, p.diverged, p.publish]
     v[_FLAGS:_FLAGS + _SUMS] = [p.records, p.rows_not_held, p.samples, p.embedding_bytes,
-                                p.loop_bytes, p.hash_rows]
+                                p.loop_bytes, p.hash_rows, p.behind]
     base = _FLAGS + _SUMS
     v[base + rank] = p.window
     v[base + world + rank] = p.samples
@@ -144,6 +149,7 @@ def decode(v: np.ndarray, world: int) -> Control:
                    checkpoint=bool(v[3]), diverged=bool(v[4]), publish=bool(v[5]),
                    records=int(v[6]), rows_not_held=int(v[7]), samples=int(v[8]),
                    embedding_bytes=int(v[9]), loop_bytes=int(v[10]), hash_rows=int(v[11]),
+                   behind=int(v[12]),
                    window_words=v[base:base + world].copy(),
                    trained=v[base + world:base + 2 * world].copy(),
                    rows_owned=v[base + 2 * world:base + 3 * world].copy(),

@@ -144,6 +144,9 @@ class OnlineLoop:
         self._auto_reported = 0
         self._sent = comm.traffic.sent.copy()
         self._last = Proposal()
+        self._caught_up_ms = -1  # when this rank's source was last seen caught up (wall ms)
+        self._checkpoint_first_publish = (config.checkpoint_at_first_publish
+                                          and self.checkpointer.enabled and resumed is None)
         self.moved_chunk = False
         self.checkpoint_seconds = 0.0
 
@@ -169,8 +172,9 @@ class OnlineLoop:
             samples=self._last.samples, window=self.window.outgoing,
             embedding_bytes=int(delta[_EMBEDDING].sum()), loop_bytes=int(delta[_LOOP].sum()),
             hash_rows=self._last.hash_rows,
-            rows_owned=len(self.trainer.store), newest_ms=self._last.newest_ms))
-        self.publisher.observe(ctl.newest_ms)
+            rows_owned=len(self.trainer.store), newest_ms=self._last.newest_ms,
+            behind=self._last.behind))
+        self.publisher.observe(ctl.newest_ms, -1 if ctl.behind else self._caught_up_ms)
         self.stats.sample_imbalance = ctl.sample_imbalance or self.stats.sample_imbalance
         self.stats.row_imbalance = ctl.row_imbalance or self.stats.row_imbalance
         self._check_diverged(ctl.diverged)
@@ -179,6 +183,11 @@ class OnlineLoop:
         # checkpoint came one step late (an interval of 20,000 records at 2,048 a step was 11
         # steps, not 10).
         ctl.checkpoint = ctl.checkpoint or self.checkpointer.due_by_records(self.records)
+        # The first publish of a fresh run is checkpointed too (--checkpoint-interval auto), so
+        # hetgmp serve can start while the run trains (it loads a checkpoint, then follows the
+        # log from the offsets it records). Every rank decides alike: ctl.publish was agreed.
+        if ctl.publish and self._checkpoint_first_publish and not self.checkpointer.written:
+            ctl.checkpoint = True
         ctl.stop = ctl.stop or self.budget.spent
         if rep is not None and ctl.samples:
             rep.observe(ctl.rows_not_held / ctl.samples, migrating)
@@ -249,7 +258,8 @@ class OnlineLoop:
         newest = int(batch.timestamps_ms.max()) if len(batch) else -1
         self._last = Proposal(records=len(batch), rows_not_held=c.rows_not_held,
                               samples=c.samples_trained, hash_rows=self._hash_rows(batch, c),
-                              diverged=not math.isfinite(c.loss_sum), newest_ms=newest)
+                              diverged=not math.isfinite(c.loss_sum), newest_ms=newest,
+                              behind=self._behind())
         fresh = self.stats.freshness_of(batch.timestamps_ms, self.clock.time() * 1000.0)
         self.stats.history.append(StepRecord(
             tr.step_index, self.records, c.rows_not_held, c.samples_trained,
@@ -300,7 +310,15 @@ class OnlineLoop:
 
     def note_read(self, n: int) -> None:
         """Records read for a step that trained nothing (counted at the next control round)."""
-        self._last = Proposal(records=n)
+        self._last = Proposal(records=n, behind=self._behind())
+
+    def _behind(self) -> bool:
+        """Whether the source holds records it has not handed out; when it does not, the time
+        is noted (a publish then says the model holds every record appended before it)."""
+        if not self.source.caught_up():
+            return True
+        self._caught_up_ms = int(self.clock.time() * 1000)
+        return False
 
     def settle(self) -> None:
         """Count the last step's records (collective): a run ended by ``--steps`` has no next

@@ -143,6 +143,7 @@ class Publisher:
         self.base = 0 if resumed is None else log_version(resumed.generation, resumed.publishes)
         self._since = clock.monotonic()
         self._newest = -1  # newest append time read so far
+        self._caught_up = -1  # newest wall time at which every rank had read its whole log
         self._dense_step = -1
         self._tombstones: list[np.ndarray] = []
         if not self.enabled:
@@ -167,9 +168,12 @@ class Publisher:
         """Rank 0: a publish is due."""
         return self.enabled and self.clock.monotonic() - self._since >= self.interval_s
 
-    def observe(self, newest_ms: int) -> None:
-        """The newest append time among the records every rank read for the last step."""
+    def observe(self, newest_ms: int, caught_up_ms: int = -1) -> None:
+        """The newest append time among the records every rank read for the last step, and
+        (-1: some rank was behind) when this rank last saw its source caught up with its log
+        while every rank was: the model then holds every record appended before it."""
         self._newest = max(self._newest, newest_ms)
+        self._caught_up = max(self._caught_up, caught_up_ms)
 
     @property
     def watermark_ms(self) -> int:
@@ -221,7 +225,7 @@ class Publisher:
                 self._send(message)
                 sent += 1
             self._dense_step = self.trainer.step_index
-        self._send(mark_message(sent, head))
+        self._send(mark_message(sent, head, caught_up_ms=self._caught_up))
         st.publishes += 1
         st.rows += int(ids.size)
         st.tombstones += int(evicted.size)

@@ -16,6 +16,7 @@ kind            columns                                     metadata (every kind
                                                             ``hetgmp.lineage``, ``hetgmp.base``
 ``mark``        ``messages`` int64: the messages the rank
                 sent in this publish before the mark
+                (``hetgmp.caught_up_ms`` in the metadata)
 ==============  ==========================================  ====================================
 
 **Versions.** Everything in a publish has the publish's version, :func:`log_version` of the
@@ -34,7 +35,9 @@ above it that arrive late.
 ``hetgmp.lineage`` names the checkpoint directory whose runs publish (another job writing to
 the same topic has another, and serving ignores its deltas). ``hetgmp.step`` is the training
 step the publish holds, ``hetgmp.watermark_ms`` the newest Kafka append time among the records
-whose every update the owners hold by then (-1: none yet).
+whose every update the owners hold by then (-1: none yet). A mark's ``hetgmp.caught_up_ms``
+(optional, -1 when absent) is the newest wall time at which every rank had read its whole log:
+the model then holds every record appended before it, so a quiet stream is not a lagging model.
 Messages are keyed by the publishing rank, so a rank's publish stays in order in one partition
 and its mark comes after its rows.
 
@@ -114,6 +117,7 @@ class Delta:
         start: Dense: where ``values`` starts in the flat parameters.
         dense_size: Dense: length of the flat parameters.
         messages: Mark: messages the rank sent in this publish before it.
+        caught_up_ms: Mark: when every rank last had read its whole log (wall ms, -1: never).
     """
 
     kind: DeltaKind
@@ -123,6 +127,7 @@ class Delta:
     start: int = 0
     dense_size: int = 0
     messages: int = 0
+    caught_up_ms: int = -1
 
 
 _HEAD = ("rank", "world", "generation", "publish", "step", "watermark_ms", "base")
@@ -174,10 +179,11 @@ def dense_messages(flat: np.ndarray, head: Publish) -> list[bytes]:
     return out
 
 
-def mark_message(messages: int, head: Publish) -> bytes:
+def mark_message(messages: int, head: Publish, caught_up_ms: int = -1) -> bytes:
     """The message that closes a rank's publish of ``messages`` messages."""
     batch = pa.record_batch([pa.array([messages], pa.int64())], names=["messages"])
-    return ipc_message(batch.replace_schema_metadata(_meta("mark", head)))
+    return ipc_message(batch.replace_schema_metadata(
+        _meta("mark", head, caught_up_ms=caught_up_ms)))
 
 
 class Rejected(ValueError):
@@ -315,4 +321,7 @@ def _body(kind: str, head: Publish, batch: pa.RecordBatch, meta: dict[str, str])
     messages = int(_column(batch, "messages", (pa.int64(),))[0].as_py())
     if not 0 <= messages <= MAX_DENSE:
         raise Rejected("bounds", f"a mark of {messages} messages")
-    return Delta("mark", head, empty, none, messages=messages)
+    caught_up = int(meta.get("hetgmp.caught_up_ms", -1))  # absent in logs written before it
+    if not -1 <= caught_up < 1 << 53:
+        raise Rejected("bounds", f"a mark caught up at {caught_up} ms")
+    return Delta("mark", head, empty, none, messages=messages, caught_up_ms=caught_up)

@@ -160,6 +160,7 @@ class RankMark:
     publish: int
     watermark_ms: int
     step: int
+    caught_up_ms: int = -1
 
 
 @dataclass
@@ -365,7 +366,7 @@ class ServingModel:
             log.warning("rank %d: publish %d follows publish %d (missing or out of order)",
                         h.rank, h.publish, last.publish)
         if last is None or h.publish > last.publish:
-            self._marks[h.rank] = RankMark(h.publish, h.watermark_ms, h.step)
+            self._marks[h.rank] = RankMark(h.publish, h.watermark_ms, h.step, delta.caught_up_ms)
             self.step = max(self.step, h.step)
         # Counts of publishes whose mark never came are not kept forever.
         if len(self._counts) > 4 * max(self._world, 1):
@@ -380,6 +381,16 @@ class ServingModel:
         if any(m is None for m in marks):
             return -1
         return min(m.watermark_ms for m in marks if m is not None)
+
+    @property
+    def fresh_ms(self) -> int:
+        """Time up to which the model holds every record appended: per rank the later of its
+        watermark and when every rank had read its whole log (a quiet stream is not a model
+        behind), the oldest over ranks (-1: not every rank has published yet)."""
+        marks = [self._marks.get(r) for r in range(self._world)]
+        if any(m is None for m in marks):
+            return -1
+        return min(max(m.watermark_ms, m.caught_up_ms) for m in marks if m is not None)
 
     @property
     def dense_version(self) -> int:

@@ -128,11 +128,21 @@ class _ModelCollector:
                                   "messages were not all seen", value=a.incomplete)
         yield GaugeMetricFamily("hetgmp_serve_model_step", "Training step of the newest "
                                 "complete publish applied", value=m.step)
-        wm = m.watermark_ms
-        if wm >= 0:  # no sample before every rank has published one
-            yield GaugeMetricFamily("hetgmp_serve_model_lag_seconds", "Now minus the newest "
-                                    "Kafka append time whose every update the model holds",
-                                    value=time.time() - wm / 1000.0)
+        # No sample before every rank has published once. Lag is what the model misses of the
+        # log; the newest record's age also grows while the stream is quiet, and says so.
+        now, wm, fresh = time.time(), m.watermark_ms, m.fresh_ms
+        if fresh >= 0:
+            yield GaugeMetricFamily("hetgmp_serve_model_lag_seconds", "Now minus the time up "
+                                    "to which the model holds every record appended (the "
+                                    "newest trained append time, or when the trainer had "
+                                    "read its whole log if later): it stays near the publish "
+                                    "interval while the stream is quiet",
+                                    value=max(now - fresh / 1000.0, 0.0))
+        if wm >= 0:
+            yield GaugeMetricFamily("hetgmp_serve_newest_record_age_seconds", "Now minus the "
+                                    "newest Kafka append time whose every update the model "
+                                    "holds (grows while no records arrive)",
+                                    value=now - wm / 1000.0)
 
 
 @dataclass
@@ -224,11 +234,11 @@ class Service:
         scores = self.model.score(decoded.batch)
         self.metrics.records.inc(len(scores))
         m = self.model
-        wm = m.watermark_ms
+        wm, fresh = m.watermark_ms, m.fresh_ms
         return 200, {"scores": np.round(scores, 7).tolist(),  # 4x faster than a float loop
                      "model": {"step": m.step, "watermark_ms": wm,
-                               "lag_s": round(time.time() - wm / 1000.0, 3) if wm >= 0
-                               else None}}
+                               "lag_s": round(max(time.time() - fresh / 1000.0, 0.0), 3)
+                               if fresh >= 0 else None}}
 
 
 def build_app(service: Service, max_body_bytes: int, body_timeout_s: float = 30.0) -> Any:

@@ -93,6 +93,13 @@ class Source(abc.ABC):
         ``labels`` on every series."""
         return []
 
+    def caught_up(self) -> bool:
+        """Whether every record the log held when last fetched has been handed out (nothing
+        read ahead, nothing unread on the broker as far as this source knows). A live log with
+        no new records is caught up; serving then reports the model as fresh, not as lagging
+        by the age of the newest record."""
+        return False
+
     def report(self) -> dict[str, int]:
         """The source's own counts for the run's summary (summed over ranks)."""
         return {}

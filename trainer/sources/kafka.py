@@ -210,6 +210,10 @@ class KafkaShard(Source):
         return [ConsumerCollector(self.consumer, dict(labels), positions=self.snapshot),
                 _OrderCollector(self, dict(labels))]
 
+    def caught_up(self) -> bool:
+        """Nothing buffered and every partition read to its high watermark."""
+        return not len(self._buffer) and not self._behind()
+
     def report(self) -> dict[str, int]:
         """How the event-time order went: records handed out of order because the buffer
         overflowed (times it did), times partitions read ahead were held, the most records

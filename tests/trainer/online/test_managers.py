@@ -18,16 +18,17 @@ def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     a = Proposal(stop=True, records=5, rows_not_held=7, samples=4, window=2, rows_owned=10,
                  newest_ms=1_000, embedding_bytes=900, loop_bytes=40, hash_rows=100)
     b = Proposal(repartition=True, ready=True, checkpoint=True, records=1, samples=6,
-                 rows_owned=30, newest_ms=3_000, embedding_bytes=50)
-    c = Proposal(diverged=True, publish=True, window=9, hash_rows=7)
+                 rows_owned=30, newest_ms=3_000, embedding_bytes=50, behind=True)
+    c = Proposal(diverged=True, publish=True, window=9, hash_rows=7, behind=True)
     v = encode(a, 0, world) + encode(b, 1, world) + encode(c, 2, world)
-    assert v.shape == (width(world),) == (12 + 4 * world,)
+    assert v.shape == (width(world),) == (13 + 4 * world,)
     ctl = decode(v, world)
     assert (ctl.stop, ctl.repartition, ctl.ready, ctl.checkpoint, ctl.diverged,
             ctl.publish) == (True, True, True, True, True, True)
     assert ctl.newest_ms == 3_000  # the newest over ranks, not a sum
     assert (ctl.records, ctl.rows_not_held, ctl.samples) == (6, 7, 10)
     assert (ctl.embedding_bytes, ctl.loop_bytes, ctl.hash_rows) == (950, 40, 107)
+    assert ctl.behind == 2  # ranks not caught up with their log
     assert ctl.window_words.tolist() == [2, 0, 9]
     assert ctl.trained.tolist() == [4, 6, 0]
     assert ctl.rows_owned.tolist() == [10, 30, 0]
@@ -36,7 +37,7 @@ def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     assert decode(np.zeros(width(world), np.int64), world).sample_imbalance is None
     nothing = sum(encode(Proposal(), r, world) for r in range(world))
     assert decode(nothing, world).newest_ms == -1  # no rank read a timed record
-    with pytest.raises(ValueError, match="has 20 values"):
+    with pytest.raises(ValueError, match="has 21 values"):
         decode(np.zeros(5, np.int64), 2)
 
 

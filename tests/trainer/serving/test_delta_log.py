@@ -152,3 +152,33 @@ def test_a_copied_checkpoint_directory_never_publishes_as_the_original(
     for held, now in zip(before, serving.export()):
         np.testing.assert_array_equal(held, now)
     assert checkpoints(copy)[-1].model.lineage != checkpoints(original)[-1].model.lineage
+
+
+def test_by_default_serve_can_start_while_the_run_trains_and_a_quiet_log_is_fresh(
+        kafka: KafkaSettings, unique, tmp_path: Path) -> None:
+    """Finding 13 of 2026-12-04: with the default --checkpoint-interval (then 0: only at the
+    end) no checkpoint existed while a run trained, so serve could not start. ``auto`` takes
+    one at the first publish. And once the ranks have read the whole log, the marks say so:
+    the served model's lag stops growing with the age of the newest record."""
+    topic = unique("deltas-default")
+    produce(kafka, ProduceConfig(topic=topic, count=RECORDS, partitions=2,
+                                 records_per_message=PER_MESSAGE), SYN)
+    spec = kafka_spec(kafka, topic, unique("deltas-default-group"))
+    online = replace(online_config(tmp_path), checkpoint_interval="auto")
+    (result,) = launch(run_rank, Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(1),
+                                     online=online, hooks=Hooks(return_state=True)),
+                       replace(LAUNCH, workers=1))
+    found = checkpoints(tmp_path)
+    assert len(found) == 2 and found[-1].model.final and not found[0].model.final
+    first = found[0]
+    assert 0 < first.step < found[-1].step and first.model.publishes == 1
+    # A serve started from that first checkpoint reaches the trainer's final model.
+    serving, follower = follow(kafka, first)
+    follower.close()
+    ids, rows, _ = trainer_model([result])
+    got, _ = serving.table.gather(ids)
+    np.testing.assert_array_equal(got, rows)
+    # The source sat idle for idle_s after the last record: the last marks say the ranks had
+    # read the whole log by then, later than the newest record trained.
+    assert serving.watermark_ms > 0
+    assert serving.fresh_ms - serving.watermark_ms >= 1000 * (spec.idle_s - 1)

@@ -125,6 +125,7 @@ def test_a_serve_process_killed_and_restarted_ends_where_one_that_never_stopped_
         assert victim.stop(signal.SIGKILL) == -signal.SIGKILL
         time.sleep(3.0)  # the log moves on without it
         victim = Serve(tmp_path, kafka)
+        victim.ready(120)  # it listens at once; its model (and metrics) come with a checkpoint
         trainer.join(240)
         producer.join(60)
         assert results, "the training job did not end"
