@@ -127,7 +127,8 @@ class EmbeddedBroker:
         if self._proc is not None and self._proc.poll() is None:
             return self
         binary = find_tansu()
-        if self.port is None:
+        if not self.port:  # None, or 0 as the socket API means it: a free one
+            # Picked here, not by Tansu: it would advertise port 0 to its clients.
             self.port = free_port(self.host)
         elif not port_free(self.host, self.port):
             # Checked up front: otherwise the readiness probe would be answered by whoever

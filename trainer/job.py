@@ -95,8 +95,15 @@ class RankResult:
         heldout_logloss_local: Log-loss with each rank's own view.
         progressive_auc: AUC of the last training samples, scored before their update.
         progressive_logloss: Mean log-loss of the same samples.
-        heldout_records: Records scored as held out (all ranks).
-        placement: Explicit ids, replicas per rank and the partition time.
+        progressive_in_sample: A rank was handed records it had trained in an earlier pass
+            (``--passes``): the progressive figures then score samples the model has seen.
+        heldout_records: Records scored as held out (all ranks), each once.
+        short_steps: Steps of this run that trained fewer samples than the global batch (a
+            live source hands out what it has).
+        min_step_samples: Fewest samples a step of this run trained (None: no step trained).
+        placement: The kind of placement (``--placement auto``: the one in force at the end,
+            with auto's state and last decision), explicit ids, replicas per rank and the
+            partition time.
         state: The rank's model, when asked for.
         step_counters: Every step's counters, when asked for.
         audit: The replica read and owner update logs, when asked for.
@@ -126,7 +133,10 @@ class RankResult:
     heldout_logloss_local: float | None = None
     progressive_auc: float | None = None
     progressive_logloss: float | None = None
+    progressive_in_sample: bool = False
     heldout_records: int = 0
+    short_steps: int = 0
+    min_step_samples: int | None = None
     placement: dict[str, object] = field(default_factory=dict)
     state: ModelState | None = None
     step_counters: list[StepCounters] | None = None

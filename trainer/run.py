@@ -88,8 +88,9 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
 
 @dataclass
 class _Logs:
-    """What a run keeps of its steps beyond the counters: what the hooks ask for, and the
-    recent samples of the progressive AUC."""
+    """What a run keeps of its steps beyond the counters: what the hooks ask for, the recent
+    samples of the progressive AUC, the held-out records, and the steps short of a global
+    batch."""
 
     job: Job
     world: int
@@ -101,6 +102,9 @@ class _Logs:
     ledger: Any = None
     held: list[ClickBatch] = field(default_factory=list)  # --heldout-after: scored at the end
     schema: Any = None
+    again: bool = False  # a later pass (--passes) has begun: records are seen again
+    short_steps: int = 0
+    min_step_samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.job.progressive or self.metrics is not None:
@@ -113,20 +117,28 @@ class _Logs:
 
             self.ledger = Ledger(self.job.hooks.ledger, self.trainer.comm.rank)
 
-    def hold_out(self, batch: ClickBatch) -> ClickBatch:
+    def hold_out(self, batch: ClickBatch, again: bool = False) -> ClickBatch:
         """What of ``batch`` is trained: records appended before ``--heldout-after``; the
-        others are kept to be scored after training."""
+        others are kept to be scored after training, once: a later pass (``--passes``) hands
+        the same records out again, and scoring them K times counted each K times."""
+        self.again = self.again or again
         after = self.job.heldout_after_ms
         if after is None or not len(batch):
             return batch
         late = batch.timestamps_ms >= after
         if not late.any():
             return batch
-        self.held.append(batch.take(np.flatnonzero(late)))
+        if not again:
+            self.held.append(batch.take(np.flatnonzero(late)))
         return batch.take(np.flatnonzero(~late))
 
     def add(self, batch: ClickBatch, c: StepCounters) -> None:
         hooks, tr = self.job.hooks, self.trainer
+        # The step's samples over all ranks: the same count on every rank, no collective.
+        if c.global_samples < self.job.train.global_batch:
+            self.short_steps += 1
+        if self.min_step_samples is None or c.global_samples < self.min_step_samples:
+            self.min_step_samples = c.global_samples
         if self.ledger is not None:
             self.ledger.add(batch)
         if hooks.record_offsets and len(batch):
@@ -158,7 +170,7 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
             batch = buffered.pop(0) if buffered else source.next_batch(loop.read_cap())
             done = not buffered and source.exhausted
         handed = len(batch)
-        batch = logs.hold_out(batch)
+        batch = logs.hold_out(batch, again=source.passes_done > 0)
         c = trainer.step(batch, exhausted=done)
         if handed:
             source.mark_trained()  # the step applied it: a checkpoint may now cover it
@@ -197,6 +209,8 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
             result.heldout_logloss_local = result.heldout_logloss
     if job.progressive and logs.progressive is not None:
         result.progressive_auc, result.progressive_logloss = logs.progressive.job_scores(comm)
+    result.progressive_in_sample = any(comm.all_gather_object(logs.again))
+    result.short_steps, result.min_step_samples = logs.short_steps, logs.min_step_samples
     if job.heldout_after_ms is not None:
         result.heldout_auc, result.heldout_logloss, result.heldout_records = score_batches(
             trainer, logs.held, comm, logs.schema)
@@ -208,6 +222,11 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
     p = trainer.placement
     result.placement.update(version=p.version, explicit_ids=int(p.ids.size),
                             replicas=[int(r.size) for r in p.replicas])
+    if result.online.get("placement_auto") is not None:
+        result.placement.update(_auto_in_force(result.online["placement_auto"]))
+    elif result.placement.get("kind") == "online" and not loop.partition:
+        # One rank: no partitioner ever ran, hash (every row here) stayed in force.
+        result.placement["kind"] = "hash"
     hooks = job.hooks
     if hooks.return_state:
         result.state = trainer.state()
@@ -218,6 +237,18 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
                                   else np.zeros((0, 2), np.int64))
     result.audit = trainer.exchange.audit
     return result
+
+
+def _auto_in_force(auto: dict[str, Any]) -> dict[str, object]:
+    """What ``--placement auto`` ended on, from its report (``state``, ``decisions``): the
+    placement in force (``kind``: graph while it is on trial or kept, hash before a graph
+    placement was migrated to and while auto rests), auto's state, and its last decision
+    (``"none yet"``: it never compared the two, e.g. a run shorter than ``--warmup`` and two
+    repartition intervals). The start's ``online`` would hide all three."""
+    state = str(auto["state"])
+    decisions = auto.get("decisions") or []
+    return {"kind": "graph" if state in ("trial", "graph") else "hash", "auto_state": state,
+            "auto_decision": decisions[-1]["decision"] if decisions else "none yet"}
 
 
 def find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:

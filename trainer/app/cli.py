@@ -23,9 +23,12 @@ _EPILOG = (
     "Settings: command line > environment (HETGMP_<SECTION>_<NAME>, shown per flag) > "
     "--config TOML file ([section] tables) > built-in default."
 )
-BENCHMARKS = ("ingest", "partition", "train", "online", "serve", "chaos", "index", "store", "gpu",
-              "waits",
-              "all")
+# What `hetgmp bench NAME` runs: the module of bench/ for each name (`all` is bench.suite, which
+# hands each benchmark the flags it defines). The choices, usage and help all come from here.
+_BENCH_MODULES = {"ingest": "ingest", "partition": "partition", "train": "train",
+                  "online": "online", "serve": "serve", "chaos": "chaos", "index": "index_bench",
+                  "store": "store_bench", "gpu": "gpu", "waits": "waits", "all": "suite"}
+BENCHMARKS = tuple(_BENCH_MODULES)
 
 
 def _shared() -> argparse.ArgumentParser:
@@ -64,10 +67,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         return 2
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    # `all` is bench.suite, which hands each benchmark the flags it defines.
-    name = {"all": "suite", "index": "index_bench", "store": "store_bench"}.get(args.which,
-                                                                          args.which)
-    status: int = importlib.import_module(f"bench.{name}").main(args.extra)
+    status: int = importlib.import_module(f"bench.{_BENCH_MODULES[args.which]}").main(args.extra)
     return status
 
 
@@ -132,7 +132,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p.set_defaults(func=run)
     p = sub.add_parser(
         "bench", add_help=False, parents=[base],
-        help="benchmarks: ingest, partition, train, online, all (each prints ratios and a JSON "
+        help="benchmarks: " + ", ".join(BENCHMARKS) + " (each prints ratios and a JSON "
              "summary; from a source checkout)",
         usage="hetgmp bench {" + ",".join(BENCHMARKS) + "} [FLAG ...]",
         description="Each benchmark prints its figures, ratios against a baseline measured in "

@@ -79,19 +79,21 @@ def _serve(collector: Any, args: argparse.Namespace) -> None:
 
 def add_broker_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
     """Flags of ``hetgmp broker``."""
-    parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="port (default 0: a free one; the address printed names it)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--log-file", default=None, help="write the broker's own log here")
 
 
 def run_broker(args: argparse.Namespace) -> int:
     """Run the embedded broker until Ctrl-C or SIGTERM."""
-    if args.port is not None and not 1 <= args.port <= 65535:
-        print(f"hetgmp broker: error: --port {args.port}: a port lies in 1..65535",
-              file=sys.stderr)
+    if not 0 <= args.port <= 65535:
+        print(f"hetgmp broker: error: --port {args.port}: a port lies in 1..65535 (0: a free "
+              f"one)", file=sys.stderr)
         return 2
     with stop_on_signals(threading.Event()) as stop:
         try:
+            # --port 0: the broker picks a free port, which the line below prints.
             with EmbeddedBroker(port=args.port, host=args.host, log_file=args.log_file) as broker:
                 print(f"bootstrap servers: {broker.bootstrap_servers}", flush=True)
                 print("embedded Tansu broker (in-memory storage); Ctrl-C stops it", flush=True)

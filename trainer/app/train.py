@@ -10,7 +10,11 @@ consumer), each with its environment variable. Sources:
   placement comes from the first ``--warmup`` records the ranks read (trained on too); the
   AUC reported is progressive (each sample scored before its update) over the last
   ``--eval-window`` samples, or held out with ``--heldout-after`` (records appended from a
-  time on are scored after training and never trained).
+  time on are scored after training and never trained). With ``--passes`` the progressive
+  AUC scores records trained in an earlier pass: the summary says it is in-sample.
+
+The source and metrics flags, like the others, come from dataclasses (here, as they configure
+this command rather than one component), so each shows its default and environment variable.
 
 SIGINT/SIGTERM stop training after the current step (a second one stops at once). The last
 line printed is a JSON summary.
@@ -22,8 +26,8 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
 from streaming.runtime import add_flags, build, directory_problem, stop_on_signals
@@ -31,15 +35,88 @@ from trainer.app.jsonout import strict_json
 from trainer.counters import ONLINE_KINDS, PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
-__all__ = ["add_train_flags", "run_train"]
+__all__ = ["add_train_flags", "auc_phrase", "run_train"]
 
 log = logging.getLogger("hetgmp.train")
 
+# --records when unset, by source: the synthetic stream needs a length; a Kafka run reads until
+# its topic stays idle (a default of 200,000 there cut longer replays short without a word).
+_RECORDS_BY_SOURCE = {"synthetic": 200_000, "kafka": 0}
+
+
+@dataclass(frozen=True)
+class _SourceFlags:
+    """Where the samples of ``hetgmp train`` come from and how they are scored (the flags of
+    its ``source`` group; ``[source]`` in a ``--config`` file)."""
+
+    source: Literal["synthetic", "kafka"] = field(
+        default="synthetic", metadata={"help": "in-memory synthetic stream, or a Kafka topic"})
+    records: int | None = field(default=None, metadata={
+        "help": "records this run trains on, over all ranks; unset: "
+                f"{_RECORDS_BY_SOURCE['synthetic']} for --source synthetic, "
+                f"{_RECORDS_BY_SOURCE['kafka']} for --source kafka (0 = until the topic "
+                "stays idle; --max-records counts over resumed runs too)"})
+    heldout: int = field(default=20_000, metadata={
+        "help": "synthetic: records after the training range scored at the end"})
+    heldout_after: str | None = field(default=None, metadata={
+        "help": "kafka: records appended at or after this time (ms since the epoch, or ISO "
+                "8601 such as 2026-12-02T03:00:00Z) are held out: scored after training, "
+                "never trained (unset: none)"})
+    eval_window: int = field(default=20_000, metadata={
+        "help": "the progressive AUC and log-loss cover this many of the last samples "
+                "trained, each scored before its update"})
+    idle_s: float = field(default=10.0, metadata={
+        "help": "kafka: a rank's source ends after this long without records"})
+    prefetch_records: int = field(default=65536, metadata={
+        "help": "kafka: decoded records a rank's fetch thread keeps ready ahead of training "
+                "(polling stops there, so memory stays bounded when training is slower than "
+                "the stream); 0 polls on the training thread"})
+    order: Literal["event-time", "fetched"] = field(default="event-time", metadata={
+        "help": "kafka: the order a rank hands out its partitions' records: by append time (a "
+                "partition behind its log holds younger records back until it sends) or as "
+                "the client fetched them"})
+    max_skew: float = field(default=0.0, metadata={
+        "help": "kafka, --order event-time: records up to this many seconds younger than a "
+                "lagging partition's newest one go out without waiting for it (0: strict "
+                "order)"})
+    fill_wait: float = field(default=1.0, metadata={
+        "help": "kafka: seconds a step waits for a whole batch while the broker holds enough "
+                "unread records for one (a replay: batches then do not depend on fetch "
+                "timing); near the end of the log a rank trains what it has"})
+    passes: int = field(default=1, metadata={
+        "help": "kafka: read the topic this many times, each pass from the first record the first "
+                "pass read to where it went idle, in order (not with --checkpoint-dir: a "
+                "checkpoint's offsets cannot say which pass); the progressive AUC is then "
+                "in-sample"})
+    reset_offsets: Literal["checkpoint", "earliest", "latest"] = field(
+        default="checkpoint", metadata={
+            "help": "kafka, with --resume: where each partition goes on: the checkpoint's "
+                    "offsets, or (after the broker lost its log, which stops a run with an "
+                    "error saying so) the first or the next record of the log as it is now"})
+    seed: int = field(default=0, metadata={
+        "help": "seed of the model, the initial rows and the partitioner"})
+
+
+@dataclass(frozen=True)
+class _MetricsFlags:
+    """Prometheus exposition of the ranks (``--metrics-*``; ``[metrics]`` in a config file)."""
+
+    port: int = field(default=0, metadata={
+        "help": "rank r serves /metrics on this port + r (0: off)"})
+    host: str = field(default="127.0.0.1", metadata={
+        "help": "address the metrics are served on (0.0.0.0 for every interface)"})
+    linger_s: float = field(default=0.0, metadata={
+        "help": "keep serving metrics this long after the run ends, so that the last scrape "
+                "of a bounded run sees its final figures"})
 
 
 def heldout_time(text: str) -> int:
     """``--heldout-after``: milliseconds since the epoch, or an ISO 8601 time (UTC unless it
-    says otherwise)."""
+    says otherwise).
+
+    Raises:
+        ValueError: neither (a usage error of ``hetgmp train``).
+    """
     import datetime as dt
 
     text = text.strip()
@@ -48,9 +125,9 @@ def heldout_time(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected milliseconds since the epoch or an ISO 8601 time such as "
-            "2026-12-02T03:00:00Z") from None
+        raise ValueError(
+            f"--heldout-after {text!r}: expected milliseconds since the epoch or an ISO 8601 "
+            "time such as 2026-12-02T03:00:00Z") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     return int(when.timestamp() * 1000)
@@ -69,58 +146,10 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
               skip=("seed",))
     add_flags(parser.add_argument_group("store", "embedding store"), StoreConfig, "store",
               prefix="store", toml=toml, skip=("seed",))
-    src = parser.add_argument_group("source", "where samples come from")
-    src.add_argument("--source", choices=["synthetic", "kafka"], default="synthetic",
-                     help="in-memory synthetic stream, or a Kafka topic")
-    src.add_argument("--records", type=int, default=200_000,
-                     help="records this run trains on, over all ranks (kafka: 0 = until the "
-                          "topic stays idle; --max-records counts over resumed runs too)")
-    src.add_argument("--heldout", type=int, default=20_000,
-                     help="synthetic: records after the training range scored at the end")
-    src.add_argument("--heldout-after", type=heldout_time, default=None, metavar="TIME",
-                     help="kafka: records appended at or after TIME (ms since the epoch, or ISO "
-                          "8601) are held out: scored after training, never trained")
-    src.add_argument("--eval-window", type=int, default=20_000, metavar="N",
-                     help="the progressive AUC and log-loss cover the last N samples trained, "
-                          "each scored before its update")
-    src.add_argument("--idle-s", type=float, default=10.0,
-                     help="kafka: a rank's source ends after this long without records")
-    src.add_argument("--prefetch-records", type=int, default=65536,
-                     help="kafka: decoded records a rank's fetch thread keeps ready ahead of "
-                          "training (polling stops there, so memory stays bounded when training "
-                          "is slower than the stream); 0 polls on the training thread")
-    src.add_argument("--order", choices=["event-time", "fetched"], default="event-time",
-                     help="kafka: the order a rank hands out its partitions' records: by append "
-                          "time (a partition behind its log holds younger records back until it "
-                          "sends) or as the client fetched them")
-    src.add_argument("--max-skew", type=float, default=0.0, metavar="SECONDS",
-                     help="kafka, --order event-time: records up to this much younger than a "
-                          "lagging partition's newest one go out without waiting for it (0: "
-                          "strict order)")
-    src.add_argument("--fill-wait", type=float, default=1.0, metavar="SECONDS",
-                     help="kafka: how long a step waits for a whole batch while the broker holds "
-                          "enough unread records for one (a replay: batches then do not depend "
-                          "on fetch timing); near the end of the log a rank trains what it has")
-    src.add_argument("--passes", type=int, default=1, metavar="K",
-                     help="kafka: read the topic K times, each pass from the first record the "
-                          "first pass read to where it went idle, in order (not with "
-                          "--checkpoint-dir: a checkpoint's offsets cannot say which pass)")
-    src.add_argument("--reset-offsets", choices=["checkpoint", "earliest", "latest"],
-                     default="checkpoint",
-                     help="kafka, with --resume: where each partition goes on: the "
-                          "checkpoint's offsets, or (after the broker lost its log, which "
-                          "stops a run with an error saying so) the first or the next record "
-                          "of the log as it is now")
-    src.add_argument("--seed", type=int, default=0,
-                     help="seed of the model, the initial rows and the partitioner")
-    met = parser.add_argument_group("metrics", "Prometheus exposition")
-    met.add_argument("--metrics-port", type=int, default=0,
-                     help="rank r serves /metrics on this port + r (0: off)")
-    met.add_argument("--metrics-host", default="127.0.0.1",
-                     help="address the metrics are served on (0.0.0.0 for every interface)")
-    met.add_argument("--metrics-linger-s", type=float, default=0.0,
-                     help="keep serving metrics this long after the run ends, so that the last "
-                          "scrape of a bounded run sees its final figures")
+    add_flags(parser.add_argument_group("source", "where samples come from"), _SourceFlags,
+              "source", toml=toml)
+    add_flags(parser.add_argument_group("metrics", "Prometheus exposition"), _MetricsFlags,
+              "metrics", prefix="metrics", toml=toml)
     add_flags(parser.add_argument_group("synthetic stream", "shape of --source synthetic"),
               SyntheticConfig, "synthetic", prefix="synthetic", toml=toml)
     add_flags(parser.add_argument_group("kafka", "how to reach the cluster"), KafkaSettings,
@@ -142,6 +171,8 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     store = build(StoreConfig, args, "store", seed=args.seed)
     if args.eval_window < 1:
         raise ValueError(f"--eval-window {args.eval_window}: must be >= 1")
+    records = _records(args)
+    heldout_after = _heldout_after(args)
     _check_paths(online)
     common = dict(progressive=args.eval_window, seed=args.seed, online=online,
                   metrics_port=args.metrics_port, metrics_host=args.metrics_host,
@@ -155,27 +186,27 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
                     "--warmup records, as --placement graph would (give an interval for auto)")
     check_metrics_port(args.metrics_port, job_ranks(launch), zero="off")
     if args.source == "synthetic":
-        if args.records < 1:
-            raise ValueError(f"--records {args.records}: the synthetic source needs at least "
+        if records < 1:
+            raise ValueError(f"--records {records}: the synthetic source needs at least "
                              f"one record (0, 'until idle', is for --source kafka)")
-        if args.heldout_after is not None:
+        if heldout_after is not None:
             raise ValueError("--heldout-after is for --source kafka (the synthetic source holds "
                              "out --heldout records after its training range)")
         if args.heldout < 0:
             raise ValueError(f"--heldout {args.heldout}: must be >= 0 (0: no held-out score)")
-        _check_resumed_range(online, args.records, args.heldout)
+        _check_resumed_range(online, records, args.heldout)
         syn = build(SyntheticConfig, args, "synthetic")
         w = train.warmup if static else 0
-        job = Job(SyntheticSpec(syn, w, args.records), model, store, train,
+        job = Job(SyntheticSpec(syn, w, records), model, store, train,
                   window=SyntheticSpec(syn, 0, w) if w else None,
-                  heldout=SyntheticSpec(syn, w + args.records, args.heldout)
+                  heldout=SyntheticSpec(syn, w + records, args.heldout)
                   if args.heldout else None, **common)
     else:
         # --records is this run's budget over all ranks, shared out as --max-records is (a
         # rank whose partitions run dry leaves its share to the others).
-        if args.records < 0:
+        if records < 0:
             raise ValueError(f"a Kafka source needs records >= 0 (0: until idle), got "
-                             f"{args.records}")
+                             f"{records}")
         if args.passes > 1 and online.checkpoint_dir:
             raise ValueError("--passes with --checkpoint-dir: a checkpoint's offsets cannot say "
                              "which pass they are in; checkpoint single-pass runs")
@@ -185,9 +216,20 @@ def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
                          prefetch_records=args.prefetch_records, order=args.order,
                          max_skew_s=args.max_skew, fill_wait_s=args.fill_wait,
                          passes=args.passes)
-        job = Job(spec, model, store, train, heldout_after_ms=args.heldout_after,
-                  run_records=args.records, **common)
+        job = Job(spec, model, store, train, heldout_after_ms=heldout_after,
+                  run_records=records, **common)
     return job, launch
+
+
+def _records(args: argparse.Namespace) -> int:
+    """``--records``, or when unset the source's own default."""
+    return int(args.records) if args.records is not None else _RECORDS_BY_SOURCE[args.source]
+
+
+def _heldout_after(args: argparse.Namespace) -> int | None:
+    """``--heldout-after`` in ms since the epoch (None: not given)."""
+    text = args.heldout_after
+    return heldout_time(text) if text is not None and text.strip() else None
 
 
 def _check_paths(online: OnlineConfig) -> None:
@@ -226,14 +268,21 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
     jt = result.job_totals
     migrations = [e for e in result.online.get("events", []) if e.get("event") == "migration_done"]
     steps_before = result.resumed_from or 0
+    steps = result.steps - steps_before
+    after = _heldout_after(args)
     out: dict[str, Any] = {
         "command": "train",
         "source": args.source,
         "workers": result.world,
         "device": device,
         # This run's; the *_total figures count the runs it resumed too.
-        "steps": result.steps - steps_before,
+        "steps": steps,
         "steps_total": result.steps,
+        # A live source trains what it has: steps short of --global-batch, and the samples a
+        # step trained (this run's).
+        "steps_below_global_batch": result.short_steps,
+        "samples_per_step_mean": round(totals["samples_trained"] / steps, 1) if steps else None,
+        "samples_per_step_min": result.min_step_samples,
         "seconds": round(result.seconds, 3),
         "training_seconds": round(result.training_seconds, 3),
         "idle_seconds": round(result.idle_seconds, 3),
@@ -243,14 +292,19 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "mean_loss": round(float(totals["mean_loss"]), 5),
         "heldout_auc": result.heldout_auc,
         "heldout_logloss": result.heldout_logloss,
-        "heldout": (f"{result.heldout_records} records appended at or after "
-                    f"{args.heldout_after} ms" if args.heldout_after is not None
+        "heldout": (f"{result.heldout_records} records appended at or after {after} ms"
+                    if after is not None
                     else f"{args.heldout} records after the training range"
                     if args.source == "synthetic" and args.heldout else None),
-        "heldout_records": (result.heldout_records if args.heldout_after is not None
+        "heldout_records": (result.heldout_records if after is not None
                             else args.heldout if args.source == "synthetic" else 0),
         "progressive_auc": result.progressive_auc,
         "progressive_logloss": result.progressive_logloss,
+        # --passes: the progressive figures score records trained in an earlier pass. They are
+        # kept (scored over the first pass only, they would describe the model K - 1 passes
+        # before the one trained) and said to be in-sample; --heldout-after gives the
+        # out-of-sample figure.
+        "progressive_in_sample": result.progressive_in_sample,
         "eval_window": args.eval_window,
         "placement": result.placement,
         "placements_moved_to": result.online.get("placements", 0),
@@ -325,21 +379,33 @@ def run_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     summary = _summary(result, args, launch_config.device)
-    auc = summary["heldout_auc"] if summary["heldout_auc"] is not None else summary[
-        "progressive_auc"]
-    auc_of = ("held-out" if summary["heldout_auc"] is not None
-              else f"progressive, last {summary['eval_window']:,} samples")
+    short = summary["steps_below_global_batch"]
     print(f"trained {summary['samples']:,} samples in {summary['steps']} steps on "
-          f"{summary['workers']} rank(s): {summary['samples_per_s']:,.0f} samples/s over "
+          f"{summary['workers']} rank(s)"
+          + (f" ({short} below --global-batch: {summary['samples_per_step_mean']:,.0f} "
+             f"samples a step on average, {summary['samples_per_step_min']:,} at least)"
+             if short else "")
+          + f": {summary['samples_per_s']:,.0f} samples/s over "
           f"{summary['training_seconds']:.1f} s of training (+{summary['idle_seconds']:.1f} s "
-          f"idle), loss {summary['mean_loss']:.4f}, "
-          f"AUC {auc if auc is None else round(auc, 4)} ({auc_of}), "
+          f"idle), loss {summary['mean_loss']:.4f}, {auc_phrase(summary)}, "
           f"{summary['bytes_per_sample']:,.0f} embedding bytes/sample "
           f"({summary['bytes_per_sample_all']:,.0f} with the dense all-reduce and the loop's), "
           f"{summary['remote_rows_per_sample']:.3f} remote rows/sample, "
           f"max staleness {summary['max_staleness']}", flush=True)
     print(json.dumps(strict_json(summary), allow_nan=False), flush=True)
     return 0
+
+
+def auc_phrase(summary: dict[str, Any]) -> str:
+    """The AUC of the summary line and what it is: held out when the run scored held-out
+    records, else progressive, said to be in-sample after ``--passes``."""
+    if summary["heldout_auc"] is not None:
+        return f"AUC {round(summary['heldout_auc'], 4)} (held-out)"
+    auc = summary["progressive_auc"]
+    what = (f"progressive, last {summary['eval_window']:,} samples"
+            + (", in-sample: records trained in an earlier pass"
+               if summary["progressive_in_sample"] else ""))
+    return f"AUC {auc if auc is None else round(auc, 4)} ({what})"
 
 
 def _check_machine(job: Any, launch_config: LaunchConfig) -> None:

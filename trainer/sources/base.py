@@ -93,6 +93,10 @@ class Source(abc.ABC):
         ``labels`` on every series."""
         return []
 
+    #: Passes over the log completed before the records handed out last (``--passes``): from
+    #: 1 on, every record handed out was handed out in an earlier pass.
+    passes_done: int = 0
+
     def caught_up(self) -> bool:
         """Whether every record the log held when last fetched has been handed out (nothing
         read ahead, nothing unread on the broker as far as this source knows). A live log with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -224,3 +225,43 @@ def test_the_formatter_masks_secrets_in_arguments_and_tracebacks():
     line = RedactingFormatter("%(message)s").format(record)
     assert "s3cr3t-value" not in line
     assert "config {'password': '***'}" in line and "ValueError: login failed with ***" in line
+
+
+def test_top_level_help_lists_every_benchmark_bench_accepts(capsys):
+    parser = build_parser(["bench"])
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    (which,) = [a for a in sub.choices["bench"]._actions if a.dest == "which"]
+    assert which.choices and len(which.choices) > 5
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    line = text[text.index("bench benchmarks:"):]
+    line = line[:line.index("(")]
+    listed = {w.strip(" ,:") for w in line.split()}
+    assert set(which.choices) <= listed, set(which.choices) - listed
+
+
+@pytest.mark.broker
+def test_broker_port_0_picks_a_free_port_and_prints_it():
+    import os
+    import re
+    import signal
+
+    from streaming.broker import kafka_ready
+
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.app.cli", "broker", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        found = re.search(r"bootstrap servers: 127\.0\.0\.1:(\d+)", first)
+        assert found, first + (proc.stderr.read() if proc.poll() is not None else "")
+        port = int(found.group(1))
+        assert port > 0 and kafka_ready("127.0.0.1", port)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -112,8 +112,61 @@ def test_records_appended_after_heldout_after_are_scored_and_never_trained(
     assert s["samples"] == 6_000  # not one of the late records trained
     assert s["heldout_records"] == 1_500  # every one of them scored
     assert 0.4 < s["heldout_auc"] < 1.0 and 0 < s["heldout_logloss"] < 1.0
-    assert s["eval_window"] == 2_000
+    assert s["eval_window"] == 2_000 and s["progressive_in_sample"] is False
     assert "(held-out)" in out.strip().splitlines()[-2]
+
+
+@pytest.mark.broker
+def test_passes_count_the_held_out_records_once_and_say_the_progressive_auc_is_in_sample(
+    capsys: pytest.CaptureFixture[str], kafka: KafkaSettings, unique
+) -> None:
+    """--passes 2 reads the held-out records twice (never training them): they are one set of
+    1,500, not 3,000; the progressive AUC of the second pass scores records trained in the
+    first; and the steps a live source trains short of --global-batch are counted."""
+    import time
+
+    topic = unique("passes")
+    produce(kafka, ProduceConfig(topic=topic, count=6_000, partitions=2), SyntheticConfig(seed=5))
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(kafka, ProduceConfig(topic=topic, count=1_500, start=6_000, partitions=2),
+            SyntheticConfig(seed=5))
+    code = main(["--workers", "2", "--source", "kafka", "--idle-s", "3", "--passes", "2",
+                 "--bootstrap-servers", kafka.bootstrap_servers, "--consumer-topic", topic,
+                 "--consumer-group-id", "", "--placement", "hash", "--repartition-interval", "0",
+                 "--heldout-after", str(cut), "--eval-window", "2000", *SMALL])
+    assert code == 0
+    s = _summary(capsys.readouterr().out)
+    assert s["samples"] == 2 * 6_000  # both passes trained, the late records in neither
+    assert s["heldout_records"] == 1_500
+    assert s["progressive_in_sample"] is True and s["progressive_auc"] is not None
+    # 6,000 records a pass, 512 a step: some steps (each pass's last, at least) are short.
+    assert 1 <= s["steps_below_global_batch"] < s["steps"]
+    assert 0 < s["samples_per_step_min"] < 512
+    assert s["samples_per_step_mean"] == pytest.approx(s["samples"] / s["steps"], abs=0.1)
+
+
+def test_auto_placement_that_never_decided_says_what_was_in_force(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # 4,096 records, far below the 50,000 of --warmup: no graph placement was ever computed,
+    # so hash was in force all along and auto never compared the two.
+    code = main(["--workers", "2", "--records", "4096", "--heldout", "0", "--placement", "auto",
+                 "--repartition-interval", "100000", *SMALL])
+    assert code == 0
+    s = _summary(capsys.readouterr().out)
+    assert s["placement"]["kind"] == "hash"
+    assert s["placement"]["auto_decision"] == "none yet"
+    assert s["progressive_in_sample"] is False
+    # The synthetic source hands out whole batches: no step short of --global-batch.
+    assert s["steps_below_global_batch"] == 0 and s["samples_per_step_min"] == 512
+
+
+def test_one_rank_reports_the_hash_placement_it_kept(capsys: pytest.CaptureFixture[str]) -> None:
+    # No partitioner runs on one rank (it holds every row): "online" named a placement that
+    # never came.
+    assert main(["--workers", "1", "--records", "1024", "--heldout", "0", *SMALL]) == 0
+    assert _summary(capsys.readouterr().out)["placement"]["kind"] == "hash"
 
 
 def test_a_bad_setting_is_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
