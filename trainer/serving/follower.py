@@ -46,6 +46,13 @@ class FollowerStats:
     rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
 
 
+# How long the broker may hold a fetch that finds nothing new. kafka-python's 500 ms default
+# put up to 0.2 s between a delta's append and its application on the embedded broker (p99
+# 0.21 s against 0.03 s at 50 ms, a message every 123 ms): a quarter of the whole freshness
+# budget at a 0.25 s publish interval, for 20 fetch requests a second when the log is idle.
+_FETCH_WAIT_MS = 50
+
+
 class DeltaGate:
     """Everything between a message of the log and the model: decode, verify, check, apply.
 
@@ -109,7 +116,8 @@ class Follower:
         self._consumer = connect_with_retry(
             lambda: KafkaConsumer(**settings.client_kwargs(), group_id=None,
                                   enable_auto_commit=False, auto_offset_reset="none",
-                                  max_partition_fetch_bytes=16 << 20, fetch_max_bytes=64 << 20),
+                                  max_partition_fetch_bytes=16 << 20, fetch_max_bytes=64 << 20,
+                                  fetch_max_wait_ms=_FETCH_WAIT_MS),
             "delta-log consumer", settings)
         self._parts = [TopicPartition(topic, p) for p in parts]
         self._consumer.assign(self._parts)
