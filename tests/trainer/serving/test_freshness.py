@@ -15,17 +15,21 @@ from small_serving import GEN, LINEAGE, PUBLISHES, SCHEMA
 from small_serving import small_model as _model
 
 from streaming import Schema
-from trainer.serving import Publish, decode, log_version, mark_message
+from trainer.serving import Delta, Publish, decode, log_version, mark_message
 from trainer.serving.server import Service
 
-NOW_MS = int(time.time() * 1000)
 QUIET_S = 600  # the newest record is ten minutes old
 
 
-def _mark(rank: int, publish: int, caught_up_ms: int) -> None:
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _mark(rank: int, caught_up_ms: int, now_ms: int) -> Delta:
+    """Rank ``rank``'s mark of a publish whose newest record is QUIET_S old at ``now_ms``."""
     return decode(mark_message(0, Publish(
-        rank=rank, world=2, generation=GEN, publish=publish, step=500,
-        watermark_ms=NOW_MS - QUIET_S * 1000, lineage=LINEAGE, base=log_version(2, 17)),
+        rank=rank, world=2, generation=GEN, publish=PUBLISHES + 1, step=500,
+        watermark_ms=now_ms - QUIET_S * 1000, lineage=LINEAGE, base=log_version(2, 17)),
         caught_up_ms=caught_up_ms))
 
 
@@ -42,26 +46,27 @@ def _gauges(model) -> dict[str, float]:
 
 
 def test_a_quiet_stream_read_to_its_end_is_not_a_lagging_model() -> None:
-    model = _model()
+    model, now = _model(), _now_ms()
     for rank in (0, 1):
-        model.apply(_mark(rank, PUBLISHES + 1, caught_up_ms=NOW_MS))
+        model.apply(_mark(rank, caught_up_ms=now, now_ms=now))
     g = _gauges(model)
     assert g["hetgmp_serve_model_lag_seconds"] < 60  # fresh: every rank had read its log
     assert g["hetgmp_serve_newest_record_age_seconds"] > QUIET_S - 60  # but nothing new
 
 
 def test_a_rank_behind_its_log_keeps_the_lag_at_its_watermark() -> None:
-    model = _model()
-    model.apply(_mark(0, PUBLISHES + 1, caught_up_ms=NOW_MS))
-    model.apply(_mark(1, PUBLISHES + 1, caught_up_ms=-1))  # rank 1 never caught up
+    model, now = _model(), _now_ms()
+    model.apply(_mark(0, caught_up_ms=now, now_ms=now))
+    model.apply(_mark(1, caught_up_ms=-1, now_ms=now))  # rank 1 never caught up
     g = _gauges(model)
     assert g["hetgmp_serve_model_lag_seconds"] > QUIET_S - 60
-    assert model.fresh_ms == model.watermark_ms
+    assert model.fresh_ms == model.watermark_ms == now - QUIET_S * 1000
 
 
 def test_a_mark_written_before_caught_up_existed_reads_as_never_caught_up() -> None:
-    delta = _mark(0, PUBLISHES + 1, caught_up_ms=NOW_MS)
-    assert delta.caught_up_ms == NOW_MS
+    now = _now_ms()
+    delta = _mark(0, caught_up_ms=now, now_ms=now)
+    assert delta.caught_up_ms == now
     import pyarrow as pa
 
     batch = pa.ipc.open_stream(mark_message(0, delta.head)).read_next_batch()
