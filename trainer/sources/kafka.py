@@ -349,6 +349,9 @@ class KafkaShard(Source):
             self._hold(self._buffer.ahead(waiting))
         elif held_back < self._hold_at // 2:
             self._hold(set())
+        else:  # in between, a held partition no longer ahead of the oldest waiting one goes on
+            # (else the one waited on ending could leave only held partitions to wait for)
+            self._hold(self._held & self._buffer.ahead(waiting))
         if ready < len(self._buffer) and len(self._buffer) >= self._order_limit:
             if not self.order_overflows:
                 log.warning("partitions %s: %d records held back for event-time order waiting "
