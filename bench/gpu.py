@@ -1,31 +1,34 @@
-"""One rank's training speed by embedding path: ``hetgmp bench gpu`` (runs on a CPU too).
+"""One rank's training speed against the model alone: ``hetgmp bench gpu`` (runs on a CPU too).
 
 One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synthetic source
 (batches generated before the clock starts), for each global batch (``--batches``, default
 8,192 and 65,536), in one run:
 
-* ``host``: the trainer as it runs today, the store's index and metadata in numpy
-  (``--store-index host``): the batch's ids are deduplicated with ``np.unique`` and the rows'
-  slots found on the host;
-* ``device``: the trainer with ``--store-index device``: ids deduplicated on the device
-  (``trainer.embedding.dedup``) and the store's index, metadata and optimizer step there
-  (``trainer.embedding.device_store``, index design ``--index-design``); the batch is copied
-  there once a step, and the host waits once (the step's counts);
+* ``trainer``: the trainer's step (:meth:`trainer.step.Trainer.step`): the batch copied to the
+  rank's device once, its ids deduplicated there (``trainer.embedding.dedup``), the rows read,
+  created and updated by the store on the device (``trainer.embedding.EmbeddingStore``), and
+  the host waiting once a step (the step's counts, with the last step's loss);
 * ``model_only``: the model's forward and backward alone on each batch's rows, gathered into
   one tensor on the device before that step's clock starts, with the dense optimizer's step:
   the ceiling the embedding path is measured against.
 
+With both paths, the trainer's row carries ``trainer_over_model_only``, its samples/s over the
+model's alone at that batch (1 = the embedding path costs nothing). The two run one after the
+other, each timed as it runs in training (the trainer's steps back to back, so that on CUDA a
+step's host work overlaps the last step's device work); on a shared machine the ratio moves
+with the machine's load.
+
 ``ms_by_phase`` is the trainer's own per-step timing (route, read, compute, write, dense; on
 CUDA each phase ends where the host reached, so queued work shows in the phase that waits for
-it: the loss read back at a step's end waits for its queued work, in the dense phase);
-``syncs_per_step`` counts the host's waits for the device (``trainer.syncs``), the benchmark's
-own excluded, over 2 untimed steps after the timed ones: on CUDA what torch reports under
-``set_sync_debug_mode("warn")``, on a CPU the audit of the operations that would wait on CUDA
-(with the store's CPU-only shortcuts off); ``peak_mem_mb`` is
-``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident high-water mark (CPU; reset
-before each row where Linux allows). The last line printed is the JSON summary ``{"bench":
-"gpu", "rows": [{"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
-"syncs_per_step", "peak_mem_mb"}, ...]}``.
+it: a step's queued work is waited for by the next step's one readback, its counts with this
+step's loss, in the next step's read phase); ``syncs_per_step`` counts the host's waits for
+the device (``trainer.syncs``), the benchmark's own excluded, over 2 untimed steps after the
+timed ones: on CUDA what torch reports under ``set_sync_debug_mode("warn")``, on a CPU the
+audit of the operations that would wait on CUDA (with the store's CPU-only shortcuts off);
+``peak_mem_mb`` is ``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident
+high-water mark (CPU; reset before each row where Linux allows). The last line printed is the JSON summary
+``{"bench": "gpu", "rows": [{"path", "device", "global_batch", "samples_per_s", "ms_by_phase",
+"syncs_per_step", "peak_mem_mb"[, "trainer_over_model_only"]}, ...]}``.
 """
 
 from __future__ import annotations
@@ -46,15 +49,14 @@ from streaming import ClickBatch, SyntheticStream
 from streaming.synthetic import SyntheticConfig
 from trainer.counters import PHASES
 from trainer.dist.comm import LocalComm
-from trainer.embedding import DeviceStore
 from trainer.sources import synthetic_batch
 from trainer.step import Trainer
 from trainer.syncs import SyncCounter
-from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.types import ModelConfig, TrainConfig
 
 __all__ = ["PATHS", "build_parser", "main", "parse_args"]
 
-PATHS = ("host", "device", "model_only")
+PATHS = ("trainer", "model_only")
 MODEL = ModelConfig(model="deepfm", embed_dim=64, hidden=(256, 128))
 
 
@@ -77,13 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=["off", "on"], default="off",
                    help="the model's training forward and backward through torch.compile "
                         "(every path; compiled during the untimed steps)")
-    p.add_argument("--index-design", choices=["probe", "stash", "sorted"], default="sorted",
-                   help="the device store's index design (default sorted)")
-    p.add_argument("--interleave", action="store_true",
-                   help="step the host and device paths in turn on each batch (each step "
-                   "timed alone) rather than one after the other: a fairer ratio on a shared "
-                   "machine (a CPU: on CUDA the timing around each step stops its overlap with "
-                   "the next); the peak memory is then the two paths' together")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
     return p
 
@@ -126,12 +121,10 @@ def _peak_mb(device: torch.device) -> float | None:
 AUDIT_STEPS = 2
 
 
-def _trainer(path: str, batches: list[ClickBatch], args: argparse.Namespace) -> Trainer:
-    """A rank on ``path``'s store, warmed up on the untimed batches."""
-    store = StoreConfig(index="host" if path == "host" else "device",
-                        index_design=args.index_design)
+def _trainer(batches: list[ClickBatch], args: argparse.Namespace) -> Trainer:
+    """A rank warmed up on the untimed batches."""
     trainer = Trainer(LocalComm(args.torch_device), Placement.hash(1), batches[0].ids.shape[1],
-                      batches[0].dense.shape[1], model=_model(args), store=store,
+                      batches[0].dense.shape[1], model=_model(args),
                       train=TrainConfig(global_batch=len(batches[0])))
     for batch in batches[:args.warmup]:
         trainer.step(batch)
@@ -141,8 +134,7 @@ def _trainer(path: str, batches: list[ClickBatch], args: argparse.Namespace) -> 
 
 def _audited_waits(trainer: Trainer, audited: list[ClickBatch]) -> int:
     """Waits counted (trainer.syncs) over the batches after the timed ones."""
-    if isinstance(trainer.store, DeviceStore):
-        trainer.store.cpu_shortcuts = False  # count the path CUDA takes
+    trainer.store.cpu_shortcuts = False  # count the path CUDA takes
     with SyncCounter(trainer.comm.device) as syncs:
         for batch in audited:
             trainer.step(batch)
@@ -157,11 +149,10 @@ def _row(path: str, seconds: np.ndarray, wall: float, steps: int, batch: int, wa
             "peak_mem_mb": peak}
 
 
-def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
-                 ) -> dict[str, object]:
+def _trainer_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict[str, object]:
     device = args.torch_device
     sync = synchronizer(device)
-    trainer = _trainer(path, batches, args)
+    trainer = _trainer(batches, args)
     timed, audited = _split(batches, args)
     sync()
     _reset_peak(device)
@@ -176,40 +167,7 @@ def _trainer_row(path: str, batches: list[ClickBatch], args: argparse.Namespace
     wall = time.perf_counter() - began
     peak = _peak_mb(device)
     waits = _audited_waits(trainer, audited) / len(audited)
-    return _row(path, seconds, wall, len(timed), len(batches[0]), waits, peak)
-
-
-def _interleaved_rows(paths: list[str], batches: list[ClickBatch], args: argparse.Namespace
-                      ) -> dict[str, dict[str, object]]:
-    """The trainer paths stepped in turn on each batch, the first path rotating: a load
-    change on a shared machine then falls on every path alike. Each step is timed alone
-    (the device synchronised around it, which on CUDA takes away the overlap of one step's
-    host work with the last one's device work: meant for a CPU); the peak memory is the
-    paths' together."""
-    device = args.torch_device
-    sync = synchronizer(device)
-    trainers = {p: _trainer(p, batches, args) for p in paths}
-    timed, audited = _split(batches, args)
-    sync()
-    _reset_peak(device)
-    seconds = {p: np.zeros(len(PHASES)) for p in paths}
-    wall = dict.fromkeys(paths, 0.0)
-    for i, batch in enumerate(timed):
-        for path in paths[i % len(paths):] + paths[:i % len(paths)]:
-            began = time.perf_counter()
-            c = trainers[path].step(batch)
-            sync()
-            wall[path] += time.perf_counter() - began
-            assert c is not None
-            seconds[path] += c.seconds
-    peak = _peak_mb(device)
-    rows = {}
-    for path, trainer in trainers.items():
-        trainer.finish_step()
-        per_step = _audited_waits(trainer, audited) / len(audited)
-        rows[path] = _row(path, seconds[path], wall[path], len(timed), len(batches[0]),
-                          per_step, peak)
-    return rows
+    return _row("trainer", seconds, wall, len(timed), len(batches[0]), waits, peak)
 
 
 def _split(batches: list[ClickBatch], args: argparse.Namespace
@@ -282,28 +240,26 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.batch_sizes:
         total = args.warmup + args.steps + AUDIT_STEPS
         batches = [synthetic_batch(stream, i * size, size) for i in range(total)]
-        stepped = [p for p in args.path_list if p != "model_only"]
-        together = _interleaved_rows(stepped, batches, args) if args.interleave else {}
+        by_path: dict[str, dict[str, object]] = {}
         for path in args.path_list:
             row = _model_only_row(batches, args) if path == "model_only" else \
-                together.get(path) or _trainer_row(path, batches, args)
+                _trainer_row(batches, args)
             row.update(device=str(args.torch_device), global_batch=size, autocast=args.autocast,
                        compile=args.compile)
             rows.append(row)
+            by_path[path] = row
             phases = "  ".join(f"{k} {v:7.2f}" for k, v in row["ms_by_phase"].items())  # type: ignore[attr-defined]
             syncs = row["syncs_per_step"]
             print(f"  batch {size:>6} {path:>10}: {row['samples_per_s']:>10,} samples/s  "
                   f"ms {phases}  syncs/step {'-' if syncs is None else syncs}  "
                   f"peak {row['peak_mem_mb']} MB", flush=True)
-        by_path = {r["path"]: r for r in rows if r["global_batch"] == size}
-        if "host" in by_path and "device" in by_path:
-            ratio = float(by_path["device"]["samples_per_s"]) / float(  # type: ignore[arg-type]
-                by_path["host"]["samples_per_s"])  # type: ignore[arg-type]
-            print(f"  batch {size:>6}: device over host {ratio:.2f}x")
-        if "device" in by_path and "model_only" in by_path:
-            ratio = float(by_path["model_only"]["samples_per_s"]) / float(  # type: ignore[arg-type]
-                by_path["device"]["samples_per_s"])  # type: ignore[arg-type]
-            print(f"  batch {size:>6}: model_only over device {ratio:.2f}x")
+        if len(by_path) == len(PATHS):
+            # The share of the model's own speed the whole step keeps (1 = the embedding path
+            # costs nothing).
+            ratio = round(float(by_path["trainer"]["samples_per_s"])  # type: ignore[arg-type]
+                          / float(by_path["model_only"]["samples_per_s"]), 3)  # type: ignore[arg-type]
+            by_path["trainer"]["trainer_over_model_only"] = ratio
+            print(f"  batch {size:>6}: trainer over model_only {ratio:.3f}x")
     print(json.dumps({"bench": "gpu", "rows": rows}))
     return 0
 

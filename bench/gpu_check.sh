@@ -2,16 +2,15 @@
 # GPU checks, for a machine with an NVIDIA GPU and a CUDA build of torch:
 #   1. the tests marked cuda (the store and the training step on CUDA against CPU, an NCCL
 #      group, two NCCL ranks when there are two GPUs, `hetgmp train --device cuda`);
-#   2. `hetgmp bench gpu`: one rank's samples/s on the GPU by embedding path (host store,
-#      device store, the model alone on gathered rows), milliseconds by phase, device syncs a
-#      step and peak device memory, at global batches 8,192 and 65,536; its JSON summary is
-#      written to $GPU_JSON (default bench_gpu.json); then the device path and the model alone
-#      with the model under torch.compile (--compile on), into <$GPU_JSON less .json>_compile.json,
-#      and the device path on the stash index design, into <...>_stash.json;
+#   2. `hetgmp bench gpu`: one rank's samples/s on the GPU, the trainer's step against the model
+#      alone on gathered rows (and their ratio), milliseconds by phase, device syncs a step and
+#      peak device memory, at global batches 8,192 and 65,536; its JSON summary is written to
+#      $GPU_JSON (default bench_gpu.json); then the same with the model under torch.compile
+#      (--compile on), into <$GPU_JSON less .json>_compile.json;
 #   3. one rank's training speed on the GPU against one rank on the CPU (one thread, then all
-#      cores; each with its default store index: the device store on the GPU, numpy on the
-#      CPU), same records, model and global batch, at the train bench's batch and a larger one,
-#      with the milliseconds a step spends in each phase (host wall time).
+#      cores; the one embedding store, on the rank's device), same records, model and global
+#      batch, at the train bench's batch and a larger one, with the milliseconds a step spends
+#      in each phase (host wall time).
 #
 #   PYTHON=.venv/bin/python bash bench/gpu_check.sh     # after `make setup TORCH=<CUDA build>`
 #
@@ -41,15 +40,8 @@ echo "== hetgmp bench gpu (JSON summary: ${GPU_JSON:=bench_gpu.json})"
 "$PY" -m bench.gpu --device cuda | tee "$GPU_JSON.log"
 tail -n 1 "$GPU_JSON.log" >"$GPU_JSON"
 echo "== hetgmp bench gpu --compile on (JSON summary: ${GPU_JSON%.json}_compile.json)"
-"$PY" -m bench.gpu --device cuda --compile on --paths device,model_only | tee "$GPU_JSON.compile.log"
+"$PY" -m bench.gpu --device cuda --compile on | tee "$GPU_JSON.compile.log"
 tail -n 1 "$GPU_JSON.compile.log" >"${GPU_JSON%.json}_compile.json"
-
-echo "== hetgmp bench gpu --index-design stash (JSON summary: ${GPU_JSON%.json}_stash.json)"
-# The device store's index designs on the GPU: sorted (the default, no wait in an insert)
-# against the stash (faster lookups in isolation on a CPU, one wait per insert).
-"$PY" -m bench.gpu --device cuda --index-design stash --paths device --batches 8192 \
-    | tee "$GPU_JSON.stash.log"
-tail -n 1 "$GPU_JSON.stash.log" >"${GPU_JSON%.json}_stash.json"
 
 echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
 tmp=$(mktemp -d)

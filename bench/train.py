@@ -213,11 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="every run (single included) keeps the memory a step frees for the next "
                         "(trainer.dist.allocator); --no-keep-freed-memory leaves glibc's defaults")
-    p.add_argument("--device-store", action="store_true",
-                   help="also train hash placement on the device store (--store-index device: "
-                        "the row exchange on tensors, DeviceExchange), row hash_device, and its "
-                        "speed over hash's, side by side as the speed target's pair is; and "
-                        "graph s = 10 on it, row graph_s10_device (copies included)")
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run (~2 minutes): W=50k, T=100k, H=20k (fewer than 100 "
                         "steps: s = 100 never syncs a replica before the final push)")
@@ -349,13 +344,6 @@ def main(argv: list[str] | None = None) -> int:
                   for s in args.bounds}
     names = ["hash", *graph_jobs]
     jobs = [hash_job, *graph_jobs.values()]
-    if args.device_store:
-        on_device = replace(hash_job.store, index="device")
-        names.append("hash_device")
-        jobs.append(replace(hash_job, store=on_device))
-        if "graph_s10" in graph_jobs:  # copies too: the device exchange's whole protocol
-            names.append("graph_s10_device")
-            jobs.append(replace(graph_jobs["graph_s10"], store=on_device))
     # Extra runs of the pair the speed target compares, alternating, hash first (see the
     # docstring); only their speed is kept, so they skip the held-out scoring.
     pair = [n for n in ("hash", "graph_s10") if n in names]
@@ -400,28 +388,6 @@ def main(argv: list[str] | None = None) -> int:
             ratios["speed_graph_s10_over_hash"] = round(ratio, 3)
             ratios["speed_graph_s10_over_hash_ci95"] = round(half, 3)
             ratios["speed_graph_s10_over_hash_sequential"] = sequential
-    def over(a: str, b: str, key: str) -> float:
-        return round(float(by[a][key]) / max(float(by[b][key]), 1e-9), 3)
-
-    if "graph_s10_device" in by:
-        ratios["bytes_graph_s10_device_over_graph_s10"] = over(
-            "graph_s10_device", "graph_s10", "bytes_per_sample")
-        ratios["speed_graph_s10_device_over_graph_s10_sequential"] = over(
-            "graph_s10_device", "graph_s10", "samples_per_s")
-    if "hash_device" in by:
-        d, hsh = by["hash_device"], by["hash"]
-        ratios["bytes_hash_device_over_hash"] = over("hash_device", "hash", "bytes_per_sample")
-        ratios["speed_hash_device_over_hash"] = over("hash_device", "hash", "samples_per_s")
-        if args.paired_chunk:
-            device_job = replace(jobs[names.index("hash_device")], heldout=None)
-            alongside = dict(hsh)  # hash's row keeps its pairing with graph_s10
-            ratio, half = _side_by_side(args, [replace(hash_job, heldout=None), device_job],
-                                        [alongside, d])
-            d["hash_samples_per_s_paired"] = alongside["samples_per_s_paired"]
-            ratios["speed_hash_device_over_hash_sequential"] = ratios[
-                "speed_hash_device_over_hash"]
-            ratios["speed_hash_device_over_hash"] = round(ratio, 3)
-            ratios["speed_hash_device_over_hash_ci95"] = round(half, 3)
     if "graph_s0" in by and "graph_s100" in by:
         ratios["auc_loss_s100_vs_s0"] = round(
             float(by["graph_s0"]["auc"]) - float(by["graph_s100"]["auc"]), 5)

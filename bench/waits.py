@@ -1,12 +1,13 @@
-"""Host waits for the device a training step, by store and ranks: ``hetgmp bench waits``.
+"""Host waits for the device a training step, by number of ranks: ``hetgmp bench waits``.
 
-The yardstick of issue 26's "at most one small device-to-host copy a step". Rank 0's steps are
-counted by :class:`trainer.syncs.SyncCounter`: on CUDA what torch reports, on a CPU the audit
-of the operations that would wait on CUDA (it does not see copies in; the device store's
-CPU-only shortcuts are off while it counts). Ranks beyond one are threads of this process
+The yardstick of issue 26's "at most one small device-to-host copy a step". Rank 0's steps of
+:meth:`trainer.step.Trainer.step` are counted by :class:`trainer.syncs.SyncCounter`: on CUDA
+what torch reports, on a CPU the audit of the operations that would wait on CUDA (it does not
+see copies in; the store's CPU-only shortcuts, ``EmbeddingStore.cpu_shortcuts``, are off so
+that it counts the path CUDA takes). Ranks beyond one are threads of this process
 (``ThreadComm``), on hash placement, each reading the synthetic stream; DeepFM dim 16,
 float32. Nothing is timed. The last line printed is the JSON summary ``{"bench": "waits",
-"rows": [{"store", "workers", "device", "waits_per_step", "by_operation"}, ...]}``.
+"rows": [{"workers", "device", "waits_per_step", "by_operation"}, ...]}``.
 """
 
 from __future__ import annotations
@@ -20,22 +21,18 @@ from bench.devices import parse_device
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig
 from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.embedding import DeviceStore
 from trainer.step import Trainer
 from trainer.syncs import SyncCounter
 from trainer.testing import StreamSource
-from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.types import ModelConfig, TrainConfig
 
 __all__ = ["build_parser", "main"]
-
-STORES = ("host", "device")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's flags."""
     p = argparse.ArgumentParser(prog="hetgmp bench waits", description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default="1,2", help="rank counts, comma separated")
-    p.add_argument("--stores", default=",".join(STORES), help="store indexes, comma separated")
     p.add_argument("--batch", type=int, default=512, help="global batch")
     p.add_argument("--steps", type=int, default=8, help="counted steps (after 3 uncounted)")
     p.add_argument("--device", default="cpu", help="torch device (one rank only on cuda)")
@@ -46,10 +43,8 @@ def _rank(comm: LocalComm | ThreadComm, task: dict[str, Any]) -> dict[str, Any]:
     syn = SyntheticConfig()
     trainer = Trainer(comm, Placement.hash(comm.world), len(syn.schema.sparse),
                       len(syn.schema.dense), model=ModelConfig(model="deepfm", embed_dim=16),
-                      store=StoreConfig(index=task["store"]),
                       train=TrainConfig(global_batch=task["batch"], log_every=0))
-    if isinstance(trainer.store, DeviceStore):
-        trainer.store.cpu_shortcuts = False  # count the path CUDA takes
+    trainer.store.cpu_shortcuts = False  # count the path CUDA takes
     source = StreamSource(syn, task["batch"] // comm.world, 3 + task["steps"])
     for _ in range(3):
         trainer.step(source.next_batch())
@@ -70,25 +65,20 @@ def main(argv: list[str] | None = None) -> int:
         workers = [int(w) for w in args.workers.split(",") if w]
     except ValueError as exc:
         parser.error(str(exc))
-    stores = [s for s in args.stores.split(",") if s]
-    if not workers or min(workers) < 1 or set(stores) - set(STORES) or not stores:
-        parser.error(f"--workers takes positive counts, --stores some of {','.join(STORES)}")
+    if not workers or min(workers) < 1:
+        parser.error("--workers takes positive counts")
     if args.steps < 1 or args.batch < max(workers):
         parser.error("--steps must be positive and --batch at least one sample a rank")
     if device.type == "cuda" and max(workers) > 1:
         parser.error("on cuda one rank only (ranks as threads share the one device)")
     rows = []
+    task = {"batch": args.batch, "steps": args.steps}
     for world in workers:
-        for store in stores:
-            task = {"store": store, "batch": args.batch, "steps": args.steps}
-            if world == 1:
-                got = _rank(LocalComm(device), task)
-            else:
-                got = run_threads(_rank, task, world)[0]
-            rows.append({"store": store, "workers": world, "device": str(device), **got})
-            ops = ", ".join(f"{k} {v / args.steps:g}" for k, v in got["by_operation"].items())
-            print(f"  {world} rank(s), {store:>6} store: {got['waits_per_step']:5.2f} waits a "
-                  f"step" + (f"  ({ops})" if ops else ""), flush=True)
+        got = _rank(LocalComm(device), task) if world == 1 else run_threads(_rank, task, world)[0]
+        rows.append({"workers": world, "device": str(device), **got})
+        ops = ", ".join(f"{k} {v / args.steps:g}" for k, v in got["by_operation"].items())
+        print(f"  {world} rank(s): {got['waits_per_step']:5.2f} waits a step"
+              + (f"  ({ops})" if ops else ""), flush=True)
     print(json.dumps({"bench": "waits", "rows": rows}))
     return 0
 

@@ -35,14 +35,7 @@ from streaming import ClickBatch
 from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dist import Comm, Pending
-from trainer.embedding import (
-    DeviceExchange,
-    DeviceStore,
-    EmbeddingStore,
-    ReplicaTable,
-    RowExchange,
-    unique_padded,
-)
+from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, unique_padded
 from trainer.model import DenseOptimizer, FlatParameters, build_model
 from trainer.types import ModelConfig, StoreConfig, TrainConfig
 
@@ -107,14 +100,10 @@ class _Prepared:
     Attributes:
         dest: Routing on: the rank each sample read here goes to, and ``packed`` the samples
             sorted by it (the routing message).
-        uniq: Routing off (the batch read is the batch trained): its sorted distinct ids, and
-            ``inverse`` the position in ``uniq`` of each id of the batch.
     """
 
     dest: np.ndarray | None = None
     packed: np.ndarray | None = None
-    uniq: np.ndarray | None = None
-    inverse: np.ndarray | None = None
 
 
 class Trainer:
@@ -161,21 +150,13 @@ class Trainer:
         # Same seed gives the same values; the broadcast makes it so even across machines
         # whose torch builds might draw differently.
         comm.broadcast_(self.dense.flat, src=0)
-        self.store: EmbeddingStore | DeviceStore
-        if store is not None and store.on_device(device):
-            self.store = DeviceStore(mc.row_dim, store, dtype=self.dtype, device=device,
-                                     design=store.index_design)
-        else:
-            self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
+        self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
         replicated = [r for r in placement.replicas if r.size]
         if replicated:
             self.store.pin(np.unique(np.concatenate(replicated)))
         self.replicas = ReplicaTable(placement.replicas[comm.rank], mc.row_dim,
                                      self.store.optimizer, dtype=self.dtype, device=device)
         self.exchange = RowExchange(comm, self.store, self.replicas, placement, tc.staleness)
-        # The device store at more ranks: the row exchange on the device.
-        self.device_exchange = (DeviceExchange(self.exchange)
-                                if isinstance(self.store, DeviceStore) and comm.world > 1 else None)
         self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat)
         self.loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
         self.step_index = 0
@@ -192,24 +173,22 @@ class Trainer:
         self.last_routed_in = np.zeros((0, n_fields), np.int64)
         # The last step's dense all-reduce, left running, and its buffer (see finish_step).
         self._dense_pending: tuple[Pending, torch.Tensor] | None = None
-        # The device path's last summed loss and its samples, read back with the next step's
-        # counts (lookup_padded's extra) or by finish_step.
+        # The last step's summed loss and its samples, read back with the next step's counts
+        # (the exchange's first wait) or by finish_step.
         self._loss_pending: tuple[torch.Tensor, int] | None = None
         # That loss read back (by finish_step) before a step's counters carried it.
         self._loss_ready: tuple[float, int] | None = None
 
     # -- training ----------------------------------------------------------------------------
 
-    @property
-    def _device_path(self) -> bool:
-        """Whether a step keeps its ids on the device: with the device store (no exchange at
-        one rank, ``DeviceExchange`` at more)."""
-        return isinstance(self.store, DeviceStore)
-
     def step(self, batch: ClickBatch, exhausted: bool = False) -> StepCounters | None:
         """Train one step on this rank's share of the global batch.
 
         Every rank calls it once per step (a rank with nothing to train passes an empty batch).
+        The batch's ids go to the device once; they are deduplicated and their rows read and
+        updated there (:class:`~trainer.embedding.RowExchange`): the host waits for the
+        device once a step at one rank, twice at more. The step's loss is read back with the
+        next step's first wait, so a step's counters carry the loss of the step before.
 
         Args:
             batch: The samples this rank read for the step (may be empty).
@@ -235,57 +214,17 @@ class Trainer:
             return None if routed is None else c
         local, global_n = routed
         t1 = tick()
-        if self._device_path:
-            return self._device_step(local, global_n, c, before, (t0, t1, waited))
-        if prep.uniq is not None and prep.inverse is not None:
-            uniq, inverse = prep.uniq, prep.inverse
-        else:
-            uniq, inverse = np.unique(local.ids, return_inverse=True)
-        plan = self.exchange.read(uniq, self.step_index, c)
+        ids = to_device(local.ids, self.store.device)
+        padded, inverse, count = unique_padded(ids.reshape(-1))
+        pending = self._loss_pending
+        plan = self.exchange.read(padded, count, self.step_index, c,
+                                  None if pending is None else pending[0])
+        self._carry_loss(c, plan.extra)
         t2 = tick()
-        index = to_device(inverse.reshape(-1), plan.values.device)
-        loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, index)
+        loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, inverse)
         t3 = tick()
         self.exchange.write(plan, row_grads, c)
         t4 = tick()
-        return self._end_step(c, before, local, loss_sum, dense_grads,
-                              (t0, t1, t2, t3, t4, waited))
-
-    def _device_step(self, local: ClickBatch, global_n: int, c: StepCounters, before: Traffic,
-                     times: tuple[float, float, float]) -> StepCounters:
-        """A step with the device store: ids deduplicated, rows read and updated on the
-        device. At one rank the host waits once: for the counts that size what follows
-        (distinct ids, ids without a row), with the last step's loss read in the same copy.
-        At more ranks twice: the split sizes, with the loss; the owner's lookup
-        (``DeviceExchange``)."""
-        store = self.store
-        assert isinstance(store, DeviceStore)
-        t0, t1, waited = times
-        ids = to_device(local.ids, store.device)
-        padded, inverse, count = unique_padded(ids.reshape(-1))
-        pending = self._loss_pending
-        extra = None if pending is None else pending[0]
-        if self.device_exchange is not None:  # more ranks: a second wait, the owner's lookup
-            plan = self.device_exchange.read(padded, count, self.step_index, c, extra)
-            self._carry_loss(c, plan.extra)
-            t2 = self._clock.monotonic()
-            loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values,
-                                                              inverse)
-            t3 = self._clock.monotonic()
-            self.device_exchange.write(plan, row_grads, c)
-        else:
-            uniq, values, _, loss = store.lookup_padded(padded, count, self.step_index,
-                                                        extra=extra)
-            self._carry_loss(c, loss)
-            n = int(uniq.numel())
-            c.unique_ids += n
-            c.owned_reads += n
-            c.staleness = np.zeros(1, np.int64)
-            t2 = self._clock.monotonic()
-            loss_sum, row_grads, dense_grads = self._backward(local, global_n, values, inverse)
-            t3 = self._clock.monotonic()
-            store.apply(uniq, row_grads, torch.ones(n, dtype=torch.int64, device=store.device))
-        t4 = self._clock.monotonic()
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
 
@@ -299,7 +238,7 @@ class Trainer:
             (c.loss_sum, c.loss_samples), self._loss_ready = self._loss_ready, None
 
     def _settle_loss(self) -> None:
-        """Read the device path's last loss back, for the next step's counters to carry (or
+        """Read the last step's loss back, for the next step's counters to carry (or
         the totals, when read before one does)."""
         if self._loss_pending is not None:
             loss, samples = self._loss_pending
@@ -308,8 +247,8 @@ class Trainer:
 
     @property
     def totals(self) -> Totals:
-        """This rank's counters summed over its steps. On the device path a loss that
-        :meth:`finish_step` read back, and no step's counters carried yet, is booked here."""
+        """This rank's counters summed over its steps. A loss that :meth:`finish_step` read
+        back, and no step's counters carried yet, is booked here."""
         if self._loss_ready is not None:
             (loss, samples), self._loss_ready = self._loss_ready, None
             self._totals.loss_sum += loss
@@ -318,10 +257,9 @@ class Trainer:
 
     @property
     def loss_finite(self) -> bool:
-        """Whether the last step's loss is finite (NaN or infinite: the model diverged). On the
-        device path it is read back first (one wait): call it where that is worth a wait,
-        before a checkpoint or a publish, since the step's counters carry each loss a step
-        late."""
+        """Whether the last step's loss is finite (NaN or infinite: the model diverged). It is
+        read back first (one wait): call it where that is worth a wait, before a checkpoint or
+        a publish, since the step's counters carry each loss a step late."""
         self._settle_loss()
         return self._loss_ready is None or math.isfinite(self._loss_ready[0])
 
@@ -362,14 +300,10 @@ class Trainer:
         # (finish_step applies them, before anything uses the dense parameters).
         flat = torch.cat(self.dense.flat_grads(dense_grads))
         self._dense_pending = (self.comm.start_all_reduce_sum(flat), flat)
-        # The loss read back first: on CUDA it waits for the step's queued work, which then
-        # shows in the dense phase rather than in none (the device path reads it with the next
-        # step's counts instead). Time is booked where it is spent: the wait for the last
-        # step's all-reduce (and its update) in this step's dense phase, not in its routing.
-        if self._device_path:
-            self._loss_pending = (loss_sum.detach(), c.samples_trained)
-        else:
-            c.loss_sum, c.loss_samples = float(loss_sum.detach()), c.samples_trained
+        # The loss stays on the device: the next step's first wait reads it. Time is booked
+        # where it is spent: the wait for the last step's all-reduce (and its update) in this
+        # step's dense phase, not in its routing.
+        self._loss_pending = (loss_sum.detach(), c.samples_trained)
         tick = self._clock.monotonic
         c.seconds = np.array([t1 - t0 - waited, t2 - t1, t3 - t2, t4 - t3, tick() - t4 + waited])
         self.step_index += 1
@@ -391,14 +325,12 @@ class Trainer:
         the dense parameters (:meth:`predict`, :meth:`state`, :meth:`flush`), finish it first.
         Call it before reading ``model`` or ``dense`` directly, and when training ends. The
         wait and the all-reduce's bytes go to the totals (the dense phase and traffic), as they
-        would have in a step. On the device path it also reads the last step's loss back: the
-        next step's counters carry it, or :attr:`totals` books it.
+        would have in a step. It also reads the last step's loss back: the next step's counters
+        carry it, or :attr:`totals` books it.
         """
         before = self.comm.traffic.copy()
         self._book(before, self._finish_dense())
         self._settle_loss()
-        if self.device_exchange is not None:  # what comes next may read the copies' flags
-            self.device_exchange.release()
 
     def _finish_dense(self) -> float:
         """Wait for the pending all-reduce and apply the update; the seconds it took."""
@@ -421,10 +353,7 @@ class Trainer:
         """The step's work that needs no collective and no dense parameter."""
         n = len(batch)
         if not self.routes:
-            if self._device_path or not n:  # deduplicated on the device, or nothing to
-                return _Prepared()
-            uniq, inverse = np.unique(batch.ids, return_inverse=True)
-            return _Prepared(uniq=uniq, inverse=inverse)
+            return _Prepared()
         if n > self._share:
             raise ValueError(f"rank {self.comm.rank} was given {n} samples, more than its "
                              f"share of the global batch ({self._share} of "
@@ -533,23 +462,12 @@ class Trainer:
         update must have been pushed first (:meth:`flush`), or it would be lost.
         """
         old = self.replicas
-        if self.device_exchange is not None:
-            self.device_exchange.release()
-        if old.pending_slots().size:
+        if old.pending_slots().numel():
             raise RuntimeError("replica updates still pending: flush before replacing replicas")
         mine = replicas[self.comm.rank]
         table = ReplicaTable(mine, self.model_config.row_dim, self.store.optimizer,
                              dtype=self.dtype, device=self.comm.device)
-        keep_old = old.slots(table.ids)
-        kept = np.flatnonzero(keep_old >= 0)
-        if kept.size:
-            src = torch.from_numpy(keep_old[kept]).to(self.comm.device)
-            dst = torch.from_numpy(kept).to(self.comm.device)
-            table.values[dst] = old.values[src]
-            table.base[dst] = old.base[src]
-            table.state[dst] = old.state[src]
-            table.stale[kept] = old.stale[keep_old[kept]]
-            table.filled[kept] = old.filled[keep_old[kept]]
+        table.keep(old)
         used = [r for r in replicas if r.size]
         replicated = np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64)
         self.store.pin(replicated)

@@ -7,12 +7,9 @@ command-line flags with environment fallbacks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from partitioner import Placement, ReplicaBasis, check_replica_basis
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = [
     "StoreConfig",
@@ -59,30 +56,11 @@ class StoreConfig:
                              "that passed it, the least recently used rows go, down to 1/32 "
                              "below it; a step's new rows are the most it is ever passed by"}
     )
-    index: Literal["auto", "host", "device"] = field(
-        default="auto",
-        metadata={"help": "where the store's id index, versions and admission counts live: "
-                  "host (numpy), device (torch tensors beside the rows; one rank then "
-                  "trains a step without its ids leaving the device), or auto: device on "
-                  "a GPU, host on a CPU (where numpy's few vectorised operations beat "
-                  "many small tensor ones at graph placements; bench/RESULTS.md)"},
-    )
-    index_design: Literal["probe", "stash", "sorted"] = field(
-        default="sorted",
-        metadata={"help": "the device index's design (with --store-index device): sorted "
-                  "(its inserts never wait for the device), stash or probe (hash tables); "
-                  "see trainer/embedding/device_index.py"},
-    )
-
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.init_scale < 0 or self.adagrad_eps <= 0:
             raise ValueError("lr and adagrad_eps must be positive, init_scale non-negative")
         if self.admit_after < 0 or self.evict_after < 0 or self.max_rows < 0:
             raise ValueError("admit_after, evict_after and max_rows must be non-negative")
-
-    def on_device(self, device: torch.device) -> bool:
-        """Whether a trainer on ``device`` takes the device store (``index``, ``auto`` resolved)."""
-        return self.index == "device" or (self.index == "auto" and device.type == "cuda")
 
     @property
     def state_width(self) -> int:

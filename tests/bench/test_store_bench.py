@@ -4,29 +4,49 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
-from bench.store_bench import PHASES, main
-from trainer.embedding.device_index import DESIGNS
+from bench.store_bench import PHASES, _check, main
+from trainer.embedding import EmbeddingStore
 
 
-def test_bench_times_every_phase_of_every_store(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--batch", "256", "--steps", "3", "--warmup", "1", "--dim", "8"])
+def test_bench_times_every_phase_at_every_size(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--batch", "128,256", "--steps", "3", "--warmup", "1", "--dim", "8"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["bench"] == "store"
     rows = summary["rows"]
-    assert [(r["store"], r["design"]) for r in rows] == \
-        [("host", None)] + [("device", d) for d in DESIGNS]
+    assert [r["global_batch"] for r in rows] == [128, 256]
     for row in rows:
-        assert set(row["ms_by_phase"]) == set(PHASES)
+        assert row["device"] == "cpu" and set(row["ms_by_phase"]) == set(PHASES)
         assert row["ms_per_step"] == pytest.approx(sum(row["ms_by_phase"].values()), abs=0.01)
-        assert row["samples_per_s"] > 0 and row["distinct_ids_per_step"] > 256
-    assert all(r["vs_host"] > 0 for r in rows[1:])
+        # Distinct ids of a step: more than the samples (26 fields), at most every entry.
+        assert row["global_batch"] < row["distinct_ids_per_step"] <= 26 * row["global_batch"]
+        assert row["rows_in_store"] >= row["distinct_ids_per_step"]
+        assert row["rows_per_s"] == pytest.approx(
+            1000 * row["distinct_ids_per_step"] / row["ms_per_step"], rel=1e-3)
+        assert min(row["samples_per_s"], row["lookup_rows_per_s"], row["apply_rows_per_s"]) > 0
+        # A phase alone moves rows faster than the whole step.
+        assert min(row["lookup_rows_per_s"], row["apply_rows_per_s"]) > row["rows_per_s"]
 
 
-@pytest.mark.parametrize("argv", [["--designs", "btree"], ["--steps", "0"],
-                                  ["--device", "nonsense"], ["--warmup", "-1"]])
+def test_check_refuses_a_store_that_missed_an_update() -> None:
+    batches = [np.array([1, 2, 2, 3], np.int64), np.array([3, 4], np.int64)]
+    store = EmbeddingStore(4)
+    for step, b in enumerate(batches):
+        ids = torch.from_numpy(np.unique(b))
+        store.lookup(ids, step)
+        store.apply(ids, torch.zeros(ids.numel(), 4), torch.ones(ids.numel(), dtype=torch.int64))
+    _check(store, batches)  # every distinct id has a row, one version a step that used it
+    with pytest.raises(RuntimeError, match="distinct ids"):
+        _check(store, [*batches, np.array([4], np.int64)])
+
+
+@pytest.mark.parametrize("argv", [["--designs", "sorted"], ["--steps", "0"], ["--batch", "x"],
+                                  ["--batch", "0"], ["--device", "nonsense"],
+                                  ["--warmup", "-1"]])
 def test_bench_refuses_bad_flags(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)

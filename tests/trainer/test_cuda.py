@@ -61,10 +61,9 @@ def test_one_rank_on_cuda_trains_the_model_cpu_trains(on_cpu, max_diff, model: s
 
 def test_one_rank_on_cuda_with_the_model_compiled_trains_the_model_cpu_trains(
         on_cpu, max_diff) -> None:
-    # --compile on --store-index device on CUDA: the compiled forward and backward on the GPU
-    # against eager training on CPU, float64.
-    settings = dict(EXACT, model=replace(EXACT["model"], compile="on"),  # type: ignore[arg-type]
-                    store=replace(EXACT["store"], index="device"))  # type: ignore[arg-type]
+    # --compile on on CUDA: the compiled forward and backward on the GPU against eager
+    # training on CPU, float64.
+    settings = dict(EXACT, model=replace(EXACT["model"], compile="on"))  # type: ignore[arg-type]
     job = Job(SOURCE, **settings, placement=Placement.hash(1), heldout=HELDOUT,
               hooks=Hooks(return_state=True))
     _same_model(on_cpu["deepfm"], [run_rank(LocalComm("cuda"), job)], max_diff)

@@ -26,8 +26,8 @@ _EPILOG = (
 # What `hetgmp bench NAME` runs: the module of bench/ for each name (`all` is bench.suite, which
 # hands each benchmark the flags it defines). The choices, usage and help all come from here.
 _BENCH_MODULES = {"ingest": "ingest", "partition": "partition", "train": "train",
-                  "online": "online", "serve": "serve", "chaos": "chaos", "index": "index_bench",
-                  "store": "store_bench", "gpu": "gpu", "waits": "waits", "all": "suite"}
+                  "online": "online", "serve": "serve", "chaos": "chaos", "store": "store_bench",
+                  "gpu": "gpu", "waits": "waits", "all": "suite"}
 BENCHMARKS = tuple(_BENCH_MODULES)
 
 

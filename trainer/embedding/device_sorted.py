@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Run", "SortedRuns", "compact_run", "make_run", "merge_run", "search_run"]
+__all__ = ["Run", "SortedRuns", "among", "compact_run", "make_run", "merge_run", "search_run",
+           "stable_order"]
 
 _TOP = 2**63 - 1  # sentinel key: no id sorts after it (an id equal to it sorts before it)
 _MIN_BUFFER = 4096  # below this many buffer entries a compaction is not worth it
@@ -164,3 +165,17 @@ class SortedRuns:
         self.size = flat.numel()
 
 
+def among(ids: torch.Tensor, sorted_set: torch.Tensor) -> torch.Tensor:
+    """``torch.isin(ids, sorted_set)`` for a sorted set, by binary search: isin's own sorting
+    path (taken for sets past a few dozen ids) calls unique, which waits on CUDA."""
+    if sorted_set.numel() == 0:
+        return torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+    pos = torch.searchsorted(sorted_set, ids).clamp_(max=sorted_set.numel() - 1)
+    return sorted_set[pos] == ids
+
+
+def stable_order(primary: torch.Tensor, secondary: torch.Tensor) -> torch.Tensor:
+    """Positions sorted by ``primary``, ties by ``secondary`` (``np.lexsort((secondary,
+    primary))``)."""
+    first = torch.sort(secondary, stable=True).indices
+    return first[torch.sort(primary[first], stable=True).indices]

@@ -34,7 +34,6 @@ import torch
 
 from partitioner import MigrationPlan, Placement, plan_diff
 from trainer.dist import Comm
-from trainer.embedding.device_store import DeviceStore
 from trainer.embedding.replicas import ReplicaTable
 from trainer.embedding.store import EmbeddingStore
 
@@ -134,7 +133,7 @@ class Migration:
         return placement
 
 
-def move_chunk(comm: Comm, store: EmbeddingStore | DeviceStore, replicas: ReplicaTable,
+def move_chunk(comm: Comm, store: EmbeddingStore, replicas: ReplicaTable,
                ids: np.ndarray, src: np.ndarray, dst: np.ndarray, step: int) -> ChunkReport:
     """Hand the rows of one chunk to their new owners (collective: every rank calls it).
 

@@ -1,50 +1,97 @@
-"""The embedding store of one rank: rows keyed by int64 id, with no fixed vocabulary.
+"""The embedding store of one rank: rows keyed by int64 id, with no fixed vocabulary, and
+everything that decides about them in tensors on the rank's device (CPU or CUDA alike).
 
 A row is created on first use with an initial value that is a pure function of ``(seed, id)``
-(:func:`initial_rows`), so any rank that becomes a row's owner creates the same row, and a row
-that was evicted comes back as a fresh one rather than as whatever its old slot held.
-
-Per row the store keeps the value, the row optimizer's state (:class:`RowOptimizer`) and a
-version, the number of updates applied (one update = one rank's gradient for one step; a
-replica's push of ``p`` accumulated updates counts ``p``). Memory stays bounded on an endless
-stream through admission (an id gets a trainable row only after it was used in
-``admit_after`` steps) and eviction (rows unused for ``evict_after`` steps, and the least
-recently used above ``max_rows``). Rows that some rank replicates are pinned: they are hot by
-construction, and evicting one would reset it behind the back of its copies, whose lag the
-owner counts (see :mod:`trainer.embedding.exchange`).
+(:func:`~trainer.embedding.initial_rows`), so any rank that becomes a row's owner creates the
+same row, and a row that was evicted comes back as a fresh one rather than as whatever its old
+slot held. Per row the store keeps the value, the row optimizer's state
+(:class:`~trainer.embedding.RowOptimizer`) and a version, the number of updates applied (one
+update = one rank's gradient for one step; a replica's push of ``p`` accumulated updates counts
+``p``). Memory stays bounded on an endless stream through admission (an id gets a trainable row
+only after it was used in ``admit_after`` steps) and eviction (rows unused for
+``evict_after`` steps, and the least recently used above ``max_rows``). Rows that some rank
+replicates are pinned: they are hot by construction, and evicting one would reset it behind
+the back of its copies, whose lag the owner counts (see :mod:`trainer.embedding.exchange`).
 
 For the model delta log (:mod:`trainer.serving`) the store marks every row whose value changed
-since it was last published; :meth:`changes` gives them, once each however many updates they
-took. With :meth:`track_evictions` on, every evicted row that was ever updated leaves a
-tombstone. Rows moved in by a migration count as changed (their new owner publishes them); rows
-restored from a checkpoint do not (the checkpoint holds them).
+since it was last published; :meth:`EmbeddingStore.changes` gives them, once each however many
+updates they took. With :meth:`EmbeddingStore.track_evictions` on, every evicted row that was
+ever updated leaves a tombstone. Rows moved in by a migration count as changed (their new owner
+publishes them); rows restored from a checkpoint do not (the checkpoint holds them).
+
+The id -> slot index (:class:`~trainer.embedding.device_index.DeviceIndex`), versions, last use,
+the free list and admission counts are tensors beside the rows. Ids come as int64 tensors or
+numpy arrays (moved to the device); masks and versions answer in the kind the ids came in (a
+tensor stays on the device, a numpy array costs a readback); what goes through the host anyway
+(``export``, ``changes``, ``ids``, ``take``, ``take_tombstones``: checkpoints, the delta log,
+migrations) answers ids and versions in numpy, rows in tensors. Host waits per call, on CUDA
+(everything else is queued):
+
+* :meth:`~EmbeddingStore.lookup`: one readback, the positions of the ids without a row (its
+  length sizes the rows to create); ``admit_after > 1`` adds two.
+  :meth:`~EmbeddingStore.lookup_padded` (a step's): one in all, admission included, with the
+  caller's own values read in it. New rows' initial values are computed on the device on CUDA
+  (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a CPU
+  numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for 10k rows
+  of 65), so it does (``cpu_shortcuts``).
+* :meth:`~EmbeddingStore.apply`: none. Updates of ids without a row go to a sink row (the last
+  one, never a slot) and are counted on the device; :attr:`~EmbeddingStore.stats` reads the
+  count.
+* :meth:`~EmbeddingStore.maintain` (every few steps, or a step that passed ``max_rows``): one,
+  the counts of its queued decisions (rows to evict, tombstones, candidates kept).
+* ``export``, ``changes``, ``take``, ``put``: between steps (checkpoints, the delta log,
+  migrations); they read the index's entries or the ids given.
+
+``tests/trainer/reference_store.py`` keeps a numpy implementation of the same
+contract (the store this one replaced), and the tests run both on long random streams.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
 
-from partitioner import IdIndex
+from trainer.embedding.admission import Candidates
+from trainer.embedding.device_index import DeviceIndex
+from trainer.embedding.device_init import initial_rows_on
+from trainer.embedding.device_sorted import among, stable_order
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
+from trainer.embedding.types import PaddedLookup, StoreStats
 from trainer.types import StoreConfig
 
-__all__ = ["EmbeddingStore", "StoreStats"]
+__all__ = ["EmbeddingStore", "StoreSize"]
 
-@dataclass
-class StoreStats:
-    """What the store has done since it was created."""
 
-    created: int = 0
-    evicted: int = 0
-    # Lookups of ids without a row, per lookup call: an id its owner reads and another rank
-    # fetches in the same step counts twice (once with the device exchange, which looks both
-    # up in one call).
-    not_admitted_reads: int = 0
-    dropped_updates: int = 0
+Ids = torch.Tensor | np.ndarray
+
+
+def _like(result: torch.Tensor, ids: Ids) -> Ids:
+    """``result`` in the kind of ``ids``: a tensor for a tensor, numpy for numpy."""
+    return result.cpu().numpy() if isinstance(ids, np.ndarray) else result
+
+
+class Found(NamedTuple):
+    """What ``EmbeddingStore._find_rows`` found, for a lookup that waits for nothing.
+
+    Attributes:
+        slots: Row slot of each id, -1 for an id without a row.
+        candidates: Admission-candidate slot of each id, -1 where none (None: admission off).
+        counts: int64 ``[3]`` on the device: of the valid ids, those without a row, those of
+            them not yet candidates, those of them admitted now (the last two 0 when
+            admission is off).
+    """
+
+    slots: torch.Tensor
+    candidates: torch.Tensor | None
+    counts: torch.Tensor
+
+    def head(self, n: int) -> Found:
+        """The same for the first ``n`` ids (the valid ones of a padded batch)."""
+        cand = None if self.candidates is None else self.candidates[:n]
+        return Found(self.slots[:n], cand, self.counts)
 
 
 class _Sized(Protocol):
@@ -53,8 +100,8 @@ class _Sized(Protocol):
 
 
 class StoreSize:
-    """What both stores (this one and ``device_store.DeviceStore``) answer about their size,
-    from their settings, row index and admission-candidate index."""
+    """What a store answers about its size, from its settings, row index and
+    admission-candidate index (the test suite's numpy reference store shares it)."""
 
     config: StoreConfig
     _index: _Sized
@@ -80,103 +127,173 @@ class StoreSize:
         return self._cand.size
 
 
+
 class EmbeddingStore(StoreSize):
-    """Rows owned by one rank (primaries), created on demand, updated by the owner only."""
+    """Rows owned by one rank (primaries), created on demand, updated by the owner only, with
+    every decision made on the rank's device.
 
-    _index: IdIndex
-    _cand: IdIndex
+    Args:
+        dim: Row width.
+        config: Store settings.
+        dtype: Float type of values and optimizer state.
+        device: Where rows and their metadata live.
+        capacity: Initial row capacity (grows by doubling).
+    """
 
-    def __init__(
-        self,
-        dim: int,
-        config: StoreConfig | None = None,
-        *,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-        capacity: int = 1024,
-    ) -> None:
-        """Create an empty store.
+    _index: DeviceIndex
+    _cand: Candidates
 
-        Args:
-            dim: Row width.
-            config: Store settings.
-            dtype: Float type of values and optimizer state.
-            device: Where rows live.
-            capacity: Initial row capacity (grows by doubling).
-        """
+    def __init__(self, dim: int, config: StoreConfig | None = None, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 capacity: int = 1024) -> None:
         self.config = c = config or StoreConfig()
         self.dim = dim
         self.dtype = dtype
-        self.device = torch.device(device)
+        self.device = dev = torch.device(device)
         self.optimizer = RowOptimizer(c)
-        self.stats = StoreStats()
-        self._index = IdIndex(2 * capacity)
+        self._stats = StoreStats()
+        self._dropped = torch.zeros((), dtype=torch.int64, device=dev)
+        self._index = DeviceIndex(device=dev)
         cap = max(16, capacity)
-        self._values = torch.zeros((cap, dim), dtype=dtype, device=self.device)
-        self._state = torch.zeros((cap, c.state_width), dtype=dtype, device=self.device)
-        self._ids = np.full(cap, -1, dtype=np.int64)
-        self._version = np.zeros(cap, dtype=np.int64)
-        self._last_used = np.zeros(cap, dtype=np.int64)
-        self._changed = np.zeros(cap, dtype=bool)  # since it was last published
-        self._tombstones: list[np.ndarray] | None = None
-        self._free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pop from the end
-        self._pinned = np.zeros(0, dtype=np.int64)
-        self._last_step = 0  # the latest step a lookup was made for
-        # Admission candidates: ids seen in fewer than admit_after steps (counts only, no rows).
-        self._cand = IdIndex(64)
-        self._cand_count = np.zeros(0, dtype=np.int64)
-        self._cand_last = np.zeros(0, dtype=np.int64)
+        # Row `cap` is the sink: lanes with nothing to write point there.
+        self._values = torch.zeros((cap + 1, dim), dtype=dtype, device=dev)
+        self._state = torch.zeros((cap + 1, c.state_width), dtype=dtype, device=dev)
+        self._version = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
+        self._last_used = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
+        self._changed = torch.zeros(cap + 1, dtype=torch.bool, device=dev)
+        self._free = torch.arange(cap - 1, -1, -1, dtype=torch.int64, device=dev)  # pop the end
+        self._free_size = cap  # host count: pops and pushes have host-known lengths
+        self._pinned = torch.zeros(0, dtype=torch.int64, device=dev)
+        self._last_step = 0
+        self._tombstones: list[torch.Tensor] | None = None
+        self._cand = Candidates(c.admit_after, dev)
+        # The slots the last lookup found, for an apply of the same ids object (the step's read
+        # and write): valid until a row is created, moved or evicted.
+        self._looked_up: tuple[object, torch.Tensor] | None = None
+        # Shortcuts a CPU allows that would wait on CUDA (on by default on a CPU): new rows'
+        # initial values from numpy (13x faster there), and in the device step the distinct-id
+        # count read before the rows are found. A sync audit on CPU (trainer.syncs) turns them
+        # off to count the path CUDA takes.
+        self.cpu_shortcuts = dev.type == "cpu"
 
     # -- size --------------------------------------------------------------------------------
 
     @property
+    def _cap(self) -> int:
+        return int(self._values.shape[0]) - 1
+
+    @property
+    def stats(self) -> StoreStats:
+        """What the store has done (reading the dropped-update count waits for the device)."""
+        self._stats.dropped_updates = int(self._dropped.item())
+        return self._stats
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by rows, optimizer state, metadata and both indexes."""
-        rows = self._values.numel() * self._values.element_size()
-        state = self._state.numel() * self._state.element_size()
-        meta = self._ids.nbytes + self._version.nbytes + self._last_used.nbytes + \
-            self._changed.nbytes + self._free.nbytes
-        cand = self._cand.nbytes + self._cand_count.nbytes + self._cand_last.nbytes
-        return int(rows + state + meta + self._index.nbytes + cand)
+        tensors = (self._values, self._state, self._version, self._last_used, self._changed,
+                   self._free)
+        return int(sum(t.numel() * t.element_size() for t in tensors)
+                   + self._index.nbytes + self._cand.nbytes)
 
     # -- rows --------------------------------------------------------------------------------
 
-    def pin(self, ids: np.ndarray) -> None:
+    def _ids_t(self, ids: Ids) -> torch.Tensor:
+        if isinstance(ids, np.ndarray):
+            ids = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+        return ids.to(device=self.device, dtype=torch.int64).reshape(-1)
+
+    def _sunk(self, slots: torch.Tensor) -> torch.Tensor:
+        """Slots with the absent ones (-1) sent to the sink row."""
+        return torch.where(slots >= 0, slots, self._cap)
+
+    def pin(self, ids: Ids) -> None:
         """Rows that are never evicted and are admitted at first use (replicated rows).
 
         Rows that leave the pinned set count as used at the latest step looked up: their copies'
         reads within the staleness bound never touch the owner's store, so their last use is
         not otherwise known, and they are not to be evicted for it.
         """
-        pinned = np.unique(np.asarray(ids, dtype=np.int64))
-        released = np.setdiff1d(self._pinned, pinned, assume_unique=True)
-        if released.size:
-            slots = self._index.find(released)
-            self._last_used[slots[slots >= 0]] = self._last_step
+        pinned = torch.unique(self._ids_t(ids))
+        if self._pinned.numel():
+            released = self._pinned[~torch.isin(self._pinned, pinned)]
+            if released.numel():
+                self._last_used[self._sunk(self._index.find(released))] = self._last_step
         self._pinned = pinned
 
-    def contains(self, ids: np.ndarray) -> np.ndarray:
+    def contains(self, ids: Ids) -> Ids:
         """Whether each id has a row."""
-        return self._index.find(ids) >= 0
+        return _like(self._index.find(self._ids_t(ids)) >= 0, ids)
 
-    def versions(self, ids: np.ndarray) -> np.ndarray:
-        """Version (updates applied) of each id's row; 0 for ids without a row."""
-        slots = self._index.find(ids)
-        return np.where(slots >= 0, self._version[np.maximum(slots, 0)], 0)
+    def versions(self, ids: Ids) -> Ids:
+        """Version of each id's row; 0 for ids without one."""
+        slots = self._index.find(self._ids_t(ids))
+        return _like(torch.where(slots >= 0, self._version[self._sunk(slots)], 0), ids)
 
-    def peek(self, ids: np.ndarray) -> torch.Tensor:
+    def peek(self, ids: Ids) -> torch.Tensor:
         """Values of rows without creating or touching them (initial values for absent ids)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        slots = self._index.find(ids)
-        out = self._initial(ids)
-        have = np.flatnonzero(slots >= 0)
-        if have.size:
-            out[torch.from_numpy(have).to(self.device)] = self._values[self._t(slots[have])]
-        return out
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
+        out = self._initial(flat)
+        have = slots >= 0
+        return torch.where(have[:, None], self._values[self._sunk(slots)], out)
 
-    def lookup(
-        self, ids: np.ndarray, step: int, *, with_state: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def lookup_padded(self, ids: torch.Tensor, count: torch.Tensor, step: int, *,
+                      with_state: bool = False, extra: torch.Tensor | None = None
+                      ) -> PaddedLookup:
+        """:meth:`lookup` of the distinct ids ``ids[:count]``, the count on the device, with
+        one wait (a batch deduplicated by :func:`~trainer.embedding.dedup.unique_padded`).
+
+        The rows are found and the admissions decided for the whole padded array first; then
+        one copy brings the counts that size the rest to the host, and with them ``extra``
+        (the caller's own values on the device, read in the same wait: the step's last loss).
+        With ``cpu_shortcuts`` the count is read first and only the distinct ids are searched
+        (a CPU waits for nothing; a padded batch is 5x the distinct ids of the synthetic
+        stream's).
+
+        Args:
+            ids: int64 ``[N]`` on the device, distinct in ``ids[:count]`` (the rest ignored).
+            count: 0-d int64 tensor on the device.
+            step: The step of the lookup.
+            with_state: Also return the rows' optimizer state.
+            extra: Values to read back with the counts (any shape; read as float64).
+        """
+        flat = self._ids_t(ids)
+        if self.cpu_shortcuts:
+            flat = flat[:int(count)]
+            valid = torch.ones(flat.numel(), dtype=torch.bool, device=self.device)
+        else:
+            valid = torch.arange(flat.numel(), device=self.device) < count
+        found = self._find_rows(flat, valid, step)
+        parts = [count.reshape(1), found.counts]
+        if extra is not None:
+            parts.append(extra.reshape(-1))
+        # counts < 2**53 are exact in float64
+        got = torch.cat([t.to(torch.float64) for t in parts]).tolist()  # the wait
+        n, *counts = (int(x) for x in got[:4])
+        uniq = flat[:n]
+        values, state = self._lookup(uniq, uniq, step, with_state, found.head(n), counts)
+        return PaddedLookup(uniq, values, state, got[4:])
+
+    def _find_rows(self, flat: torch.Tensor, valid: torch.Tensor, step: int) -> Found:
+        """The first half of a lookup in ``step``, queued: the ids' slots and, on the device,
+        the counts that size the second half (``valid``: the ids the lookup will take)."""
+        slots = self._index.find(flat)
+        absent = (slots < 0) & valid
+        zero = torch.zeros((), dtype=torch.int64, device=self.device)
+        threshold = self.config.admit_after
+        if threshold <= 1:
+            return Found(slots, None, torch.stack([absent.sum(), zero, zero]))
+        # What _admit will decide: a candidate seen in enough steps (this one counted once),
+        # or a pinned id, gets its row; an id not yet a candidate becomes one.
+        cand = self._cand.find(flat)
+        known = cand >= 0
+        admitted = absent & (self._cand.ripe(cand, step) | among(flat, self._pinned))
+        return Found(slots, cand, torch.stack([absent.sum(), (absent & ~known).sum(),
+                                               admitted.sum()]))
+
+    def lookup(self, ids: Ids, step: int, *, with_state: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and optionally optimizer state) of unique ids used in ``step``.
 
         Admitted ids without a row get one (initial value, fresh state, version 0); ids not yet
@@ -190,100 +307,117 @@ class EmbeddingStore(StoreSize):
         Returns:
             (values ``[n, dim]``, state ``[n, state_width]`` or None).
         """
-        ids = np.asarray(ids, dtype=np.int64)
+        return self._lookup(ids, self._ids_t(ids), step, with_state, None, None)
+
+    def _lookup(self, ids: object, flat: torch.Tensor, step: int, with_state: bool,
+                found: Found | None, counts: Sequence[int] | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`lookup` of ``flat`` (``ids`` as the caller passed them, the key an apply of
+        the same object reuses the slots by); with ``found`` (:meth:`_find_rows` of these ids)
+        and its counts read back, waiting for nothing (the found slots are updated in
+        place)."""
         self._last_step = max(self._last_step, step)
-        slots = self._index.find(ids)
-        missing = np.flatnonzero(slots < 0)
-        if missing.size:
-            admit = missing[self._admit(ids[missing], step)]
-            if admit.size:
-                slots[admit] = self._create(ids[admit])
-        have = slots >= 0
-        self._last_used[slots[have]] = step
-        values = torch.empty((ids.size, self.dim), dtype=self.dtype, device=self.device)
+        known: tuple[torch.Tensor, int] | None = None
+        if found is None or counts is None:
+            slots = self._index.find(flat)
+            missing = torch.nonzero(slots < 0).reshape(-1)  # the readback
+        else:
+            slots = found.slots
+            missing = torch.nonzero_static(slots < 0, size=counts[0]).reshape(-1)
+        absent = missing[:0]
+        if missing.numel():
+            if found is not None and found.candidates is not None and counts is not None:
+                known = (found.candidates[missing], counts[1])
+            admit = self._admit(flat[missing], step, known)
+            if admit is None:  # every missing id is admitted
+                created = missing
+            else:
+                order = torch.sort((~admit).to(torch.int8), stable=True).indices
+                admitted = int(admit.sum().item()) if counts is None else counts[2]
+                created, absent = missing[order[:admitted]], missing[order[admitted:]]
+            if created.numel():
+                slots[created] = self._create(flat[created])
+        sunk = self._sunk(slots)
+        self._last_used[sunk] = step
+        self._looked_up = (ids, slots)
+        values = self._values.index_select(0, sunk)
         state = None
         if with_state:
-            state = self.optimizer.initial_state(ids.size, self.dtype, self.device)
-        if bool(have.all()):
-            t = self._t(slots)
-            values = self._values.index_select(0, t)
+            state = self._state.index_select(0, sunk)
+        if absent.numel():
+            self._stats.not_admitted_reads += int(absent.numel())
+            values[absent] = self._initial(flat[absent])
             if state is not None:
-                state = self._state.index_select(0, t)
-            return values, state
-        rows, absent = np.flatnonzero(have), np.flatnonzero(~have)
-        self.stats.not_admitted_reads += int(absent.size)
-        values.index_copy_(0, self._t(absent), self._initial(ids[absent]))
-        if rows.size:
-            t, src = self._t(rows), self._t(slots[rows])
-            values.index_copy_(0, t, self._values.index_select(0, src))
-            if state is not None:
-                state.index_copy_(0, t, self._state.index_select(0, src))
+                state[absent] = self.optimizer.initial_state(int(absent.numel()), self.dtype,
+                                                             self.device)
         return values, state
 
-    def apply(self, ids: np.ndarray, grads: torch.Tensor, counts: np.ndarray,
-              increments: torch.Tensor | None = None) -> np.ndarray:
+    def apply(self, ids: Ids, grads: torch.Tensor, counts: Ids,
+              increments: torch.Tensor | None = None, *, count: torch.Tensor | None = None
+              ) -> Ids:
         """Apply one optimizer step per row with its summed gradient; version += its count.
 
         Args:
-            ids: Unique int64 ids.
+            ids: Unique int64 ids (the tensor a lookup answered reuses its slots).
             grads: ``[n, dim]`` gradient of each row, summed over every contribution.
             counts: int64 ``[n]`` updates the gradient stands for (contributions).
             increments: Optimizer-state increments ``[n, state_width]`` to use instead of
                 those of ``grads`` (see :meth:`RowOptimizer.step`).
+            count: A 0-d tensor on the device: only ``ids[:count]`` are updated, the rest is
+                padding (:func:`~trainer.embedding.dedup.unique_padded`), written to the sink
+                row.
 
         Returns:
             Whether each row was there to update (updates of rows without one are dropped).
         """
-        slots = self._index.find(ids)
+        flat = self._ids_t(ids)
+        cached = self._looked_up
+        slots = cached[1] if cached is not None and cached[0] is ids else self._index.find(flat)
+        if count is not None:
+            slots = torch.where(torch.arange(flat.numel(), device=self.device) < count, slots, -1)
         applied = slots >= 0
-        have = np.flatnonzero(applied)
-        self.stats.dropped_updates += int(ids.size - have.size)
-        if have.size == 0:
-            return applied
-        s = slots[have]
-        h = None if have.size == ids.size else self._t(have)
-        g = grads if h is None else grads[h]
-        inc = increments if increments is None or h is None else increments[h]
-        # Slots are distinct (ids are unique), as RowOptimizer.step requires.
-        self.optimizer.step(self._values, self._state, self._t(s), g, inc)
-        self._version[s] += np.asarray(counts, dtype=np.int64)[have]
-        self._changed[s] = True
-        return applied
+        if flat.numel() == 0:
+            return _like(applied, ids)
+        index = self._sunk(slots)
+        dropped = ~applied
+        if count is not None:
+            dropped &= torch.arange(flat.numel(), device=self.device) < count
+        self._dropped += dropped.sum()
+        grads = grads.to(device=self.device, dtype=self.dtype)
+        self.optimizer.step(self._values, self._state, index, grads, increments)
+        self._version.index_add_(0, index, self._ids_t(counts))
+        self._changed[index] = True
+        self._clear_sink()
+        return _like(applied, ids)
 
     def ids(self) -> np.ndarray:
         """Ids that have a row, sorted."""
-        return np.sort(self._index.items()[0])
+        return torch.sort(self._index.items()[0]).values.cpu().numpy()
 
     def export(self) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Every row: (ids sorted, values, optimizer state, versions)."""
         ids, slots = self._index.items()
-        order = np.argsort(ids)
+        order = torch.argsort(ids)
         ids, slots = ids[order], slots[order]
-        t = self._t(slots)
-        return ids, self._values[t].clone(), self._state[t].clone(), self._version[slots].copy()
+        return ids.cpu().numpy(), self._values[slots].clone(), self._state[slots].clone(), \
+            self._version[slots].cpu().numpy()
 
     # -- migration ---------------------------------------------------------------------------
 
-    def take(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
-        """Remove the rows of ``ids`` that exist and return them (to hand to a new owner).
-
-        Returns:
-            (ids that had a row, values, optimizer state, versions), in the order of ``ids``.
-        """
-        ids = np.asarray(ids, dtype=np.int64)
-        slots = self._index.find(ids)
+    def take(self, ids: Ids) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
+        """Remove the rows of ``ids`` that exist and return (ids, values, state, versions)."""
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
         have = slots >= 0
-        ids, slots = ids[have], slots[have]
-        t = self._t(slots)
-        values, state = self._values[t].clone(), self._state[t].clone()
-        versions = self._version[slots].copy()
-        self._index.remove(ids)
-        self._ids[slots] = -1
-        self._free = np.concatenate([self._free, slots[::-1]])
-        return ids, values, state, versions
+        flat, slots = flat[have], slots[have]
+        values, state = self._values[slots].clone(), self._state[slots].clone()
+        versions = self._version[slots].clone()
+        self._index.remove(flat)
+        self._release(torch.flip(slots, (0,)))
+        return flat.cpu().numpy(), values, state, versions.cpu().numpy()
 
-    def put(self, ids: np.ndarray, values: torch.Tensor, state: torch.Tensor,
-            versions: np.ndarray, step: int, *, published: bool = False) -> None:
+    def put(self, ids: Ids, values: torch.Tensor, state: torch.Tensor,
+            versions: Ids, step: int, *, published: bool = False) -> None:
         """Install rows handed over by their previous owner (replacing any row of those ids).
 
         Args:
@@ -295,42 +429,39 @@ class EmbeddingStore(StoreSize):
             published: The delta log holds them already (restored from a checkpoint), rather
                 than this rank having to publish them (moved in by a migration).
         """
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size == 0:
+        flat = self._ids_t(ids)
+        if flat.numel() == 0:
             return
-        slots = self._index.find(ids)
-        new = np.flatnonzero(slots < 0)
-        if new.size:
-            slots[new] = self._create(ids[new])
-            self.stats.created -= int(new.size)  # moved in, not created
-        t = self._t(slots)
-        self._values[t] = values.to(device=self.device, dtype=self.dtype)
-        self._state[t] = state.to(device=self.device, dtype=self.dtype)
-        self._version[slots] = np.asarray(versions, dtype=np.int64)
+        slots = self._index.find(flat)
+        new = torch.nonzero(slots < 0).reshape(-1)
+        if new.numel():
+            slots[new] = self._create(flat[new])
+            self._stats.created -= int(new.numel())  # moved in, not created
+        self._values[slots] = values.to(device=self.device, dtype=self.dtype)
+        self._state[slots] = state.to(device=self.device, dtype=self.dtype)
+        self._version[slots] = self._ids_t(versions)
         self._last_used[slots] = step
         self._changed[slots] = not published
 
     # -- the delta log -----------------------------------------------------------------------
 
     def changes(self) -> tuple[np.ndarray, torch.Tensor]:
-        """Rows whose value changed since the last call (or :meth:`unpublish`), ids sorted,
-        with their values; they count as published from now on."""
+        """Rows changed since the last call, ids sorted, with their values (now published)."""
         ids, slots = self._index.items()
         changed = self._changed[slots]
         ids, slots = ids[changed], slots[changed]
-        order = np.argsort(ids)
+        order = torch.argsort(ids)
         ids, slots = ids[order], slots[order]
         self._changed[slots] = False
-        return ids, self._values.index_select(0, self._t(slots))
+        return ids.cpu().numpy(), self._values.index_select(0, slots)
 
-    def unpublish(self, ids: np.ndarray | None = None) -> None:
-        """Count rows ``ids`` (every row: None) as changed, to publish them again (a send
-        failed, or the log holds values these rows do not)."""
+    def unpublish(self, ids: Ids | None = None) -> None:
+        """Count rows ``ids`` (every row: None) as changed, to publish them again."""
         if ids is None:
             self._changed[:] = True
-            return
-        slots = self._index.find(np.asarray(ids, dtype=np.int64))
-        self._changed[slots[slots >= 0]] = True
+        else:
+            self._changed[self._sunk(self._index.find(self._ids_t(ids)))] = True
+        self._changed[self._cap] = False
 
     def track_evictions(self, on: bool = True) -> None:
         """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
@@ -340,122 +471,116 @@ class EmbeddingStore(StoreSize):
         """Ids evicted since the last call that were ever updated (sorted)."""
         if not self._tombstones:
             return np.zeros(0, np.int64)
-        ids = np.unique(np.concatenate(self._tombstones))
+        ids = torch.unique(torch.cat(self._tombstones))
         self._tombstones = []
-        return ids
+        return ids.cpu().numpy()
 
     # -- memory bound ------------------------------------------------------------------------
 
     def maintain(self, step: int) -> int:
-        """Evict rows unused for ``evict_after`` steps and the least recent above ``max_rows``.
+        """Evict rows unused for ``evict_after`` steps and the least recent above ``max_rows``;
+        returns the number evicted. Called between steps (never between a step's reads and
+        its updates). Least recently used first, ties by id, down to a low-water mark below
+        the cap, so that the next steps' new rows fit under it.
 
-        Called between steps (never between a step's reads and its updates). Returns the
-        number of rows evicted.
+        Every decision is queued first (the rows to evict, the candidates to keep), then one
+        readback of their counts sizes the compactions (on CUDA, with the ``sorted`` index,
+        the call's one wait).
         """
         c = self.config
         ids, slots = self._index.items()
-        evict = np.zeros(ids.size, dtype=bool)
+        used = self._last_used[slots]
+        pinned = among(ids, self._pinned)
+        evict = torch.zeros(ids.numel(), dtype=torch.bool, device=self.device)
         if c.evict_after:
-            evict |= self._last_used[slots] < step - c.evict_after
-        pinned = np.isin(ids, self._pinned) if self._pinned.size else np.zeros(ids.size, bool)
+            evict |= used < step - c.evict_after
         evict &= ~pinned
-        if c.max_rows and ids.size - int(evict.sum()) > c.max_rows:
-            # Least recently used first; ties by id so every run evicts the same rows. Down to
-            # a low-water mark below the cap, so that the next steps' new rows fit under it
-            # and the scan runs once in many steps, not every step at the cap.
-            order = np.lexsort((ids, self._last_used[slots]))
-            order = order[~evict[order] & ~pinned[order]]
-            excess = ids.size - int(evict.sum()) - self.low_water
-            evict[order[:excess]] = True
-        self._prune_candidates(step)
-        if not evict.any():
+        if c.max_rows and ids.numel() > c.max_rows:  # host-known: the cap may bind
+            # Past the cap after the idle rows go, the least recent others go too, down to
+            # low_water: the first `kept - low_water` of them in (last use, id) order.
+            kept = ids.numel() - evict.sum()
+            extra = torch.where(kept > c.max_rows, kept - self.low_water, 0)
+            order = stable_order(used, ids)
+            eligible = ~evict[order] & ~pinned[order]
+            evict[order] = evict[order] | (eligible & (torch.cumsum(eligible, 0) <= extra))
+        keep_cand = self._cand.kept(step, self._index, c.evict_after, c.max_rows)
+        tomb = evict & (self._version[slots] > 0)
+        counts = [evict.sum(), tomb.sum()] + ([] if keep_cand is None else [keep_cand[0].sum()])
+        n_gone, n_tomb, *n_cand = torch.stack(counts).tolist()  # the readback
+        if keep_cand is not None:
+            self._cand.prune(keep_cand, n_cand[0])
+        if n_gone == 0:
             return 0
-        gone = slots[evict]
+        gone = slots[torch.nonzero_static(evict, size=n_gone).reshape(-1)]
         if self._tombstones is not None:
-            # A row never updated holds its initial value: serving has nothing to drop.
-            self._tombstones.append(ids[evict][self._version[gone] > 0])
-        self._ids[gone] = -1
-        self._free = np.concatenate([self._free, gone[::-1]])
-        self._index.rebuild(ids[~evict], slots[~evict])
-        self.stats.evicted += int(gone.size)
-        return int(gone.size)
+            self._tombstones.append(ids[torch.nonzero_static(tomb, size=n_tomb).reshape(-1)])
+        self._release(torch.flip(gone, (0,)))
+        stay = torch.nonzero_static(~evict, size=ids.numel() - n_gone).reshape(-1)
+        self._index.rebuild(ids[stay], slots[stay])
+        self._stats.evicted += n_gone
+        return n_gone
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _t(self, index: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64)).to(self.device)
-
-    def _initial(self, ids: np.ndarray) -> torch.Tensor:
-        rows = initial_rows(ids, self.dim, self.config.seed, self.config.init_scale)
+    def _initial(self, ids: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        if not self.cpu_shortcuts:
+            return initial_rows_on(ids, self.dim, c.seed, c.init_scale, self.dtype)
+        rows = initial_rows(ids.cpu().numpy(), self.dim, c.seed, c.init_scale)
         return torch.from_numpy(rows).to(device=self.device, dtype=self.dtype)
 
-    def _create(self, ids: np.ndarray) -> np.ndarray:
-        n = ids.size
-        if n > self._free.size:
+    def _clear_sink(self) -> None:
+        sink = self._cap
+        self._values[sink] = 0
+        self._state[sink] = 0
+        self._version[sink] = 0
+        self._changed[sink] = False
+
+    def _release(self, slots: torch.Tensor) -> None:
+        """Push freed slots on the free stack (popped last-in first-out)."""
+        self._looked_up = None
+        self._free = torch.cat([self._free[:self._free_size], slots])
+        self._free_size += int(slots.numel())
+
+    def _create(self, ids: torch.Tensor) -> torch.Tensor:
+        self._looked_up = None
+        n = int(ids.numel())
+        if n > self._free_size:
             self._grow(n)
-        slots = self._free[-n:][::-1].copy()
-        self._free = self._free[:-n]
-        t = self._t(slots)
-        self._values.index_copy_(0, t, self._initial(ids))
-        self._state.index_copy_(0, t, self.optimizer.initial_state(n, self.dtype, self.device))
-        self._ids[slots] = ids
+        top = self._free_size
+        slots = torch.flip(self._free[top - n:top], (0,))
+        self._free_size = top - n
+        self._values[slots] = self._initial(ids)
+        self._state[slots] = self.optimizer.initial_state(n, self.dtype, self.device)
         self._version[slots] = 0
         self._changed[slots] = False
         self._index.insert(ids, slots)
-        self.stats.created += n
+        self._stats.created += n
         return slots
 
     def _grow(self, need: int) -> None:
-        old = self._ids.size
+        old = self._cap
         cap = old
-        while cap - old + self._free.size < need:
+        while cap - old + self._free_size < need:
             cap *= 2
         extra = cap - old
 
         def widen(t: torch.Tensor) -> torch.Tensor:
-            return torch.cat([t, torch.zeros((extra, t.shape[1]), dtype=t.dtype, device=t.device)])
+            pad = torch.zeros((extra + 1, *t.shape[1:]), dtype=t.dtype, device=t.device)
+            return torch.cat([t[:old], pad])  # the old sink is dropped, the last row is new
 
-        self._values = widen(self._values)
-        self._state = widen(self._state)
-        self._ids = np.concatenate([self._ids, np.full(extra, -1, np.int64)])
-        self._version = np.concatenate([self._version, np.zeros(extra, np.int64)])
-        self._last_used = np.concatenate([self._last_used, np.zeros(extra, np.int64)])
-        self._changed = np.concatenate([self._changed, np.zeros(extra, bool)])
-        self._free = np.concatenate([np.arange(cap - 1, old - 1, -1, dtype=np.int64), self._free])
+        self._values, self._state = widen(self._values), widen(self._state)
+        self._version, self._last_used = widen(self._version), widen(self._last_used)
+        self._changed = widen(self._changed)
+        fresh = torch.arange(cap - 1, old - 1, -1, dtype=torch.int64, device=self.device)
+        self._free = torch.cat([fresh, self._free[:self._free_size]])
+        self._free_size += extra
 
-    def _admit(self, ids: np.ndarray, step: int) -> np.ndarray:
-        """Mask of ids (all without a row) admitted now; counts the others once per step."""
-        threshold = self.config.admit_after
-        if threshold <= 1:
-            return np.ones(ids.size, dtype=bool)
-        pinned = np.isin(ids, self._pinned) if self._pinned.size else np.zeros(ids.size, bool)
-        slots = self._cand.find(ids)
-        new = np.flatnonzero(slots < 0)
-        if new.size:
-            base = self._cand_count.size
-            slots[new] = base + np.arange(new.size)
-            self._cand_count = np.concatenate([self._cand_count, np.zeros(new.size, np.int64)])
-            self._cand_last = np.concatenate([self._cand_last, np.full(new.size, -1, np.int64)])
-            self._cand.insert(ids[new], slots[new])
-        fresh = self._cand_last[slots] != step  # an id counts once per step, however often read
-        self._cand_count[slots[fresh]] += 1
-        self._cand_last[slots] = step
-        return pinned | (self._cand_count[slots] >= threshold)
-
-    def _prune_candidates(self, step: int) -> None:
-        """Drop candidates that got a row or went unused for evict_after steps; compact."""
-        if self._cand.size == 0:
-            return
-        ids, slots = self._cand.items()
-        keep = ~self.contains(ids)
-        if self.config.evict_after:
-            keep &= self._cand_last[slots] >= step - self.config.evict_after
-        if self.config.max_rows and int(keep.sum()) > self.config.max_rows:
-            order = np.lexsort((ids, -self._cand_last[slots]))
-            order = order[keep[order]][: self.config.max_rows]
-            keep = np.zeros(ids.size, dtype=bool)
-            keep[order] = True
-        ids, slots = ids[keep], slots[keep]
-        self._cand_count = self._cand_count[slots]
-        self._cand_last = self._cand_last[slots]
-        self._cand.rebuild(ids, np.arange(ids.size, dtype=np.int64))
+    def _admit(self, ids: torch.Tensor, step: int,
+               known: tuple[torch.Tensor, int] | None = None) -> torch.Tensor | None:
+        """Mask of ids without a row admitted now (None: all of them); counts the others once
+        per step. ``known``: the ids' candidate slots and how many are -1, as ``_find_rows``
+        found them (else they are looked up, and counted with a readback)."""
+        if self.config.admit_after <= 1:
+            return None
+        return among(ids, self._pinned) | self._cand.count(ids, step, known)

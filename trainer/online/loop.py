@@ -331,14 +331,16 @@ class OnlineLoop:
         self._last = Proposal()
 
     def _check_last_loss(self) -> None:
-        """Raise if the last step's loss was not finite, before a publish or a checkpoint.
+        """Raise on every rank if any rank's last loss was not finite, before a publish or a
+        checkpoint (collective).
 
-        The control round knows each rank's loss of the step before (its proposal); one rank
-        on the device path reads each loss a step late, so its last one is read here. Only
-        that path defers its loss, and only at one rank, so no rank can decide alone.
+        A step's loss is read back with the next step's counts, so the control round knows
+        each rank's loss of the step before last; the last one is read here. A NaN row can
+        spoil one rank's loss alone: the ranks agree (a small all-reduce) so that none goes
+        on into the checkpoint's collectives while another stops.
         """
-        if not self.trainer.loss_finite:
-            self._check_diverged(True)
+        bad = np.array([int(not self.trainer.loss_finite)])
+        self._check_diverged(bool(self.comm.host_all_reduce_sum(bad, "control")[0]))
 
     def _check_diverged(self, diverged: bool) -> None:
         if diverged:  # every rank raises here, before anything is checkpointed

@@ -20,7 +20,7 @@ from trainer.job import Job
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import Hooks, OnlineConfig, StoreConfig
+from trainer.types import Hooks, OnlineConfig
 
 STATE = Hooks(return_state=True)
 # Fewer steps than the gloo tests' (exact_jobs.STEPS): the lane's budget is seconds.
@@ -144,13 +144,12 @@ def test_live_migrations_on_threads_keep_s0_training_exact(reference, max_diff) 
     assert ranks[0].online["owner_checks"] >= 3  # invariant 1 checked after every chunk
 
 
-@pytest.mark.parametrize("index", ["host", "device"])
-def test_copies_on_threads_never_lag_more_than_s(recount_lags, index: str) -> None:
-    # The device store's exchange (DeviceExchange) keeps the copies' flags and lags as
-    # tensors: the bound holds there too, recounted from what the owners applied.
+def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
+    # The exchange keeps the copies' flags and lags as tensors: the bound holds, recounted from
+    # what the owners applied.
     s = 3
-    job = Job(SOURCE, EXACT["model"], replace(EXACT["store"], index=index),
-              replace(EXACT["train"], staleness=s), placement=_graph(3), hooks=Hooks(audit=True))
+    job = Job(SOURCE, EXACT["model"], EXACT["store"], replace(EXACT["train"], staleness=s),
+              placement=_graph(3), hooks=Hooks(audit=True))
     ranks = run_threads(run_rank, job, 3)
     hist = ranks[0].job_totals.staleness
     assert ranks[0].job_totals.max_staleness <= s and hist[s] > 0
@@ -177,46 +176,3 @@ def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
     with pytest.raises(PeerLost, match=r"rank 1 \(pid \d+\) of this machine is gone"):
         with gone.watch("dense"):
             raise RuntimeError("CUDA out of memory")
-
-
-# -- the device store (trainer.embedding.device_store) ----------------------------------------
-
-
-def _on_device(settings: dict[str, object], design: str = "sorted") -> dict[str, object]:
-    store = settings["store"]
-    assert isinstance(store, StoreConfig)
-    return {**settings, "store": replace(store, index="device", index_design=design)}
-
-
-@pytest.mark.parametrize("design", ["sorted", "stash"])
-def test_one_rank_on_the_device_store_trains_what_the_host_store_trains(reference, max_diff,
-                                                                       design: str) -> None:
-    # One rank with --store-index device takes the device step (ids deduplicated and rows read
-    # and written on the device, no exchange): the same rows and dense parameters, bit for bit,
-    # and the same loss, though the step reads it back one step late.
-    for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD)):
-        job = Job(SOURCE, **_on_device(settings, design), placement=Placement.hash(1),
-                  hooks=STATE)
-        got = run_rank(LocalComm(), job)
-        dense, emb = max_diff(reference[name], [got])
-        assert dense == 0.0 and emb == 0.0, (name, dense, emb)
-        assert got.job_totals.counts["owned_reads"] == got.job_totals.counts["unique_ids"] > 0
-        want = reference[name].job_totals
-        assert got.job_totals.loss_samples == want.loss_samples == BATCH * STEPS
-        assert got.job_totals.loss_sum == pytest.approx(want.loss_sum, rel=1e-12)
-
-
-def test_two_ranks_on_the_device_store_with_live_migrations_stay_exact(reference,
-                                                                      max_diff) -> None:
-    # At two ranks the row exchange runs on the device too (DeviceExchange, copies included):
-    # s = 0 still equals one process through three live migrations (take, put, versions),
-    # two of them to placements with copies.
-    online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
-                          migration_chunk_bytes=96 * 6000)
-    job = Job(SOURCE, **_on_device(EXACT), placement=Placement.hash(2), online=online,
-              hooks=Hooks(schedule=_schedule(2), return_state=True))
-    ranks = run_threads(run_rank, job, 2)
-    dense, emb = max_diff(reference["deepfm"], ranks)
-    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
-    done = [e for e in ranks[0].online["events"] if e["event"] == "migration_done"]
-    assert [e["version"] for e in done] == [1, 2, 3]

@@ -1,4 +1,4 @@
-"""The device id index, every design, against a Python dict (on CPU, and on CUDA where there is
+"""The device id index (sorted runs) against a Python dict (on CPU, and on CUDA where there is
 one: the ``device`` fixture)."""
 
 from __future__ import annotations
@@ -8,20 +8,9 @@ import pytest
 import torch
 from numpy.typing import ArrayLike
 
-from trainer.embedding.device_hash import mix_ids
-from trainer.embedding.device_index import DESIGNS, Design, DeviceIndex
+from trainer.embedding.device_index import DeviceIndex
 
 TOP = 2**63 - 1
-M32 = 0xFFFFFFFF
-
-
-def _mix32_reference(x: int) -> int:
-    """The mixer's 32-bit step in plain Python integers: what mix_ids must compute."""
-    x ^= x >> 16
-    x = (x * 0x045D9F3B) & M32
-    x ^= x >> 16
-    x = (x * 0x045D9F3B) & M32
-    return x ^ (x >> 16)
 
 
 def _t(values: ArrayLike, device: str) -> torch.Tensor:
@@ -42,21 +31,9 @@ def _items(index: DeviceIndex) -> dict[int, int]:
     return pairs
 
 
-def test_mix_ids_is_its_definition_on_edge_ids_and_spreads_structured_ids() -> None:
-    rng = np.random.default_rng(1)
-    ids = [0, 1, M32, M32 + 1, 2**62, TOP - 1, TOP, *rng.integers(0, TOP, 50).tolist()]
-    want = [_mix32_reference((i & M32) ^ _mix32_reference(i >> 32)) for i in ids]
-    assert mix_ids(torch.tensor(ids, dtype=torch.int64)).tolist() == want
-    # ``field << 40 | value``: the low bits of the ids are all alike across fields, the
-    # high ones alike within one; 4096 ids in 1024 groups fill ~1005 of them when uniform.
-    structured = torch.tensor([(f << 40) | v for f in range(4) for v in range(1024)])
-    assert (mix_ids(structured) & 1023).unique().numel() > 950
-
-
-@pytest.mark.parametrize("design", DESIGNS)
-def test_agrees_with_a_dict_under_long_random_sequences(design: Design, device: str) -> None:
+def test_agrees_with_a_dict_under_long_random_sequences(device: str) -> None:
     rng = np.random.default_rng(7)
-    index = DeviceIndex(1, device=device, design=design)
+    index = DeviceIndex(device=device)
     ref: dict[int, int] = {}
     next_value = peak = 0
     for step in range(250):
@@ -87,21 +64,18 @@ def test_agrees_with_a_dict_under_long_random_sequences(design: Design, device: 
         peak = max(peak, len(ref))
         if step % 50 == 49:
             assert _items(index) == ref
-    assert peak > 2000  # the sequence did grow the table well past its start
+    assert peak > 2000  # the sequence did grow the table well past the buffer's size
 
 
-@pytest.mark.parametrize("design", DESIGNS)
-def test_deleted_space_is_reused_and_the_table_does_not_grow(design: Design, device: str) -> None:
+def test_deleted_entries_are_dropped_and_the_runs_do_not_grow(device: str) -> None:
     rng = np.random.default_rng(3)
     ids = np.unique(rng.integers(0, TOP, 40_000, dtype=np.int64))
     rng.shuffle(ids)
     live, spare = list(ids[:4000]), list(ids[4000:])
-    index = DeviceIndex(4000, device=device, design=design)
+    index = DeviceIndex(device=device)
     empty = index.nbytes
     index.insert(_t(live, device), _t(live, device) % 1000)
-    before = index.nbytes
-    if design != "sorted":  # random ids spread: a table sized for them holds them
-        assert before <= 1.1 * empty
+    assert index.nbytes == empty + 16 * len(live)  # exactly its entries (a run, 2 x 8 B)
     for _ in range(10):  # 30,000 inserts into a table sized for 4,000 entries
         rng.shuffle(live)
         gone, live = live[:3000], live[3000:]
@@ -111,15 +85,13 @@ def test_deleted_space_is_reused_and_the_table_does_not_grow(design: Design, dev
         live += new
     ref = {i: i % 1000 for i in live}
     _check(index, ref, np.concatenate([live[:500], gone[:500]]), device)
-    if design == "sorted":  # tombstones until a compaction: bounded, not kept forever
-        assert index.nbytes <= 3 * 16 * index.size
-    else:  # a doubling would show; the stash may hold a few more entries than before
-        assert index.nbytes <= 1.1 * before
+    # Tombstones until a compaction: bounded, not kept forever.
+    assert index.nbytes <= 3 * 16 * index.size
 
 
 def test_removals_alone_give_the_sorted_runs_memory_back(device: str) -> None:
     ids = torch.arange(0, 40_000, 2, device=device) * 7919
-    index = DeviceIndex(device=device, design="sorted")
+    index = DeviceIndex(device=device)
     index.rebuild(ids, ids)
     full = index.nbytes
     for chunk in ids[:19_000].split(1000):  # no insert comes to trigger a compaction
@@ -128,52 +100,8 @@ def test_removals_alone_give_the_sorted_runs_memory_back(device: str) -> None:
     assert index.find(ids[18_990:19_010]).tolist() == [-1] * 10 + ids[19_000:19_010].tolist()
 
 
-def _colliding(count: int) -> list[int]:
-    """Ids whose 32-bit hashes are all equal: one home group in a table of any size."""
-    return [(hi << 32) | (0xABCDEF ^ _mix32_reference(hi)) for hi in range(1, count + 1)]
-
-
-@pytest.mark.parametrize("design", DESIGNS)
-def test_ids_that_share_a_home_group(design: Design, device: str) -> None:
-    # Past the stash's 1024 entries that call a rehash; fewer for the probe design, for whom
-    # they are one chain that every find and insert walks (a few seconds at 3000).
-    same = _colliding(1200 if design == "probe" else 3000)
-    assert mix_ids(torch.tensor(same)).unique().numel() == 1
-    rng = np.random.default_rng(5)
-    # And ids that share only the low 10 bits of their hash: one group in a small table.
-    cand = torch.from_numpy(rng.integers(0, TOP, 200_000, dtype=np.int64))
-    low = cand[(mix_ids(cand) & 1023) == 77][:150].tolist()
-    assert len(low) == 150
-    index = DeviceIndex(16, device=device, design=design)
-    ref = {i: n for n, i in enumerate(low + same)}
-    for part in np.array_split(np.array(list(ref)), 10):  # one long chain, batch by batch
-        index.insert(_t(part, device), _t([ref[i] for i in part.tolist()], device))
-    # Equal hashes cost longer probes or a larger stash, not a doubling per insert.
-    assert index.nbytes < 1 << 20
-    others = rng.integers(0, TOP, 300, dtype=np.int64)
-    _check(index, ref, np.concatenate([np.array(list(ref)), others]), device)
-    gone = same[::2] + low[::3]
-    index.remove(_t(gone, device))
-    for i in gone:
-        del ref[i]
-    _check(index, ref, np.array(same + low), device)
-    back = same[::4]
-    index.insert(_t(back, device), _t(back, device) % 7)
-    ref.update({i: i % 7 for i in back})
-    _check(index, ref, np.array(same + low), device)
-    assert _items(index) == ref
-    rest = list(ref)
-    before = index.nbytes
-    index.remove(_t(rest, device))
-    index.insert(_t([5], device), _t([1], device))
-    assert index.find(_t(rest[:50] + [5], device)).tolist() == [-1] * 50 + [1]
-    if design == "stash":  # the stash's tombstones were dropped: it knew its live count
-        assert index.nbytes < before - 16 * len(same) // 2
-
-
-@pytest.mark.parametrize("design", DESIGNS)
-def test_extreme_ids_and_empty_batches(design: Design, device: str) -> None:
-    index = DeviceIndex(device=device, design=design)
+def test_extreme_ids_and_empty_batches(device: str) -> None:
+    index = DeviceIndex(device=device)
     empty = torch.zeros(0, dtype=torch.int64, device=device)
     assert index.find(torch.zeros((3, 0), dtype=torch.int64, device=device)).shape == (3, 0)
     assert index.find(_t([0, TOP], device)).tolist() == [-1, -1]  # nothing stored yet
@@ -192,16 +120,15 @@ def test_extreme_ids_and_empty_batches(design: Design, device: str) -> None:
     assert _items(index) == {1: 11, 2**62: 12, TOP - 1: 13, TOP: 99}
 
 
-@pytest.mark.parametrize("design", DESIGNS)
-def test_items_round_trip_and_rebuild(design: Design, device: str) -> None:
+def test_items_round_trip_and_rebuild(device: str) -> None:
     rng = np.random.default_rng(11)
     ids = np.unique(rng.integers(0, TOP, 20_000, dtype=np.int64))
-    index = DeviceIndex(device=device, design=design)
+    index = DeviceIndex(device=device)
     index.insert(_t(ids, device), _t(np.arange(ids.size), device))
     index.remove(_t(ids[::3], device))
     ref = {int(i): n for n, i in enumerate(ids) if n % 3}
     assert _items(index) == ref
-    copy = DeviceIndex(device=device, design=design)
+    copy = DeviceIndex(device=device)
     copy.rebuild(*index.items())
     _check(copy, ref, ids, device)
     big = index.nbytes
@@ -214,10 +141,6 @@ def test_items_round_trip_and_rebuild(design: Design, device: str) -> None:
 
 
 def test_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match="design"):
-        DeviceIndex(design="btree")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_load"):
-        DeviceIndex(max_load=1.0)
     index = DeviceIndex()
     with pytest.raises(ValueError, match="same number"):
         index.insert(torch.arange(3), torch.arange(2))

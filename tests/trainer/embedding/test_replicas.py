@@ -18,12 +18,14 @@ def _table() -> ReplicaTable:
 def test_copies_start_stale_and_refresh_sets_value_and_state() -> None:
     t = _table()
     slots = t.slots(np.array([10, 20, 99], dtype=np.int64))
-    assert slots[2] == -1 and t.stale.all()
+    assert slots[2] == -1 and bool(t.stale.all())
     rows = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
     t.refresh(slots[:2], rows, torch.ones(2, 1, dtype=torch.float64))
     assert torch.equal(t.read(slots[:2]), rows) and torch.equal(t.state[slots[:2]],
                                                                  torch.ones(2, 1, dtype=torch.float64))
     assert not t.stale[slots[:2]].any() and t.stale[t.slots(np.array([30]))[0]]
+    # Tensor ids are looked up on the device, with the same answer.
+    assert t.slots(torch.tensor([10, 20, 99])).tolist() == slots.tolist()
 
 
 def test_local_updates_are_read_back_survive_a_refresh_and_push_once() -> None:
@@ -42,9 +44,9 @@ def test_local_updates_are_read_back_survive_a_refresh_and_push_once() -> None:
     assert torch.allclose(t.read(s), owner_row + mine)
     assert float(t.state[s[0], 0]) == 0.25 + 2.0  # owner's accumulator + two local mean(g^2)
     push, counts = t.take_push(s)
-    assert list(counts) == [2] and t.pending[s[0]] == 0
+    assert counts.tolist() == [2] and t.pending[s[0]] == 0
     assert torch.equal(push, torch.tensor([[2.0, -2.0, 2.0]], dtype=torch.float64))
-    assert t.pending_slots().size == 0
+    assert t.pending_slots().numel() == 0
 
 
 def test_a_push_computed_before_the_update_is_what_take_push_gives_after_it() -> None:
@@ -61,14 +63,14 @@ def test_a_push_computed_before_the_update_is_what_take_push_gives_after_it() ->
     increments = before.optimizer.increments(grads)
     fields = ("values", "state", "pending_grad", "pending_state", "base")
     kept = {name: getattr(before, name).clone() for name in fields}
-    pending = before.pending.copy()
+    pending = before.pending.clone()
     push, counts = before.push_with(slots, grads, increments)
-    assert np.array_equal(before.pending, pending)  # nothing changed yet
+    assert torch.equal(before.pending, pending)  # nothing changed yet
     assert all(torch.equal(getattr(before, name), kept[name]) for name in fields)
     after.update(slots, grads)
     expected, expected_counts = after.take_push(slots)
-    assert torch.equal(push, expected) and np.array_equal(counts, expected_counts)
-    assert np.array_equal(counts, [2, 2])
+    assert torch.equal(push, expected) and torch.equal(counts, expected_counts)
+    assert counts.tolist() == [2, 2]
     before.update(slots, grads, increments)
     before.clear_pending(slots)
     assert torch.equal(before.values, after.values) and torch.equal(before.state, after.state)

@@ -1,4 +1,5 @@
-"""DeviceStore against EmbeddingStore: the same calls give the same rows, decisions and counts."""
+"""The embedding store against its numpy reference (``reference_store``): the same calls give
+the same rows, decisions and counts."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from reference_store import ReferenceStore
 
 from trainer.embedding import EmbeddingStore
-from trainer.embedding.device_index import DESIGNS
-from trainer.embedding.device_store import DeviceStore
 from trainer.types import StoreConfig
 
 CONFIGS = {
@@ -28,7 +28,7 @@ def _np(t: torch.Tensor | np.ndarray) -> np.ndarray:
     return t if isinstance(t, np.ndarray) else t.cpu().numpy()
 
 
-def _same_rows(host: EmbeddingStore, dev: DeviceStore) -> None:
+def _same_rows(host: ReferenceStore, dev: EmbeddingStore) -> None:
     h_ids, h_values, h_state, h_versions = host.export()
     d_ids, d_values, d_state, d_versions = dev.export()
     np.testing.assert_array_equal(h_ids, _np(d_ids))
@@ -37,7 +37,7 @@ def _same_rows(host: EmbeddingStore, dev: DeviceStore) -> None:
     np.testing.assert_array_equal(h_versions, _np(d_versions))
 
 
-def _queued_lookup(dev: DeviceStore, ids: np.ndarray, step: int, with_state: bool,
+def _queued_lookup(dev: EmbeddingStore, ids: np.ndarray, step: int, with_state: bool,
                    rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The lookup as the device step makes it on CUDA: lookup_padded of the ids padded with
     others, the padded array searched whole (the CPU's shortcut off)."""
@@ -51,18 +51,13 @@ def _queued_lookup(dev: DeviceStore, ids: np.ndarray, step: int, with_state: boo
 
 
 @pytest.mark.parametrize("queued", [False, True], ids=["lookup", "lookup_padded"])
-# The default design in the fast lane; the others, whole, under make test.
-@pytest.mark.parametrize("design", [
-    pytest.param(d, marks=() if d == "sorted" else (pytest.mark.slow,)) for d in DESIGNS])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_a_long_random_stream_gives_the_host_stores_rows_and_decisions(name: str, design: str,
-                                                                       queued: bool,
-                                                                       device: str) -> None:
+def test_a_long_random_stream_gives_the_references_rows_and_decisions(name: str, queued: bool,
+                                                                      device: str) -> None:
     config = CONFIGS[name]
     rng = np.random.default_rng(7)
-    host = EmbeddingStore(8, config, dtype=torch.float64, capacity=16)
-    dev = DeviceStore(8, config, dtype=torch.float64, capacity=16, design=design,  # type: ignore[arg-type]
-                      device=device)
+    host = ReferenceStore(8, config, dtype=torch.float64, capacity=16)
+    dev = EmbeddingStore(8, config, dtype=torch.float64, capacity=16, device=device)
     host.track_evictions()
     dev.track_evictions()
     for step in range(60):
@@ -112,7 +107,7 @@ def test_the_stream_exercised_every_decision() -> None:
     # admission all decide something, and rows are dropped and re-created.
     config = CONFIGS["all, sgd"]
     rng = np.random.default_rng(7)
-    dev = DeviceStore(8, config, dtype=torch.float64, capacity=16)
+    dev = EmbeddingStore(8, config, dtype=torch.float64, capacity=16)
     evicted = 0
     for step in range(60):
         ids = np.unique(rng.zipf(1.4, size=120).astype(np.int64) % 900)
@@ -126,7 +121,7 @@ def test_the_stream_exercised_every_decision() -> None:
 
 
 def test_apply_of_ids_without_a_row_changes_no_row() -> None:
-    dev = DeviceStore(4, StoreConfig(admit_after=5), dtype=torch.float64)
+    dev = EmbeddingStore(4, StoreConfig(admit_after=5), dtype=torch.float64)
     dev.lookup(torch.tensor([1, 2, 3]), 0)  # none admitted yet
     assert len(dev) == 0
     dev.put(torch.tensor([9]), torch.ones((1, 4)), torch.zeros((1, 1)), torch.tensor([2]), 0)
@@ -141,10 +136,10 @@ def test_apply_of_ids_without_a_row_changes_no_row() -> None:
 
 def test_rows_moved_between_a_lookup_and_its_apply_are_found_again() -> None:
     # apply reuses the lookup's slots for the same ids object; a row taken (and put back at a
-    # new slot) in between must still get its update, as in the host store.
+    # new slot) in between must still get its update, as in the reference.
     config = StoreConfig()
-    host = EmbeddingStore(4, config, dtype=torch.float64, capacity=16)
-    dev = DeviceStore(4, config, dtype=torch.float64, capacity=16)
+    host = ReferenceStore(4, config, dtype=torch.float64, capacity=16)
+    dev = EmbeddingStore(4, config, dtype=torch.float64, capacity=16)
     ids = np.arange(40, dtype=np.int64)
     for store in (host, dev):
         store.lookup(ids, 0)
@@ -163,7 +158,7 @@ def test_on_cuda_apply_never_waits_and_a_lookup_of_held_ids_waits_once() -> None
         pytest.skip("no CUDA device")
     import warnings
 
-    dev = DeviceStore(64, StoreConfig(), device="cuda")
+    dev = EmbeddingStore(64, StoreConfig(), device="cuda")
     ids = torch.arange(0, 200_000, 3, device="cuda")
     values, _ = dev.lookup(ids, 0)
     grads = torch.ones_like(values)
@@ -189,7 +184,7 @@ def test_maintain_waits_once(name: str) -> None:
     # Every eviction decision is queued; one readback of the counts sizes the compactions.
     from trainer.syncs import SyncCounter
 
-    dev = DeviceStore(8, CONFIGS[name], dtype=torch.float64, capacity=16)
+    dev = EmbeddingStore(8, CONFIGS[name], dtype=torch.float64, capacity=16)
     dev.cpu_shortcuts = False
     rng = np.random.default_rng(7)
     evicted = 0

@@ -1,4 +1,4 @@
-"""One rank's device step (``--store-index device``) waits for the device once a step.
+"""One rank's step waits for the device once a step, and carries its loss to the next.
 
 On a CPU nothing waits; the sync counter's audit (``trainer.syncs``) counts what would wait on
 CUDA. The store's numpy initialiser, a CPU-only shortcut, is turned off so that the audited
@@ -17,7 +17,7 @@ from exact_jobs import EXACT, SYN
 from partitioner import Placement
 from trainer.counters import StepCounters
 from trainer.dist.comm import LocalComm
-from trainer.embedding import DeviceStore
+from trainer.embedding import EmbeddingStore
 from trainer.step import Trainer
 from trainer.syncs import SyncCounter
 from trainer.testing import StreamSource
@@ -41,19 +41,28 @@ def _steps(trainer: Trainer, source: StreamSource, n: int) -> list[StepCounters]
     return out
 
 
+def _losses_read_at_once(store: StoreConfig, n: int) -> list[float]:
+    """Each step's own summed loss, read back right after it (a trainer that finishes every
+    step: the totals grow by that step's loss)."""
+    trainer, source, out, before = _trainer(store), StreamSource(SYN, BATCH, n), [], 0.0
+    for _ in range(n):
+        assert trainer.step(source.next_batch()) is not None
+        trainer.finish_step()
+        total = trainer.totals.loss_sum
+        out.append(total - before)
+        before = total
+    return out
+
+
 CUDA = [pytest.mark.cuda,
         pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 
 @pytest.mark.parametrize("admit_after", [0, 2], ids=["all admitted", "admission"])
-@pytest.mark.parametrize(("device", "design"), [
-    ("cpu", "sorted"), ("cpu", "stash"), pytest.param("cuda", "sorted", marks=CUDA)])
-def test_the_device_step_waits_once(device: str, design: str, admit_after: int) -> None:
-    store_config = replace(EXACT["store"], index="device", index_design=design,
-                           admit_after=admit_after)
-    trainer = _trainer(store_config, device)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_a_step_waits_once(device: str, admit_after: int) -> None:
+    trainer = _trainer(replace(EXACT["store"], admit_after=admit_after), device)
     store = trainer.store
-    assert isinstance(store, DeviceStore)
     store.cpu_shortcuts = False
     source = StreamSource(SYN, BATCH, WARMUP + STEPS)
     _steps(trainer, source, WARMUP)
@@ -63,21 +72,18 @@ def test_the_device_step_waits_once(device: str, design: str, admit_after: int) 
     # New ids kept coming: rows were created and the store's tensors grew, without a wait.
     assert len(store) > rows and store.nbytes > nbytes
     assert not admit_after or store.stats.not_admitted_reads > 0
-    if design == "sorted":  # one wait: the step's counts and the last loss
-        assert waits.count == STEPS, dict(waits.seen)
-        assert device == "cuda" or waits.seen == {"tolist": STEPS}, dict(waits.seen)
-    else:  # the stash's inserts read their overflow count back
-        assert waits.count >= 2 * STEPS, dict(waits.seen)
+    # One wait: the step's counts and the last loss.
+    assert waits.count == STEPS, dict(waits.seen)
+    assert device == "cuda" or waits.seen == {"tolist": STEPS}, dict(waits.seen)
 
 
 @pytest.mark.parametrize("store", [
     StoreConfig(optimizer="adagrad", lr=0.05, admit_after=3),
     StoreConfig(optimizer="sgd", lr=0.1, admit_after=2, evict_after=3, max_rows=2_000),
 ], ids=["admission", "admission, eviction, cap"])
-def test_the_device_step_trains_what_the_host_store_trains(store: StoreConfig) -> None:
-    host = _trainer(store)
-    device = _trainer(replace(store, index="device"))
-    assert isinstance(device.store, DeviceStore)
+def test_cudas_branch_trains_what_the_cpus_shortcuts_train(store: StoreConfig) -> None:
+    host = _trainer(store)  # a CPU's default: numpy initial rows, the count read first
+    device = _trainer(store)
     device.store.cpu_shortcuts = False
     _steps(host, StreamSource(SYN, BATCH, 16), 16)
     _steps(device, StreamSource(SYN, BATCH, 16), 16)
@@ -91,19 +97,17 @@ def test_the_device_step_trains_what_the_host_store_trains(store: StoreConfig) -
     assert all(torch.equal(want.dense[k], got.dense[k]) for k in want.dense)
 
 
-def test_the_device_step_reports_each_loss_one_step_late() -> None:
-    host = _trainer(EXACT["store"])
-    device = _trainer(replace(EXACT["store"], index="device"))
-    a = _steps(host, StreamSource(SYN, BATCH, 6), 6)
+def test_a_step_reports_each_loss_one_step_late() -> None:
+    own = _losses_read_at_once(EXACT["store"], 6)
+    device = _trainer(EXACT["store"])
     b = _steps(device, StreamSource(SYN, BATCH, 6), 6)
     assert b[0].loss_sum == 0.0 and b[0].loss_samples == 0
-    assert [(c.loss_sum, c.loss_samples) for c in b[1:]] == \
-        [(c.loss_sum, c.loss_samples) for c in a[:-1]]
+    assert [c.loss_sum for c in b[1:]] == pytest.approx(own[:-1], rel=1e-12)
+    assert [c.loss_samples for c in b[1:]] == [BATCH] * 5
     assert device.totals.loss_samples == 5 * BATCH
     device.finish_step()  # training ends: the last loss is booked
-    host.finish_step()
-    assert device.totals.loss_samples == host.totals.loss_samples == 6 * BATCH
-    assert device.totals.loss_sum == host.totals.loss_sum
+    assert device.totals.loss_samples == 6 * BATCH
+    assert device.totals.loss_sum == pytest.approx(sum(own), rel=1e-12)
 
 
 def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,18 +118,17 @@ def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
     from trainer.job import Job
     from trainer.run import run_rank
 
-    init = DeviceStore.__init__
+    init = EmbeddingStore.__init__
 
-    def audited(self: DeviceStore, *args: object, **kwargs: object) -> None:
+    def audited(self: EmbeddingStore, *args: object, **kwargs: object) -> None:
         init(self, *args, **kwargs)  # type: ignore[arg-type]
         self.cpu_shortcuts = False
 
-    monkeypatch.setattr(DeviceStore, "__init__", audited)
+    monkeypatch.setattr(EmbeddingStore, "__init__", audited)
     waits = {}
     for steps in (5, 20):
-        job = Job(replace(SOURCE, records=240 * steps), **{
-            **EXACT, "store": replace(EXACT["store"], index="device")},  # type: ignore[arg-type]
-            placement=Placement.hash(1), progressive=480)
+        job = Job(replace(SOURCE, records=240 * steps), **EXACT,  # type: ignore[arg-type]
+                  placement=Placement.hash(1), progressive=480)
         with SyncCounter("cpu") as counter:
             run_rank(LocalComm(), job)
         waits[steps] = counter.count
@@ -135,22 +138,21 @@ def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_loss_read_back_early_is_carried_by_the_next_step() -> None:
     # flush / predict / state / checkpoints finish the step and read its loss back: the next
     # step's counters still carry it, so the per-step losses (the metric) miss none.
-    host = _trainer(EXACT["store"])
-    device = _trainer(replace(EXACT["store"], index="device"))
-    a = _steps(host, StreamSource(SYN, BATCH, 6), 6)
+    own = _losses_read_at_once(EXACT["store"], 6)
+    device = _trainer(EXACT["store"])
     source = StreamSource(SYN, BATCH, 6)
     b = _steps(device, source, 2)
     device.flush()
     assert device.loss_finite
     b += _steps(device, source, 4)
-    assert [c.loss_sum for c in b[1:]] == [c.loss_sum for c in a[:-1]]
+    assert [c.loss_sum for c in b[1:]] == pytest.approx(own[:-1], rel=1e-12)
     device.flush()
-    assert device.totals.loss_sum == sum(c.loss_sum for c in b) + a[-1].loss_sum
+    assert device.totals.loss_sum == pytest.approx(sum(own), rel=1e-12)
     assert device.totals.loss_samples == 6 * BATCH
 
 
-def test_a_diverged_device_step_is_caught_before_the_next_checkpoint() -> None:
-    device = _trainer(replace(EXACT["store"], index="device"))
+def test_a_diverged_step_is_caught_before_the_next_checkpoint() -> None:
+    device = _trainer(EXACT["store"])
     source = StreamSource(SYN, BATCH, 2)
     _steps(device, source, 1)
     with torch.no_grad():
@@ -158,23 +160,3 @@ def test_a_diverged_device_step_is_caught_before_the_next_checkpoint() -> None:
     c = device.step(source.next_batch())
     assert c is not None and np.isfinite(c.loss_sum)  # it carries the step before's loss
     assert not device.loss_finite  # read back now: what a checkpoint or publish asks first
-
-
-@pytest.mark.parametrize(("index", "device", "expected"), [
-    ("auto", "cpu", False), ("auto", "cuda", True), ("host", "cuda", False),
-    ("device", "cpu", True)])
-def test_the_store_index_auto_takes_the_device_store_on_a_gpu(
-        index: str, device: str, expected: bool) -> None:
-    assert StoreConfig(index=index).on_device(torch.device(device)) is expected  # type: ignore[arg-type]
-
-
-def test_a_default_trainer_on_a_cpu_keeps_the_numpy_store() -> None:
-    assert StoreConfig().index == "auto"
-    assert not isinstance(_trainer(StoreConfig()).store, DeviceStore)
-    assert isinstance(_trainer(StoreConfig(index="device")).store, DeviceStore)
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_a_default_trainer_on_cuda_takes_the_device_store() -> None:
-    assert isinstance(_trainer(StoreConfig(), "cuda").store, DeviceStore)

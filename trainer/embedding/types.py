@@ -1,0 +1,74 @@
+"""Values of the embedding path: what a read gives the step (:class:`Read`), what a store's
+padded lookup answers (:class:`PaddedLookup`) and what it has done (:class:`StoreStats`), and the
+audit log of the staleness protocol (:class:`Audit`). The contract between a step and the path
+is :class:`trainer.embedding.path.EmbeddingPath`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+__all__ = ["Audit", "PaddedLookup", "Read", "StoreStats"]
+
+
+@dataclass
+class StoreStats:
+    """What the store has done since it was created."""
+
+    created: int = 0
+    evicted: int = 0
+    # Lookups of ids without a row, per lookup call: an id its owner reads and another rank
+    # fetches in the same step counts twice (once with the device exchange, which looks both
+    # up in one call).
+    not_admitted_reads: int = 0
+    dropped_updates: int = 0
+
+
+class PaddedLookup(NamedTuple):
+    """What :meth:`EmbeddingStore.lookup_padded` answers.
+
+    Attributes:
+        ids: The distinct ids, ``ids[:count]`` of the padded array (pass this tensor to
+            :meth:`EmbeddingStore.apply`: it reuses the lookup's slots).
+        values: Their rows.
+        state: Their optimizer state (None unless asked for).
+        extra: The caller's extra values, read back with the counts.
+    """
+
+    ids: torch.Tensor
+    values: torch.Tensor
+    state: torch.Tensor | None
+    extra: list[float]
+
+
+@dataclass
+class Audit:
+    """Logs for checking the staleness bound independently of the owners' lag counts.
+
+    Attributes:
+        applied: int64 ``[k, 5]`` chunks ``(step, id, source rank, updates, after reads)``:
+            every update an owner applied to a replicated row; ``after reads`` is 1 for the
+            step's write and 0 for a flush between steps (which comes before ``step``'s reads).
+        reads: int64 ``[k, 3]`` chunks ``(step, id, refreshed)``: every replica read.
+    """
+
+    applied: list[np.ndarray]
+    reads: list[np.ndarray]
+
+
+@dataclass
+class Read:
+    """What a read gives the step (an implementation adds what its write needs).
+
+    Attributes:
+        values: ``[n, row_dim]`` the row of each distinct id, as read.
+        extra: The caller's extra values, read back with the read's first wait.
+        step: The step.
+    """
+
+    values: torch.Tensor
+    extra: list[float]
+    step: int
