@@ -192,7 +192,7 @@ class Chaos:
         self.kafka = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="chaos")
         self.topic = "chaos"
         ledger = workdir / "ledger"
-        self.fault_file = FaultFile(workdir / "FAULT")
+        self.fault_file = FaultFile(str(workdir / "FAULT"))
         self.job = Supervised({
             "bootstrap": broker.bootstrap_servers, "topic": self.topic, "group": "chaos-train",
             # Longer than any broker stop: a stalled broker delivers nothing, which a shorter
@@ -287,7 +287,7 @@ class Chaos:
             r.note = f"rank {rank}, armed for the next {at}"
             if self.job.wait(90.0) is None:  # no such moment came
                 with contextlib.suppress(FileNotFoundError):
-                    self.fault_file.path.unlink()
+                    Path(self.fault_file.path).unlink()
                 r.note += "; none came within 90 s"
         elif r.kind == "stop_broker":
             pause = self.rng.uniform(*(float(x) for x in self.args.stop_s.split(",")))

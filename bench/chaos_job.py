@@ -1,9 +1,10 @@
 """The job the chaos benchmark supervises: ``python -m bench.chaos_job CONFIG.json``.
 
 Two (or ``workers``) CPU ranks train online from the chaos topic with checkpoints, every rank
-keeping a ledger of what it trained (``Hooks.ledger``) and watching the fault file the driver
-arms (``Hooks.fault_file``). It exits 0 when the topic stays idle, 1 when a rank failed (the
-supervisor then starts it again with ``resume``).
+keeping a ledger of what it trained (:class:`trainer.testing.Ledgered`) and watching the fault
+file the driver arms (:class:`trainer.testing.FaultFile`): both observers of the run. It exits
+0 when the topic stays idle, 1 when a rank failed (the supervisor then starts it again with
+``resume``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from trainer.dist import WorkerFailed, launch, stop_event
 from trainer.job import Job
 from trainer.run import run_rank
 from trainer.sources import KafkaSpec
-from trainer.types import Hooks, LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
+from trainer.testing import FaultFile, Ledgered
+from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
 
 
 def job_of(c: dict) -> Job:
@@ -37,8 +39,8 @@ def job_of(c: dict) -> Job:
                online=online, seed=c["seed"],
                # One ledger directory a run: the replay of a resume is what its ranks trained
                # that an earlier run's had.
-               hooks=Hooks(ledger=str(Path(c["ledger"]) / f"run-{c['run']:03d}"),
-                           fault_file=c["fault_file"]))
+               observers=(Ledgered(str(Path(c["ledger"]) / f"run-{c['run']:03d}")),
+                          FaultFile(c["fault_file"])))
 
 
 def main(argv: list[str]) -> int:

@@ -68,6 +68,16 @@ def test_no_library_module_imports_the_benchmarks_or_the_application_layer() -> 
     assert not bad, "\n".join(bad)
 
 
+def test_no_library_module_imports_the_test_doubles() -> None:
+    """Tests and benchmarks reach a run through the observers it accepts
+    (:mod:`trainer.online.observe`); production code never imports ``trainer.testing``."""
+    bad = [f"{path.relative_to(ROOT)}:{line}"
+           for name, path in MODULES.items() if name != "trainer.testing"
+           for module, names, line in _imports(path)
+           if module == "trainer.testing" or (module == "trainer" and "testing" in names)]
+    assert not bad, "\n".join(bad)
+
+
 def test_packages_use_each_other_through_their_exports_only() -> None:
     """``from streaming.consumer import X`` in the trainer reaches past streaming's surface;
     ``from streaming import X`` (X in ``streaming.__all__``) does not. Subpackages count as

@@ -20,8 +20,6 @@ _HOME = {
     "Migration": "trainer.embedding",
     "StepCounters": "trainer.counters",
     "Totals": "trainer.counters",
-    "Fault": "trainer.types",
-    "Hooks": "trainer.types",
     "LaunchConfig": "trainer.types",
     "ModelConfig": "trainer.types",
     "OnlineConfig": "trainer.types",

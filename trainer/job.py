@@ -9,14 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from partitioner import Placement
-from trainer.counters import StepCounters, Totals
-from trainer.embedding import Audit
+from trainer.counters import Totals
+from trainer.online import ObserverFactory
 from trainer.sources import SourceSpec, SyntheticSpec
-from trainer.step import ModelState
-from trainer.types import Hooks, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 __all__ = ["Job", "RankResult"]
 
@@ -47,7 +44,10 @@ class Job:
         metrics_host: Address the metrics are served on.
         metrics_linger_s: Keep serving metrics this long after the run ends (or until a stop
             request), so that a last scrape sees the final figures of a bounded run.
-        hooks: What tests and benchmarks ask for beyond training.
+        schedule: A fixed placement schedule, ``(step, placement)`` pairs: move to these
+            placements at these steps instead of computing placements from the stream.
+        observers: Factories of observers that see the run from outside (tests, benchmarks:
+            :mod:`trainer.online.observe`); each rank builds its own.
     """
 
     source: SourceSpec
@@ -66,13 +66,14 @@ class Job:
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     metrics_linger_s: float = 0.0
-    hooks: Hooks = field(default_factory=Hooks)
+    schedule: tuple[tuple[int, Placement], ...] = ()
+    observers: tuple[ObserverFactory, ...] = ()
 
     @property
     def partitions_online(self) -> bool:
         """Whether placements are computed from the stream while training (cold start: hash)."""
         return (self.train.placement in ("graph", "auto") and self.placement is None
-                and not self.hooks.schedule and self.online.repartition.enabled)
+                and not self.schedule and self.online.repartition.enabled)
 
 
 @dataclass
@@ -104,13 +105,8 @@ class RankResult:
         placement: The kind of placement (``--placement auto``: the one in force at the end,
             with auto's state and last decision), explicit ids, replicas per rank and the
             partition time.
-        state: The rank's model, when asked for.
-        step_counters: Every step's counters, when asked for.
-        audit: The replica read and owner update logs, when asked for.
         online: What the online loop saw: per-step records, events (repartitions,
             migrations, checkpoints), freshness percentiles, the final placement version.
-        trained_offsets: int64 ``[n, 2]`` (partition, offset) of every record this rank read
-            and had trained (routing may have trained it on another rank), when asked for.
         resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
         resumed_records: Records the checkpoint it resumed from had trained (0: a fresh start).
         sent_by_kind: Bytes every rank sent over the whole run, by purpose (the loop's
@@ -119,6 +115,7 @@ class RankResult:
             records, the ``idle_s`` before a Kafka source ends), part of ``seconds``.
         source: The sources' own counts, summed over ranks (a Kafka source: how its
             event-time order went, :meth:`trainer.sources.KafkaShard.report`).
+        observed: What the job's observers reported at the end (plain data, by key).
     """
 
     rank: int
@@ -138,16 +135,13 @@ class RankResult:
     short_steps: int = 0
     min_step_samples: int | None = None
     placement: dict[str, object] = field(default_factory=dict)
-    state: ModelState | None = None
-    step_counters: list[StepCounters] | None = None
-    audit: Audit | None = None
     online: dict[str, Any] = field(default_factory=dict)
-    trained_offsets: np.ndarray | None = None
     resumed_from: int | None = None
     resumed_records: int = 0
     idle_seconds: float = 0.0
     sent_by_kind: dict[str, int] = field(default_factory=dict)
     source: dict[str, int] = field(default_factory=dict)
+    observed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def training_seconds(self) -> float:

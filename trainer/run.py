@@ -29,7 +29,7 @@ from trainer.counters import KINDS, StepCounters, Totals
 from trainer.dist import Comm
 from trainer.evaluation import Progressive, score_batches, score_heldout
 from trainer.job import Job, RankResult
-from trainer.online import OnlineLoop, check_compatible, restore
+from trainer.online import Observer, Observers, OnlineLoop, RunView, check_compatible, restore
 from trainer.placement import Start, initial_placement
 from trainer.sources import KafkaSpec, Resume, Source, open_source
 from trainer.step import Trainer
@@ -64,19 +64,21 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             log.info("rank %d: resumed from %s (step %d, %d records): %d rows", comm.rank,
                      manifest.path, manifest.step, manifest.records, rows)
         metrics = _serve_metrics(job, comm, source)
+        observers = Observers.build(job.observers, comm.rank)
         loop = stack.enter_context(OnlineLoop(
             comm, trainer, source, job.online, job.train, clock, seed=job.seed,
-            metrics=metrics, hooks=job.hooks,
+            metrics=metrics, observers=observers, schedule=job.schedule,
             partition=job.partitions_online and comm.world > 1, resumed=manifest,
             extra=shape, sink=open_delta_sink(job, comm), run_records=job.run_records))
         if metrics is not None:
             loop.publish_placement()
         logs = _Logs(job, comm.world, metrics, trainer, schema=schema)
-        if logs.ledger is not None:
-            stack.enter_context(logs.ledger)
-        seconds, idle = _train(comm, trainer, source, loop, start, logs, clock, job)
+        view = RunView(comm.rank, comm.world, comm, trainer)
+        observers.on_start(view)
+        seconds, idle = _train(comm, trainer, source, loop, start, logs, clock, job, observers)
         loop.finish()
     result = _result(comm, job, trainer, loop, logs, start, seconds, manifest)
+    result.observed = observers.on_end(view)
     result.idle_seconds = idle
     reports = comm.all_gather_object(source.report())
     result.source = {k: int(sum(r.get(k, 0) for r in reports))
@@ -88,18 +90,14 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
 
 @dataclass
 class _Logs:
-    """What a run keeps of its steps beyond the counters: what the hooks ask for, the recent
-    samples of the progressive AUC, the held-out records, and the steps short of a global
-    batch."""
+    """What a run keeps of its steps beyond the counters: the recent samples of the
+    progressive AUC, the held-out records, and the steps short of a global batch."""
 
     job: Job
     world: int
     metrics: Any
     trainer: Trainer
-    steps: list[StepCounters] = field(default_factory=list)
-    offsets: list[np.ndarray] = field(default_factory=list)
     progressive: Progressive | None = None
-    ledger: Any = None
     held: list[ClickBatch] = field(default_factory=list)  # --heldout-after: scored at the end
     schema: Any = None
     again: bool = False  # a later pass (--passes) has begun: records are seen again
@@ -110,12 +108,6 @@ class _Logs:
         if self.job.progressive or self.metrics is not None:
             keep = (self.job.progressive or _PROGRESSIVE_METRIC) // self.world
             self.progressive = Progressive(max(keep, 1))
-        if self.job.hooks.audit:
-            self.trainer.exchange.start_audit()
-        if self.job.hooks.ledger:
-            from trainer.testing import Ledger
-
-            self.ledger = Ledger(self.job.hooks.ledger, self.trainer.comm.rank)
 
     def hold_out(self, batch: ClickBatch, again: bool = False) -> ClickBatch:
         """What of ``batch`` is trained: records appended before ``--heldout-after``; the
@@ -133,18 +125,12 @@ class _Logs:
         return batch.take(np.flatnonzero(~late))
 
     def add(self, batch: ClickBatch, c: StepCounters) -> None:
-        hooks, tr = self.job.hooks, self.trainer
+        tr = self.trainer
         # The step's samples over all ranks: the same count on every rank, no collective.
         if c.global_samples < self.job.train.global_batch:
             self.short_steps += 1
         if self.min_step_samples is None or c.global_samples < self.min_step_samples:
             self.min_step_samples = c.global_samples
-        if self.ledger is not None:
-            self.ledger.add(batch)
-        if hooks.record_offsets and len(batch):
-            self.offsets.append(np.stack([batch.partitions.astype(np.int64), batch.offsets], 1))
-        if hooks.record_steps:
-            self.steps.append(c)
         if self.progressive is not None:
             self.progressive.add(tr.last_labels, tr.last_logits)  # read every few steps
             if self.metrics is not None and tr.step_index % _AUC_EVERY == 0:
@@ -152,7 +138,7 @@ class _Logs:
 
 
 def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start: Start,
-           logs: _Logs, clock: Clock, job: Job) -> tuple[float, float]:
+           logs: _Logs, clock: Clock, job: Job, observers: Observer) -> tuple[float, float]:
     """Step until the job ends; the wall time of the loop and of its steps that trained
     nothing anywhere (waiting for records, the idle time before a source ends), both the
     slowest rank's."""
@@ -183,6 +169,7 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
         loop.after_step(batch, c, clock.monotonic() - t_step - loop.checkpoint_seconds,
                         loop.moved_chunk)
         logs.add(batch, c)
+        observers.on_step(batch, c)
         if comm.rank == 0 and train.log_every and trainer.step_index % train.log_every == 0:
             _log_progress(trainer, clock.monotonic() - t0, loop)
     trainer.finish_step()  # the last step's dense update is part of the training time
@@ -227,15 +214,6 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
     elif result.placement.get("kind") == "online" and not loop.partition:
         # One rank: no partitioner ever ran, hash (every row here) stayed in force.
         result.placement["kind"] = "hash"
-    hooks = job.hooks
-    if hooks.return_state:
-        result.state = trainer.state()
-    if hooks.record_steps:
-        result.step_counters = logs.steps
-    if hooks.record_offsets:
-        result.trained_offsets = (np.concatenate(logs.offsets) if logs.offsets
-                                  else np.zeros((0, 2), np.int64))
-    result.audit = trainer.exchange.audit
     return result
 
 

@@ -1,26 +1,45 @@
-"""Test doubles and probes of the trainer, public so that tests and benchmarks share them.
+"""Test doubles and observers of the trainer, public so that tests and benchmarks share them.
+No production module imports this one (``tests/test_layout.py`` checks).
 
 :class:`StreamSource` is an endless click stream that looks like Kafka's to the trainer (offsets
 per partition, append times) without a broker: for long runs that check what grows and what
-does not. :class:`Ledger` is each rank's own record of what it trained (``Hooks.ledger``), which
-the chaos benchmark reads back to prove that no record was skipped across crashes.
+does not. The observers (:mod:`trainer.online.observe`) see a run from outside:
+
+* :class:`ReturnState`, :class:`RecordSteps`, :class:`RecordOffsets`: the rank's model, every
+  step's counters, the ``(partition, offset)`` of every record trained, in ``observed``;
+* :class:`AuditRun`: the replica read and owner update logs (the staleness bound recounted from
+  them), and after every migration chunk a check that each row lives on exactly the rank the
+  placement names (invariant 1);
+* :class:`Ledgered`: each rank's own record of what it trained (:class:`Ledger`), which the chaos
+  benchmark reads back to prove that no record was skipped across crashes;
+* :class:`Fault` and :class:`FaultFile`: a rank that SIGKILLs itself at a chosen point, or at
+  the next point a driver arms while the job runs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
 from streaming import ClickBatch, SyntheticConfig, SyntheticStream
 from streaming.runtime import Clock, SystemClock
+from trainer.counters import StepCounters
+from trainer.online import Observer, RunView
 from trainer.sources import Source, synthetic_batch
 
-__all__ = ["FaultFile", "Ledger", "StreamSource", "read_ledger"]
+__all__ = ["AuditRun", "Fault", "FaultFile", "Ledger", "Ledgered", "RecordOffsets",
+           "RecordSteps", "ReturnState", "StreamSource", "read_ledger"]
+
+log = logging.getLogger(__name__)
 
 
 class StreamSource(Source):
@@ -131,35 +150,197 @@ def read_ledger(path: str | os.PathLike[str]) -> np.ndarray:
     return data[: data.size // Ledger.WIDTH * Ledger.WIDTH].reshape(-1, Ledger.WIDTH)
 
 
+FaultPoint = Literal["migration", "checkpoint"]
+
+
+def _kill(rank: int, what: str) -> None:
+    log.warning("fault injection: rank %d kills itself %s", rank, what)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A rank that SIGKILLs itself at a chosen point (tests of crash recovery, the chaos bench):
+    an observer factory (``Job(observers=(Fault(1, "checkpoint", 3),))``).
+
+    Attributes:
+        rank: The rank that dies.
+        at: ``migration``: after moving ``count`` chunks of a migration (not its last);
+            ``checkpoint``: in the ``count``-th checkpoint of the run, once its rows are
+            written and before the manifest.
+        count: See ``at``.
+    """
+
+    rank: int
+    at: FaultPoint = "migration"
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.at not in ("migration", "checkpoint") or self.count < 1 or self.rank < 0:
+            raise ValueError(f"a fault needs at in (migration, checkpoint), count >= 1 and a "
+                             f"rank >= 0, got {self}")
+
+    def __call__(self, rank: int) -> Observer:
+        return _KillAt(self, rank)
+
+
+class _KillAt(Observer):
+    def __init__(self, fault: Fault, rank: int) -> None:
+        self.fault, self.rank = fault, rank
+
+    def on_migration_chunk(self, chunks: int, finished: bool) -> None:
+        f = self.fault
+        if (self.rank, "migration", chunks) == (f.rank, f.at, f.count) and not finished:
+            _kill(self.rank, f"in the middle of a migration (after chunk {chunks})")
+
+    def on_checkpoint_rows(self, count: int) -> None:
+        f = self.fault
+        if (self.rank, "checkpoint", count) == (f.rank, f.at, f.count):
+            _kill(self.rank, f"while writing checkpoint {count}")
+
+
+@dataclass(frozen=True)
 class FaultFile:
     """A fault a driver arms while the job runs: a JSON file ``{"rank": r, "at": "migration" |
-    "checkpoint"}``. The rank it names kills itself at the next such point (the ``count`` a
-    :class:`~trainer.types.Fault` has is not used: the next point is the one). Whoever fires
-    it removes the file first, so it fires once.
+    "checkpoint"}``. The rank it names kills itself at the next such point. Whoever fires it
+    removes the file first, so it fires once. An observer factory, as :class:`Fault`.
 
-    Args:
+    Attributes:
         path: The file.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+    path: str
 
     def arm(self, rank: int, at: str) -> None:
         """Arm the fault (the driver's side): written whole, then renamed into place."""
-        tmp = self.path.with_suffix(".tmp")
+        if at not in ("migration", "checkpoint"):
+            raise ValueError(f"a fault is armed for a migration or a checkpoint, not {at!r}")
+        path = Path(self.path)
+        tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"rank": rank, "at": at}))
-        os.replace(tmp, self.path)
+        os.replace(tmp, path)
 
-    def due(self, rank: int, at: str, count: int) -> bool:
+    def due(self, rank: int, at: str) -> bool:
         """Whether ``rank`` dies now (the file names it and this point, and it claimed it)."""
+        path = Path(self.path)
         try:
-            armed = json.loads(self.path.read_text())
+            armed = json.loads(path.read_text())
         except (OSError, ValueError):
             return False
         if (armed.get("rank"), armed.get("at")) != (rank, at):
             return False
         try:
-            self.path.unlink()
+            path.unlink()
         except FileNotFoundError:
             return False  # another process fired it first
         return True
+
+    def __call__(self, rank: int) -> Observer:
+        return _ArmedFault(self, rank)
+
+
+class _ArmedFault(Observer):
+    def __init__(self, file: FaultFile, rank: int) -> None:
+        self.file, self.rank = file, rank
+
+    def on_migration_chunk(self, chunks: int, finished: bool) -> None:
+        if not finished and self.file.due(self.rank, "migration"):
+            _kill(self.rank, f"in the middle of a migration (after chunk {chunks})")
+
+    def on_checkpoint_rows(self, count: int) -> None:
+        if self.file.due(self.rank, "checkpoint"):
+            _kill(self.rank, f"while writing checkpoint {count}")
+
+
+@dataclass(frozen=True)
+class Ledgered:
+    """Each rank appends what it trained to a :class:`Ledger` in ``directory`` (an observer
+    factory)."""
+
+    directory: str
+
+    def __call__(self, rank: int) -> Observer:
+        return _LedgerObserver(self.directory, rank)
+
+
+class _LedgerObserver(Observer):
+    def __init__(self, directory: str, rank: int) -> None:
+        self.ledger = Ledger(directory, rank)
+
+    def on_step(self, batch: ClickBatch, counters: StepCounters) -> None:
+        self.ledger.add(batch)
+
+    def on_end(self, run: RunView) -> dict[str, Any]:
+        self.ledger.close()
+        return {}
+
+
+class ReturnState(Observer):
+    """``observed["state"]``: the rank's model at the end (dense parameters, owned rows)."""
+
+    def __init__(self, rank: int = 0) -> None:
+        pass
+
+    def on_end(self, run: RunView) -> dict[str, Any]:
+        return {"state": run.trainer.state()}
+
+
+class RecordSteps(Observer):
+    """``observed["step_counters"]``: every step's counters."""
+
+    def __init__(self, rank: int = 0) -> None:
+        self.steps: list[StepCounters] = []
+
+    def on_step(self, batch: ClickBatch, counters: StepCounters) -> None:
+        self.steps.append(counters)
+
+    def on_end(self, run: RunView) -> dict[str, Any]:
+        return {"step_counters": self.steps}
+
+
+class RecordOffsets(Observer):
+    """``observed["trained_offsets"]``: int64 ``[n, 2]`` ``(partition, offset)`` of every
+    record this rank read and had trained."""
+
+    def __init__(self, rank: int = 0) -> None:
+        self.parts: list[np.ndarray] = []
+
+    def on_step(self, batch: ClickBatch, counters: StepCounters) -> None:
+        if len(batch):
+            self.parts.append(np.stack([batch.partitions.astype(np.int64), batch.offsets], 1))
+
+    def on_end(self, run: RunView) -> dict[str, Any]:
+        return {"trained_offsets": np.concatenate(self.parts) if self.parts
+                else np.zeros((0, 2), np.int64)}
+
+
+class AuditRun(Observer):
+    """The replica read and owner update logs (``observed["audit"]``, the row exchange's
+    :class:`~trainer.embedding.types.Audit`), and after the start of every migration and every
+    chunk a check that each row lives on exactly the rank the placement in force names
+    (invariant 1; ``observed["owner_checks"]`` counts them). Collective: on every rank."""
+
+    def __init__(self, rank: int = 0) -> None:
+        self.checks = 0
+        self.run: RunView | None = None
+
+    def on_start(self, run: RunView) -> None:
+        self.run = run
+        run.trainer.exchange.start_audit()
+
+    def on_migration_chunk(self, chunks: int, finished: bool) -> None:
+        assert self.run is not None
+        tr = self.run.trainer
+        held = self.run.comm.all_gather_object(tr.store.ids())
+        every = np.concatenate(held)
+        if np.unique(every).size != every.size:
+            raise RuntimeError("invariant 1 broken: a row is held by two ranks")
+        for rank, ids in enumerate(held):
+            wrong = tr.placement.owner_of(ids) != rank
+            if wrong.any():
+                raise RuntimeError(f"invariant 1 broken: rank {rank} holds {int(wrong.sum())} "
+                                   "rows another rank owns")
+        self.checks += 1
+
+    def on_end(self, run: RunView) -> dict[str, Any]:
+        return {"audit": run.trainer.exchange.audit, "owner_checks": self.checks}

@@ -7,9 +7,9 @@ command-line flags with environment fallbacks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
-from partitioner import Placement, ReplicaBasis, check_replica_basis
+from partitioner import ReplicaBasis, check_replica_basis
 
 __all__ = [
     "StoreConfig",
@@ -19,9 +19,6 @@ __all__ = [
     "OnlineConfig",
     "ServeConfig",
     "Interval",
-    "Fault",
-    "FaultPlan",
-    "Hooks",
 ]
 
 
@@ -341,6 +338,9 @@ class OnlineConfig:
                               "(HMAC-SHA256; hetgmp serve given the same file applies only "
                               "what it signed; '' = unsigned)"}
     )
+    history: int = field(
+        default=20_000, metadata={"help": "most recent steps whose records the loop keeps for "
+                                  "the run's report (memory stays bounded on a long run)"})
 
     def __post_init__(self) -> None:
         Interval.parse(self.repartition_interval)
@@ -353,6 +353,8 @@ class OnlineConfig:
             raise ValueError(f"auto_margin {self.auto_margin}: must lie in [0, 1)")
         if self.publish_interval < 0:
             raise ValueError("publish_interval >= 0 (0 = no delta log)")
+        if self.history < 1:
+            raise ValueError(f"history must keep at least one step, not {self.history}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir")
         if self.checkpoint_interval != AUTO and self.checkpoint.enabled \
@@ -375,75 +377,6 @@ class OnlineConfig:
     def checkpoint_at_first_publish(self) -> bool:
         """A fresh run checkpoints at its first publish (``--checkpoint-interval auto``)."""
         return self.checkpoint_interval.strip().lower() == AUTO
-
-
-class FaultPlan(Protocol):
-    """Where a rank is to kill itself (tests and the chaos benchmark; see :class:`Fault`)."""
-
-    def due(self, rank: int, at: str, count: int) -> bool:
-        """Whether ``rank`` dies at the ``count``-th point of kind ``at`` of this run."""
-        ...
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A rank that SIGKILLs itself at a chosen point (tests of crash recovery, the chaos bench).
-
-    Attributes:
-        rank: The rank that dies.
-        at: ``migration``: after moving ``count`` chunks of a migration (not its last);
-            ``checkpoint``: in the ``count``-th checkpoint of the run, once its rows are
-            written and before the manifest.
-        count: See ``at``.
-    """
-
-    rank: int
-    at: Literal["migration", "checkpoint"] = "migration"
-    count: int = 1
-
-    def __post_init__(self) -> None:
-        if self.at not in ("migration", "checkpoint") or self.count < 1 or self.rank < 0:
-            raise ValueError(f"a fault needs at in (migration, checkpoint), count >= 1 and a "
-                             f"rank >= 0, got {self}")
-
-    def due(self, rank: int, at: str, count: int) -> bool:
-        """Whether ``rank`` dies at this point."""
-        return (rank, at, count) == (self.rank, self.at, self.count)
-
-
-@dataclass(frozen=True)
-class Hooks:
-    """What tests and benchmarks ask of a run beyond training it (nothing, in production).
-
-    Attributes:
-        schedule: ``(step, placement)`` pairs: move to these placements at these steps,
-            instead of computing placements.
-        fault: A rank that SIGKILLs itself at a chosen point.
-        audit: Keep the replica read and owner update logs and check, after every migration
-            chunk, that every row lives on exactly the rank the placement names.
-        record_steps: Return every step's counters.
-        record_offsets: Return the ``(partition, offset)`` of every record trained.
-        return_state: Return the rank's model (dense parameters and owned rows).
-        history: Most recent steps whose records the loop keeps for the report.
-        ledger: A directory where every rank appends what it trained, step by step, durably
-            enough to survive a SIGKILL (:class:`trainer.testing.Ledger`); '' = none.
-        fault_file: A file through which a driver arms a fault while the job runs
-            (:class:`trainer.testing.FaultFile`); '' = none.
-    """
-
-    schedule: tuple[tuple[int, Placement], ...] = ()
-    fault: Fault | None = None
-    audit: bool = False
-    record_steps: bool = False
-    record_offsets: bool = False
-    return_state: bool = False
-    history: int = 20_000
-    ledger: str = ""
-    fault_file: str = ""
-
-    def __post_init__(self) -> None:
-        if self.history < 1:
-            raise ValueError(f"history must keep at least one step, not {self.history}")
 
 
 @dataclass(frozen=True)

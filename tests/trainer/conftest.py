@@ -15,23 +15,23 @@ def owned_rows(results: list[RankResult]) -> dict[int, torch.Tensor]:
     """Every rank's owned rows by id; an id on two ranks fails the test (invariant 1)."""
     rows: dict[int, torch.Tensor] = {}
     for r in results:
-        assert r.state is not None
-        for i, row in zip(r.state.ids.tolist(), r.state.rows):
+        state = r.observed["state"]
+        for i, row in zip(state.ids.tolist(), state.rows):
             assert i not in rows, "a row owned by two ranks"
             rows[i] = row
-        for name, value in r.state.dense.items():  # every rank holds the same dense copy
-            assert torch.equal(value, results[0].state.dense[name])  # type: ignore[union-attr]
+        for name, value in state.dense.items():  # every rank holds the same dense copy
+            assert torch.equal(value, results[0].observed["state"].dense[name])
     return rows
 
 
 def model_gap(reference: RankResult, results: list[RankResult]) -> tuple[float, float]:
     """Largest difference of dense parameters and of embedding rows; the same rows must exist."""
-    ref = reference.state
+    ref = reference.observed["state"]
     assert ref is not None
     rows = owned_rows(results)
     assert set(rows) == set(ref.ids.tolist())
     emb = max(float((rows[i] - row).abs().max()) for i, row in zip(ref.ids.tolist(), ref.rows))
-    first = results[0].state
+    first = results[0].observed["state"]
     assert first is not None
     dense = max(float((first.dense[k] - v).abs().max()) for k, v in ref.dense.items())
     return dense, emb
@@ -41,8 +41,7 @@ def true_lags(result: RankResult, applied: np.ndarray) -> np.ndarray:
     """Updates by other ranks that each replica read of ``result``'s rank missed, from the
     owners' logs alone (``applied``: every rank's ``(step, id, source, updates, after reads)``).
     """
-    assert result.audit is not None
-    reads = np.concatenate(result.audit.reads)
+    reads = np.concatenate(result.observed["audit"].reads)
     others = applied[applied[:, 2] != result.rank]
     by_id: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i in np.unique(others[:, 1]):
@@ -68,7 +67,7 @@ def true_lags(result: RankResult, applied: np.ndarray) -> np.ndarray:
 
 def job_true_lags(results: list[RankResult]) -> np.ndarray:
     """:func:`true_lags` of every rank's reads (a job run with ``audit``)."""
-    applied = np.concatenate([a for r in results for a in r.audit.applied])  # type: ignore[union-attr]
+    applied = np.concatenate([a for r in results for a in r.observed["audit"].applied])
     return np.concatenate([true_lags(r, applied) for r in results])
 
 

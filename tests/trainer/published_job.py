@@ -53,7 +53,7 @@ def follow(kafka: KafkaSettings, manifest: ckpt.Manifest) -> tuple[ServingModel,
 
 def trainer_model(results: list[RankResult]) -> tuple[np.ndarray, np.ndarray, dict]:
     """Every rank's rows (ids sorted) and the dense parameters, as the trainer ended."""
-    states = [r.state for r in results if r.state is not None]
+    states = [r.observed["state"] for r in results]
     ids = np.concatenate([s.ids for s in states])
     rows = np.concatenate([s.rows.numpy() for s in states])
     order = np.argsort(ids)

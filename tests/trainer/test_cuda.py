@@ -24,7 +24,8 @@ from trainer.job import Job, RankResult
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import Hooks, LaunchConfig
+from trainer.testing import ReturnState
+from trainer.types import LaunchConfig
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -35,7 +36,7 @@ SETTINGS = {"deepfm": EXACT, "dcn": DCN_SGD}
 
 def _job(model: str, placement: Placement) -> Job:
     return Job(SOURCE, **SETTINGS[model], placement=placement, heldout=HELDOUT,
-               hooks=Hooks(return_state=True))
+               observers=(ReturnState,))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_one_rank_on_cuda_with_the_model_compiled_trains_the_model_cpu_trains(
     # training on CPU, float64.
     settings = dict(EXACT, model=replace(EXACT["model"], compile="on"))  # type: ignore[arg-type]
     job = Job(SOURCE, **settings, placement=Placement.hash(1), heldout=HELDOUT,
-              hooks=Hooks(return_state=True))
+              observers=(ReturnState,))
     _same_model(on_cpu["deepfm"], [run_rank(LocalComm("cuda"), job)], max_diff)
 
 

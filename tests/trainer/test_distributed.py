@@ -23,7 +23,8 @@ from trainer.job import Job, RankResult
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import Hooks, LaunchConfig, ModelConfig, StoreConfig, TrainConfig
+from trainer.testing import AuditRun, RecordSteps, ReturnState
+from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -54,22 +55,22 @@ def _placement(world: int) -> Placement:
 def _jobs(world: int) -> list[Job]:
     graph = _placement(world)
     jobs = [
-        Job(SOURCE, **EXACT, placement=Placement.hash(world), hooks=Hooks(return_state=True)),
-        Job(SOURCE, **EXACT, placement=graph, hooks=Hooks(return_state=True)),
-        Job(SOURCE, **DCN_SGD, placement=graph, hooks=Hooks(return_state=True)),
+        Job(SOURCE, **EXACT, placement=Placement.hash(world), observers=(ReturnState,)),
+        Job(SOURCE, **EXACT, placement=graph, observers=(ReturnState,)),
+        Job(SOURCE, **DCN_SGD, placement=graph, observers=(ReturnState,)),
     ]
     stale = replace(EXACT["train"], staleness=STALE_S)
     jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], stale, placement=graph,
-                    hooks=Hooks(audit=True, record_steps=True)))
+                    observers=(AuditRun, RecordSteps)))
     # Batch-aware routing moves samples between ranks: what is computed must not change.
     batched = replace(EXACT["train"], route_rounds=3, route_epsilon=0.25)
     jobs.append(Job(SOURCE, EXACT["model"], EXACT["store"], batched, placement=graph,
-                    hooks=Hooks(return_state=True)))
+                    observers=(ReturnState,)))
     if world == 2:
         auc_ids = SyntheticStream(AUC_SYN).feature_ids(AUC_WINDOW.start, AUC_WINDOW.records)
         auc_graph = graph_placement(auc_ids, 2, AUC_JOB["train"])  # type: ignore[arg-type]
         jobs.append(Job(**AUC_JOB, placement=auc_graph))  # type: ignore[arg-type]
-        jobs.append(Job(SOURCE, **WIDE, placement=graph, hooks=Hooks(return_state=True)))
+        jobs.append(Job(SOURCE, **WIDE, placement=graph, observers=(ReturnState,)))
     return jobs
 
 
@@ -85,10 +86,10 @@ def single() -> dict[str, RankResult]:
     torch.set_num_threads(1)
     one = Placement.hash(1)
     return {
-        "deepfm": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, hooks=Hooks(return_state=True))),
-        "dcn": run_rank(LocalComm(), Job(SOURCE, **DCN_SGD, placement=one, hooks=Hooks(return_state=True))),
+        "deepfm": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, observers=(ReturnState,))),
+        "dcn": run_rank(LocalComm(), Job(SOURCE, **DCN_SGD, placement=one, observers=(ReturnState,))),
         "auc": run_rank(LocalComm(), Job(**AUC_JOB, placement=one)),  # type: ignore[arg-type]
-        "wide": run_rank(LocalComm(), Job(SOURCE, **WIDE, placement=one, hooks=Hooks(return_state=True))),
+        "wide": run_rank(LocalComm(), Job(SOURCE, **WIDE, placement=one, observers=(ReturnState,))),
     }
 
 
@@ -139,8 +140,7 @@ def test_staleness_never_exceeds_bound(two_ranks, recount_lags) -> None:
     assert totals.counts["replica_refreshes"] < totals.counts["replica_reads"]
     assert 0 < totals.counts["replica_pushes"] < totals.counts["replica_reads"]
     for r in ranks:  # per step, too
-        assert r.step_counters is not None
-        assert all(c.staleness.size <= STALE_S + 1 for c in r.step_counters)
+        assert all(c.staleness.size <= STALE_S + 1 for c in r.observed["step_counters"])
     # Independent check: recount from what owners applied, not from the lags they kept.
     lags = recount_lags(ranks)
     assert lags.size > 0 and lags.max() <= STALE_S

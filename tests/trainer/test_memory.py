@@ -25,7 +25,7 @@ from trainer.dist.allocator import keep_freed_memory
 from trainer.online import OnlineLoop
 from trainer.step import Trainer
 from trainer.testing import StreamSource
-from trainer.types import Hooks, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 BATCH, STEPS, CAP, HISTORY = 512, 330, 20_000, 100
 
@@ -46,8 +46,9 @@ def measure() -> dict[str, object]:
     trainer = Trainer(comm, Placement.hash(1), 26, 13, train=train,
                       model=ModelConfig(embed_dim=8, hidden=(16,)),
                       store=StoreConfig(max_rows=CAP))
-    loop = OnlineLoop(comm, trainer, source, OnlineConfig(repartition_interval="0"), train,
-                      SystemClock(), hooks=Hooks(history=HISTORY))
+    loop = OnlineLoop(comm, trainer, source,
+                      OnlineConfig(repartition_interval="0", history=HISTORY), train,
+                      SystemClock())
     sizes, rss, heap = [], [], []
     tracemalloc.start()  # numpy reports its buffers to it: every array kept shows
     with loop:

@@ -6,6 +6,7 @@ from trainer.online.checkpointer import Checkpointer, check_compatible, restore
 from trainer.online.control import Control, Proposal
 from trainer.online.drift import DriftDetector
 from trainer.online.loop import Diverged, OnlineLoop
+from trainer.online.observe import Observer, ObserverFactory, Observers, RunView
 from trainer.online.stats import FreshnessHistogram, LoopStats, StepRecord
 
 __all__ = [
@@ -15,9 +16,13 @@ __all__ = [
     "DriftDetector",
     "FreshnessHistogram",
     "LoopStats",
+    "Observer",
+    "ObserverFactory",
+    "Observers",
     "OnlineLoop",
     "Proposal",
     "RecordBudget",
+    "RunView",
     "StepRecord",
     "budget_share",
     "check_compatible",

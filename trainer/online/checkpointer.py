@@ -13,8 +13,6 @@ committed only once a durable checkpoint holds the effect of every record before
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +22,12 @@ import torch
 from streaming.runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
+from trainer.online.observe import Observer
 from trainer.online.publisher import Publisher
 from trainer.online.stats import LoopStats
 from trainer.sources import Source
 from trainer.step import Trainer
-from trainer.types import FaultPlan, Interval
+from trainer.types import Interval
 
 __all__ = ["Checkpointer", "check_compatible", "restore"]
 
@@ -50,17 +49,16 @@ class Checkpointer:
         resumed: (step, records, offsets, publishes) of the checkpoint this run resumed from
             (it is not written again unless something moved).
         metrics: The rank's metrics (None: none).
-        fault: A rank that SIGKILLs itself in one of this run's checkpoints (tests, chaos).
+        observers: Told once a checkpoint's rows are on disk, before its manifest.
     """
 
     def __init__(self, comm: Comm, root: str, interval: Interval, keep: int, stats: LoopStats,
                  clock: Clock, *, extra: dict[str, Any], records: int = 0,
                  resumed: tuple[int, int, dict[int, int], int] | None = None,
-                 metrics: Any = None,
-                 fault: FaultPlan | None = None) -> None:
+                 metrics: Any = None, observers: Observer | None = None) -> None:
         self.comm, self.root, self.interval, self.keep = comm, root, interval, keep
         self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
-        self.fault = fault
+        self.observers = observers or Observer()
         self.written = 0
         # A resumed run does not rewrite the checkpoint it started from.
         self._last: tuple[int, int, dict[int, int], int] | None = resumed
@@ -126,10 +124,7 @@ class Checkpointer:
         ids, values, state, versions = trainer.store.export()
         ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions)
         self.written += 1
-        if self.fault is not None and self.fault.due(self.comm.rank, "checkpoint", self.written):
-            log.warning("fault injection: rank %d kills itself while writing checkpoint %d",
-                        self.comm.rank, self.written)
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.observers.on_checkpoint_rows(self.written)
         if self.comm.rank == 0:
             ckpt.save_dense(directory, {"flat": trainer.dense.flat,
                                         **trainer.optimizer.state_arrays()})

@@ -42,6 +42,7 @@ from trainer.online.budget import RecordBudget
 from trainer.online.checkpointer import Checkpointer
 from trainer.online.control import Control, Proposal, agree
 from trainer.online.migration import MigrationDriver
+from trainer.online.observe import Observer
 from trainer.online.publisher import Publisher
 from trainer.online.repartition import Repartitioner
 from trainer.online.stats import LoopStats, StepRecord
@@ -49,7 +50,7 @@ from trainer.online.window import WindowFeed
 from trainer.serving import DeltaSink
 from trainer.sources import Source
 from trainer.step import Trainer
-from trainer.types import FaultPlan, Hooks, OnlineConfig, TrainConfig
+from trainer.types import OnlineConfig, TrainConfig
 
 __all__ = ["Diverged", "OnlineLoop"]
 
@@ -79,7 +80,9 @@ class OnlineLoop:
         clock: Time source.
         seed: Seed of the partitioner and of the window sampling.
         metrics: The rank's :class:`trainer.metrics.TrainerMetrics`, or None.
-        hooks: What tests and benchmarks ask for (schedule, fault, audit, history length).
+        observers: What sees the run from outside (told of migration chunks and checkpoints).
+        schedule: A fixed placement schedule, ``(step, placement)`` pairs (instead of computed
+            placements).
         partition: Compute placements from the stream (off: only the schedule moves rows).
         resumed: The checkpoint this run resumed from (None: a fresh start).
         extra: Settings recorded in checkpoints and checked at resume.
@@ -90,37 +93,32 @@ class OnlineLoop:
 
     def __init__(self, comm: Comm, trainer: Trainer, source: Source, config: OnlineConfig,
                  train: TrainConfig, clock: Clock, *, seed: int = 0, metrics: Any = None,
-                 hooks: Hooks | None = None, partition: bool = True,
+                 observers: Observer | None = None,
+                 schedule: tuple[tuple[int, Placement], ...] = (), partition: bool = True,
                  resumed: ckpt.Manifest | None = None,
                  extra: dict[str, Any] | None = None, sink: DeltaSink | None = None,
                  run_records: int = 0) -> None:
-        hooks = hooks or Hooks()
-        fault: FaultPlan | None = hooks.fault
-        if hooks.fault_file:
-            from trainer.testing import FaultFile
-
-            fault = FaultFile(hooks.fault_file)
         self.comm, self.trainer, self.source, self.clock = comm, trainer, source, clock
         self.cfg, self.metrics = config, metrics
         self.rank, self.world = comm.rank, comm.world
         records = resumed.records if resumed is not None else 0
-        self.schedule = dict(sorted(hooks.schedule))
+        self.schedule = dict(sorted(schedule))
         self.partition = partition and config.repartition.enabled
-        self.stats = LoopStats(hooks.history, started_ms=clock.time() * 1000.0)
+        self.stats = LoopStats(config.history, started_ms=clock.time() * 1000.0)
         self.budget = RecordBudget(config.max_records, self.rank, self.world, records,
                                    run_limit=run_records)
         self.window = WindowFeed(comm, trainer.n_fields, config.window, config.window_sample,
                                  seed)
         self.migrations = MigrationDriver(comm, trainer, config.migration_chunk_bytes,
-                                          self.stats, clock, metrics=metrics, fault=fault,
-                                          check_owners=hooks.audit)
+                                          self.stats, clock, metrics=metrics,
+                                          observers=observers)
         self.checkpointer = Checkpointer(
             comm, config.checkpoint_dir, config.checkpoint, config.keep_checkpoints, self.stats,
             clock, extra=extra or {}, records=records,
             resumed=None if resumed is None else (
                 resumed.step, resumed.records, dict(resumed.offsets),
                 resumed.model.publishes if resumed.model is not None else 0),
-            metrics=metrics, fault=fault)
+            metrics=metrics, observers=observers)
         self.publisher = Publisher(comm, trainer, sink, config.publish_interval, clock,
                                    root=config.checkpoint_dir,
                                    resumed=None if resumed is None else resumed.model)

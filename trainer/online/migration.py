@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import signal
 from typing import Any
-
-import numpy as np
 
 from partitioner import Placement
 from streaming.runtime import Clock
 from trainer.dist import Comm
 from trainer.embedding import Migration, move_chunk, row_bytes
+from trainer.online.observe import Observer
 from trainer.online.repartition import PlacementResult
 from trainer.online.stats import LoopStats
 from trainer.step import Trainer
-from trainer.types import FaultPlan
 
 __all__ = ["MigrationDriver"]
 
@@ -41,18 +37,15 @@ class MigrationDriver:
         stats: Where events are logged.
         clock: Time source.
         metrics: The rank's metrics (None: none).
-        fault: A rank that SIGKILLs itself after moving some chunks of a migration (tests of
-            crash recovery).
-        check_owners: After every chunk, check on every rank that each row lives on exactly the
-            rank the placement in force names (tests; costs a gather of every id).
+        observers: Told after a migration starts (chunk 0) and after every chunk.
     """
 
     def __init__(self, comm: Comm, trainer: Trainer, chunk_bytes: int, stats: LoopStats,
-                 clock: Clock, *, metrics: Any = None, fault: FaultPlan | None = None,
-                 check_owners: bool = False) -> None:
+                 clock: Clock, *, metrics: Any = None, observers: Observer | None = None
+                 ) -> None:
         self.comm, self.trainer, self.chunk_bytes = comm, trainer, chunk_bytes
         self.stats, self.clock, self.metrics = stats, clock, metrics
-        self.fault, self.check_owners = fault, check_owners
+        self.observers = observers or Observer()
         store = trainer.store
         self.row_size = row_bytes(store.dim, store.optimizer.state_width, trainer.dtype)
         self.migration: Migration | None = None
@@ -93,7 +86,7 @@ class MigrationDriver:
         tr.replace_replicas(placement.replicas)
         self.migration = m = Migration(tr.placement, placement, self.row_size, self.chunk_bytes)
         tr.set_placement(m.current())
-        self._verify_owners()
+        self.observers.on_migration_chunk(0, m.finished)
         self._started, self._bytes, self._chunks = self.clock.monotonic(), 0, 0
         self.stats.placements += 1
         if self.comm.rank == 0:
@@ -113,17 +106,12 @@ class MigrationDriver:
         tr = self.trainer
         report = move_chunk(tr.comm, tr.store, tr.replicas, ids, src, dst, tr.step_index)
         self.trainer.set_placement(m.advance())
-        self._verify_owners()
         self._bytes += int((self.comm.traffic - before).sent.sum())
         self._chunks += 1
         self._rows_sent += report.rows_sent
         if self.metrics is not None:
             self.metrics.on_migration_chunk(report.rows_sent, report.bytes_sent)
-        if self.fault is not None and self.fault.due(self.comm.rank, "migration", self._chunks) \
-                and not m.finished:
-            log.warning("fault injection: rank %d kills itself in the middle of a migration "
-                        "(chunk %d of %d)", self.comm.rank, self._chunks, m.chunks)
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.observers.on_migration_chunk(self._chunks, m.finished)
         if m.finished:
             self._finish(records)
 
@@ -143,18 +131,3 @@ class MigrationDriver:
             self.metrics.on_migration_done(seconds)
         self.migration = None
         self.completed += 1
-
-    def _verify_owners(self) -> None:
-        """Every row on exactly one rank, the one the placement in force names (invariant 1)."""
-        if not self.check_owners:
-            return
-        held = self.comm.all_gather_object(self.trainer.store.ids())
-        every = np.concatenate(held)
-        if np.unique(every).size != every.size:
-            raise RuntimeError("invariant 1 broken: a row is held by two ranks")
-        for rank, ids in enumerate(held):
-            wrong = self.trainer.placement.owner_of(ids) != rank
-            if wrong.any():
-                raise RuntimeError(f"invariant 1 broken: rank {rank} holds {int(wrong.sum())} "
-                                   "rows another rank owns")
-        self.stats.owner_checks += 1

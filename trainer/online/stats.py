@@ -82,7 +82,6 @@ class LoopStats:
         self.freshness = FreshnessHistogram()
         self.backlog = 0
         self.placements = 0
-        self.owner_checks = 0
         self.sample_imbalance = 1.0
         self.row_imbalance = 1.0
         self._started_ms = started_ms
@@ -112,7 +111,6 @@ class LoopStats:
             "history_fields": [fl.name for fl in dataclasses.fields(StepRecord)],
             "events": list(self.events),
             "placements": self.placements,
-            "owner_checks": self.owner_checks,
             "freshness_p50_s": f.percentile(50),
             "freshness_p99_s": f.percentile(99),
             "freshness_count": f.count,

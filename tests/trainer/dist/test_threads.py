@@ -20,9 +20,10 @@ from trainer.job import Job
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import Hooks, OnlineConfig
+from trainer.types import OnlineConfig
+from trainer.testing import AuditRun, ReturnState
 
-STATE = Hooks(return_state=True)
+STATE = (ReturnState,)
 # Fewer steps than the gloo tests' (exact_jobs.STEPS): the lane's budget is seconds.
 STEPS = 24
 SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
@@ -99,7 +100,7 @@ def _graph(world: int) -> Placement:
 def reference() -> dict[str, object]:
     torch.set_num_threads(1)
     one = Placement.hash(1)
-    return {name: run_rank(LocalComm(), Job(SOURCE, **settings, placement=one, hooks=STATE))
+    return {name: run_rank(LocalComm(), Job(SOURCE, **settings, placement=one, observers=STATE))
             for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD))}
 
 
@@ -107,9 +108,9 @@ def reference() -> dict[str, object]:
 def test_s0_on_threads_equals_one_process(world: int, reference, max_diff) -> None:
     graph = _graph(world)
     assert graph.replica_counts().min() > 0
-    jobs = [Job(SOURCE, **EXACT, placement=Placement.hash(world), hooks=STATE),
-            Job(SOURCE, **EXACT, placement=graph, hooks=STATE),
-            Job(SOURCE, **DCN_SGD, placement=graph, hooks=STATE)]
+    jobs = [Job(SOURCE, **EXACT, placement=Placement.hash(world), observers=STATE),
+            Job(SOURCE, **EXACT, placement=graph, observers=STATE),
+            Job(SOURCE, **DCN_SGD, placement=graph, observers=STATE)]
     per_rank = run_threads(run_jobs, jobs, world)
     for job, model in enumerate(["deepfm", "deepfm", "dcn"]):
         ranks = [r[job] for r in per_rank]
@@ -134,14 +135,14 @@ def test_live_migrations_on_threads_keep_s0_training_exact(reference, max_diff) 
     online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
                           migration_chunk_bytes=96 * 6000)
     job = Job(SOURCE, **EXACT, placement=Placement.hash(2), online=online,
-              hooks=Hooks(schedule=_schedule(2), return_state=True, audit=True))
+              schedule=_schedule(2), observers=(ReturnState, AuditRun))
     ranks = run_threads(run_rank, job, 2)
     dense, emb = max_diff(reference["deepfm"], ranks)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
     done = [e for e in ranks[0].online["events"] if e["event"] == "migration_done"]
     assert [e["version"] for e in done] == [1, 2, 3]
     assert sum(1 for h in ranks[0].online["history"] if h[6]) >= 3  # steps during migrations
-    assert ranks[0].online["owner_checks"] >= 3  # invariant 1 checked after every chunk
+    assert ranks[0].observed["owner_checks"] >= 3  # invariant 1 checked after every chunk
 
 
 def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
@@ -149,7 +150,7 @@ def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
     # what the owners applied.
     s = 3
     job = Job(SOURCE, EXACT["model"], EXACT["store"], replace(EXACT["train"], staleness=s),
-              placement=_graph(3), hooks=Hooks(audit=True))
+              placement=_graph(3), observers=(AuditRun,))
     ranks = run_threads(run_rank, job, 3)
     hist = ranks[0].job_totals.staleness
     assert ranks[0].job_totals.max_staleness <= s and hist[s] > 0

@@ -26,7 +26,8 @@ from trainer.job import Job, RankResult
 from trainer.placement import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import KafkaSpec, SyntheticSpec
-from trainer.types import Fault, Hooks, LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.testing import AuditRun, Fault, RecordOffsets, ReturnState
+from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -34,7 +35,7 @@ SYN = SyntheticConfig(vocab_max=20_000, seed=5)
 WINDOW = 20_000
 BATCH = 240
 STEPS = 40
-STATE = Hooks(return_state=True)
+STATE = (ReturnState,)
 SOURCE = SyntheticSpec(SYN, start=WINDOW, records=BATCH * STEPS)
 EXACT = dict(
     model=ModelConfig(model="deepfm", embed_dim=8, hidden=(16,), dtype="float64"),
@@ -86,9 +87,9 @@ def single(dirs: dict[str, Path]) -> dict[str, RankResult]:
     one = Placement.hash(1)
     half = _online(checkpoint_dir=str(dirs["one"]), max_records=BATCH * STEPS // 2)
     return {
-        "reference": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, hooks=STATE)),
+        "reference": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, observers=STATE)),
         "first_half": run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=one, online=half,
-                                                hooks=STATE)),
+                                                observers=STATE)),
     }
 
 
@@ -99,18 +100,19 @@ def two_ranks(single: dict[str, RankResult], dirs: dict[str, Path]) -> list[list
     graph = _schedule(2)[0][1]
     jobs = [
         Job(SOURCE, **EXACT, placement=Placement.hash(2),
-            online=_online(), hooks=Hooks(schedule=_schedule(2), return_state=True, audit=True)),
+            online=_online(), schedule=_schedule(2), observers=(ReturnState, AuditRun)),
         Job(SOURCE, **EXACT, placement=graph,
             online=_online(checkpoint_dir=str(dirs["two"]), max_records=BATCH * STEPS // 2),
-            hooks=STATE),
+            observers=STATE),
         Job(SOURCE, **EXACT, placement=Placement.hash(2),
-            online=_online(checkpoint_dir=str(dirs["one"]), resume=True), hooks=STATE),
+            online=_online(checkpoint_dir=str(dirs["one"]), resume=True), observers=STATE),
         # One record: rank 0 reads nothing and trains nothing in a step that rank 1 trains.
         Job(SyntheticSpec(SYN, 0, 1), **EXACT, placement=Placement.hash(2)),
         # The migrations of job 0 with lagging copies: owners follow each copy's lag across
         # changes of owner and of replica set.
         Job(SOURCE, **{**EXACT, "train": replace(EXACT["train"], staleness=STALE_S)},
-            placement=Placement.hash(2), online=_online(), hooks=Hooks(schedule=_schedule(2), audit=True)),
+            placement=Placement.hash(2), online=_online(), schedule=_schedule(2),
+            observers=(AuditRun,)),
     ]
     per_rank = launch(run_jobs, jobs, LaunchConfig(device="cpu", workers=2, timeout_s=120))
     return [list(r) for r in zip(*per_rank)]
@@ -128,8 +130,8 @@ def test_migrations_keep_s0_training_exact(two_ranks, single, max_diff) -> None:
     assert max(e["rows_moved"] for e in done) > 2 * 3000
     migrating_steps = sum(1 for h in online["history"] if h[6])
     assert migrating_steps >= 8
-    # Invariant 1 was checked after every chunk on every rank (the loop raises otherwise).
-    assert online["owner_checks"] >= migrating_steps
+    # Invariant 1 was checked after every chunk on every rank (the check raises otherwise).
+    assert ranks[0].observed["owner_checks"] >= migrating_steps
     assert ranks[0].placement["version"] == 5
     assert ranks[0].job_totals.steps == STEPS
 
@@ -159,7 +161,7 @@ def test_checkpoint_of_two_ranks_resumes_on_one(two_ranks, single, dirs, max_dif
     assert state.shape[1] == 1 and versions.min() >= 1
     resumed = run_rank(LocalComm(), Job(
         SOURCE, **EXACT, placement=Placement.hash(1),
-        online=_online(checkpoint_dir=str(dirs["two"]), resume=True), hooks=STATE))
+        online=_online(checkpoint_dir=str(dirs["two"]), resume=True), observers=STATE))
     assert resumed.resumed_from == STEPS // 2 and resumed.steps == STEPS
     dense, emb = max_diff(single["reference"], [resumed])
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
@@ -220,7 +222,7 @@ def test_kill_9_during_migration_resumes_without_loss(kafka: KafkaSettings, uniq
     victims = _random_placement(2, 1, 11)
     crash = Job(spec, model, EXACT["store"], train, placement=Placement.hash(2),
                 online=replace(online, migration_chunk_bytes=8000),
-                hooks=Hooks(schedule=((6, victims),), fault=Fault(1, "migration", 2)))
+                schedule=((6, victims),), observers=(Fault(1, "migration", 2),))
     with pytest.raises(WorkerFailed, match="SIGKILL"):
         launch(run_rank, crash, LaunchConfig(device="cpu", workers=2, timeout_s=60))
 
@@ -233,10 +235,10 @@ def test_kill_9_during_migration_resumes_without_loss(kafka: KafkaSettings, uniq
     assert _committed(kafka, topic, group) == manifest.offsets
 
     resume = Job(spec, model, EXACT["store"], train, placement=Placement.hash(2),
-                 online=replace(online, resume=True), hooks=Hooks(record_offsets=True))
+                 online=replace(online, resume=True), observers=(RecordOffsets,))
     results = launch(run_rank, resume, LaunchConfig(device="cpu", workers=2, timeout_s=60))
     assert all(r.resumed_from == manifest.step for r in results)
-    trained = np.concatenate([r.trained_offsets for r in results if r.trained_offsets is not None])
+    trained = np.concatenate([r.observed["trained_offsets"] for r in results])
     assert len(trained) == RECORDS - manifest.records  # nothing replayed twice, nothing skipped
     for p in (0, 1):
         offsets = trained[trained[:, 0] == p, 1]

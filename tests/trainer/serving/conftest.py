@@ -21,7 +21,7 @@ from streaming.producer import ProduceConfig, produce
 from trainer.dist.launch import launch
 from trainer.job import Job
 from trainer.run import run_rank
-from trainer.types import Hooks
+from trainer.testing import ReturnState
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, broker) -> dict:
                                  records_per_message=PER_MESSAGE), SYN)
     job = Job(kafka_spec(kafka, topic, f"{topic}-group"), MODEL, STORE, TRAIN,
               placement=Placement.hash(2), online=online_config(root),
-              hooks=Hooks(return_state=True))
+              observers=(ReturnState,))
     results = launch(run_rank, job, LAUNCH)
     return {"kafka": kafka, "root": root, "topic": topic, "results": results}
 

@@ -37,7 +37,7 @@ from trainer.dist.launch import WorkerFailed, launch
 from trainer.job import Job
 from trainer.run import run_rank
 from trainer.sources.synthetic import synthetic_batch
-from trainer.types import Fault, Hooks
+from trainer.testing import Fault, ReturnState
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed]
 
@@ -97,7 +97,7 @@ def test_a_crash_and_a_resume_never_move_a_row_back(kafka: KafkaSettings, unique
                                  records_per_message=PER_MESSAGE), SYN)
     spec = kafka_spec(kafka, topic, unique("deltas-crash-group"))
     crash = Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(2), online=online_config(tmp_path),
-                hooks=Hooks(fault=Fault(1, "checkpoint", 3)))
+                observers=(Fault(1, "checkpoint", 3),))
     with pytest.raises(WorkerFailed, match="SIGKILL"):
         launch(run_rank, crash, LAUNCH)
     found = checkpoints(tmp_path)
@@ -112,7 +112,7 @@ def test_a_crash_and_a_resume_never_move_a_row_back(kafka: KafkaSettings, unique
     resume = Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(2),
                  online=replace(online_config(tmp_path), resume=True,
                                 max_records=found[-1].records + TRAIN.global_batch),
-                 hooks=Hooks(return_state=True))
+                 observers=(ReturnState,))
     results = launch(run_rank, resume, LAUNCH)
     follower.catch_up(timeout_s=60)
     follower.close()
@@ -166,7 +166,7 @@ def test_by_default_serve_can_start_while_the_run_trains_and_a_quiet_log_is_fres
     spec = kafka_spec(kafka, topic, unique("deltas-default-group"))
     online = replace(online_config(tmp_path), checkpoint_interval="auto")
     (result,) = launch(run_rank, Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(1),
-                                     online=online, hooks=Hooks(return_state=True)),
+                                     online=online, observers=(ReturnState,)),
                        replace(LAUNCH, workers=1))
     found = checkpoints(tmp_path)
     assert len(found) == 2 and found[-1].model.final and not found[0].model.final

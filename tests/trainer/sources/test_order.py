@@ -17,7 +17,8 @@ from trainer.job import Job
 from trainer.run import run_rank
 from trainer.sources import KafkaShard, KafkaSpec
 from trainer.sources.order import EventTimeBuffer
-from trainer.types import Hooks, LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.testing import ReturnState
+from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 SCHEMA = Schema.from_counts(1, 1)
 
@@ -192,7 +193,7 @@ def _job(kafka: KafkaSettings, topic: str, order: str) -> Job:
     return Job(spec, ModelConfig(model="deepfm", embed_dim=4, hidden=(8,), dtype="float64"),
                StoreConfig(optimizer="adagrad", lr=0.05),
                TrainConfig(staleness=0, global_batch=BATCH, log_every=0),
-               online=OnlineConfig(repartition_interval="0"), hooks=Hooks(return_state=True))
+               online=OnlineConfig(repartition_interval="0"), observers=(ReturnState,))
 
 
 @pytest.mark.broker
