@@ -29,7 +29,15 @@ from trainer.counters import KINDS, StepCounters, Totals
 from trainer.dist import Comm
 from trainer.evaluation import Progressive, score_batches, score_heldout
 from trainer.job import Job, RankResult
-from trainer.online import Observer, Observers, OnlineLoop, RunView, check_compatible, restore
+from trainer.online import (
+    Observer,
+    Observers,
+    OnlineLoop,
+    RunView,
+    build_parts,
+    check_compatible,
+    restore,
+)
 from trainer.placement import Start, initial_placement
 from trainer.sources import KafkaSpec, Resume, Source, open_source
 from trainer.step import Trainer
@@ -65,11 +73,13 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
                      manifest.path, manifest.step, manifest.records, rows)
         metrics = _serve_metrics(job, comm, source)
         observers = Observers.build(job.observers, comm.rank)
-        loop = stack.enter_context(OnlineLoop(
-            comm, trainer, source, job.online, job.train, clock, seed=job.seed,
-            metrics=metrics, observers=observers, schedule=job.schedule,
-            partition=job.partitions_online and comm.world > 1, resumed=manifest,
-            extra=shape, sink=open_delta_sink(job, comm), run_records=job.run_records))
+        parts = build_parts(
+            comm, trainer, job.online, job.train, clock, stack, seed=job.seed, metrics=metrics,
+            observers=observers, schedule=job.schedule,
+            partition=job.partitions_online and comm.world > 1, resumed=manifest, extra=shape,
+            sink=open_delta_sink(job, comm), run_records=job.run_records)
+        loop = OnlineLoop(comm, trainer, source, parts, job.online, clock, metrics=metrics,
+                          fresh_start=manifest is None)
         if metrics is not None:
             loop.publish_placement()
         logs = _Logs(job, comm.world, metrics, trainer, schema=schema)
@@ -211,7 +221,7 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
                             replicas=[int(r.size) for r in p.replicas])
     if result.online.get("placement_auto") is not None:
         result.placement.update(_auto_in_force(result.online["placement_auto"]))
-    elif result.placement.get("kind") == "online" and not loop.partition:
+    elif result.placement.get("kind") == "online" and not loop.placements.computes:
         # One rank: no partitioner ever ran, hash (every row here) stayed in force.
         result.placement["kind"] = "hash"
     return result

@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 import tracemalloc
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from streaming import SyntheticConfig
 from streaming.runtime import SystemClock
 from trainer.dist import LocalComm
 from trainer.dist.allocator import keep_freed_memory
-from trainer.online import OnlineLoop
+from trainer.online import OnlineLoop, build_parts
 from trainer.step import Trainer
 from trainer.testing import StreamSource
 from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
@@ -46,12 +47,12 @@ def measure() -> dict[str, object]:
     trainer = Trainer(comm, Placement.hash(1), 26, 13, train=train,
                       model=ModelConfig(embed_dim=8, hidden=(16,)),
                       store=StoreConfig(max_rows=CAP))
-    loop = OnlineLoop(comm, trainer, source,
-                      OnlineConfig(repartition_interval="0", history=HISTORY), train,
-                      SystemClock())
+    online, clock = OnlineConfig(repartition_interval="0", history=HISTORY), SystemClock()
     sizes, rss, heap = [], [], []
     tracemalloc.start()  # numpy reports its buffers to it: every array kept shows
-    with loop:
+    with ExitStack() as stack:
+        loop = OnlineLoop(comm, trainer, source,
+                          build_parts(comm, trainer, online, train, clock, stack), online, clock)
         for step in range(STEPS):
             loop.between_steps(loop.control())
             batch = source.next_batch()

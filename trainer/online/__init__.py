@@ -5,7 +5,7 @@ from trainer.online.budget import RecordBudget, budget_share
 from trainer.online.checkpointer import Checkpointer, check_compatible, restore
 from trainer.online.control import Control, Proposal
 from trainer.online.drift import DriftDetector
-from trainer.online.loop import Diverged, OnlineLoop
+from trainer.online.loop import Diverged, LoopParts, OnlineLoop, build_parts
 from trainer.online.observe import Observer, ObserverFactory, Observers, RunView
 from trainer.online.stats import FreshnessHistogram, LoopStats, StepRecord
 
@@ -15,6 +15,7 @@ __all__ = [
     "Diverged",
     "DriftDetector",
     "FreshnessHistogram",
+    "LoopParts",
     "LoopStats",
     "Observer",
     "ObserverFactory",
@@ -25,6 +26,7 @@ __all__ = [
     "RunView",
     "StepRecord",
     "budget_share",
+    "build_parts",
     "check_compatible",
     "restore",
 ]

@@ -472,8 +472,10 @@ def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
 def test_samples_held_for_the_partitioner_stay_within_the_window() -> None:
     """Rank 0 keeps at most --window samples for the next partition, also when no other rank
     sends it any (here, one rank and a repartition due only after ten minutes)."""
+    from contextlib import ExitStack
+
     from streaming.runtime import SystemClock
-    from trainer.online.loop import OnlineLoop
+    from trainer.online import OnlineLoop, build_parts
     from trainer.sources import SyntheticShard
     from trainer.step import Trainer
 
@@ -481,18 +483,17 @@ def test_samples_held_for_the_partitioner_stay_within_the_window() -> None:
     source = SyntheticShard(SyntheticSpec(SYN, 0, 40 * batch), batch, 0, 1)
     trainer = Trainer(comm, Placement.hash(1), len(source.schema.sparse),
                       len(source.schema.dense))
-    loop = OnlineLoop(comm, trainer, source, OnlineConfig(repartition_interval="10m",
-                                                          window=window),
-                      TrainConfig(global_batch=batch), SystemClock(), partition=True)
-    try:
+    online, clock = OnlineConfig(repartition_interval="10m", window=window), SystemClock()
+    with ExitStack() as stack:
+        parts = build_parts(comm, trainer, online, TrainConfig(global_batch=batch), clock,
+                            stack, partition=True)
+        loop = OnlineLoop(comm, trainer, source, parts, online, clock)
         for _ in range(40):
             loop.between_steps(loop.control())
             b = source.next_batch()
             loop.after_step(b, trainer.step(b), 0.0, False)
             assert loop.window_held < window + batch
         assert loop.window_held >= window
-    finally:
-        loop.close()
 
 
 def _damage(manifest: ckpt.Manifest) -> None:
