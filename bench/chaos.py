@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.chaos_ledger import LedgerWatch, account, topic_offsets
+from runtime import free_port
 from streaming import EmbeddedBroker, KafkaSettings, ProduceConfig, SyntheticConfig, produce
-from streaming.runtime import free_port
 from trainer import checkpoint as ckpt
 from trainer.testing import FaultFile
 

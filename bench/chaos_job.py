@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from runtime import setup_logging
 from streaming import ConsumerConfig, KafkaSettings
-from streaming.runtime import setup_logging
 from trainer.dist import WorkerFailed, launch, stop_event
 from trainer.job import Job
 from trainer.run import run_rank

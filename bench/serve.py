@@ -80,12 +80,12 @@ from bench.serve_probes import (
     post,
     wait_settled,
 )
+from runtime import free_ports
 from streaming import Decoder
 from streaming.broker import EmbeddedBroker
 from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.producer import ProduceConfig, ProduceReport, produce
-from streaming.runtime import free_ports
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer import checkpoint as ckpt
 from trainer.app.serve import LINGER_S

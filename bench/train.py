@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from partitioner import Placement
-from streaming.runtime import env_value
+from runtime import env_value
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.counters import KINDS, PHASES, Totals
 from trainer.dist.comm import Comm

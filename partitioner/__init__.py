@@ -7,7 +7,6 @@ torch, no I/O.
 
 from partitioner.batch_routing import fetched_rows, refine_routing, route_batch
 from partitioner.full import FullPartitioner
-from partitioner.hashing import fmix64
 from partitioner.idindex import IdIndex
 from partitioner.incremental import IncrementalPartitioner
 from partitioner.measures import (
@@ -53,7 +52,6 @@ __all__ = [
     "default_owner",
     "fetched_rows",
     "find_sorted",
-    "fmix64",
     "imbalance",
     "migrated_bytes",
     "migrated_rows",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.hashing import fmix64
+from runtime import fmix64
 
 __all__ = ["IdIndex"]
 

@@ -12,8 +12,9 @@ from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
-from partitioner.hashing import default_owner, fmix64
+from partitioner.hashing import default_owner
 from partitioner.idindex import IdIndex
+from runtime import fmix64
 
 __all__ = [
     "MAX_WORKERS",
@@ -27,7 +28,6 @@ __all__ = [
     "check_replica_basis",
     "default_owner",
     "find_sorted",
-    "fmix64",
 ]
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)

@@ -38,6 +38,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from runtime import Clock, SystemClock
 from streaming.clients import (
     CommitMoved,
     CommitRebalancing,
@@ -53,7 +54,6 @@ from streaming.clients import (
 from streaming.codec import FORMATS, DecodeConfig, Decoder
 from streaming.kafka import KafkaSettings, topic_partitions
 from streaming.positions import ConsumerFailed, LogGuard, LogLost
-from streaming.runtime import Clock, SystemClock
 from streaming.types import ClickBatch, Reject, Schema
 
 __all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "LogLost"]

@@ -22,37 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["feature_id", "field_seed", "field_seeds", "hash_spans", "fmix64", "ID_MASK"]
+from runtime import fmix64, fmix64_int
+
+__all__ = ["ID_MASK", "feature_id", "field_seed", "field_seeds", "hash_spans"]
 
 _M64 = (1 << 64) - 1
 ID_MASK = (1 << 63) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-_C1 = 0xFF51AFD7ED558CCD
-_C2 = 0xC4CEB9FE1A85EC53
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
-
-
-def _fmix64_int(h: int) -> int:
-    h ^= h >> 33
-    h = (h * _C1) & _M64
-    h ^= h >> 33
-    h = (h * _C2) & _M64
-    h ^= h >> 33
-    return h
-
-
-def fmix64(h: np.ndarray, *, inplace: bool = False) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser on a uint64 array (a new array unless ``inplace``)."""
-    if not inplace:
-        h = h.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(_C1)
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(_C2)
-        h ^= h >> np.uint64(33)
-    return h
 
 
 def field_seed(field: str) -> int:
@@ -60,7 +38,7 @@ def field_seed(field: str) -> int:
     h = _FNV_OFFSET
     for b in field.encode("utf-8"):
         h = ((h ^ b) * _FNV_PRIME) & _M64
-    return _fmix64_int(h)
+    return fmix64_int(h)
 
 
 def field_seeds(fields: tuple[str, ...] | list[str]) -> np.ndarray:
@@ -74,7 +52,7 @@ def feature_id(field: str, value: bytes | str) -> int:
     h = field_seed(field) ^ ((len(data) * _GOLDEN) & _M64)
     padded = data + b"\0" * (-len(data) % 8)
     for i in range(0, len(padded), 8):
-        h = _fmix64_int(h ^ int.from_bytes(padded[i : i + 8], "little"))
+        h = fmix64_int(h ^ int.from_bytes(padded[i : i + 8], "little"))
     return h & ID_MASK
 
 

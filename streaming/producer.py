@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import numpy as np
 
+from runtime import Clock, SystemClock
 from streaming.clients import SendFailed, record_sender, resolve
 from streaming.kafka import KafkaSettings, check_partitions, ensure_topic
-from streaming.runtime import Clock, SystemClock
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
 
 __all__ = [

@@ -33,7 +33,8 @@ from typing import Literal
 
 import numpy as np
 
-from streaming.hashing import field_seeds, fmix64, hash_spans
+from runtime import fmix64
+from streaming.hashing import field_seeds, hash_spans
 from streaming.types import Schema
 
 __all__ = ["SyntheticConfig", "SyntheticStream", "SyntheticBlock", "BLOCK", "auc"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.hashing import fmix64
+from runtime import fmix64
 from streaming.synthetic import SyntheticConfig, _zipf_cdf
 
 __all__ = ["UserItemShape", "context_vocab"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("streaming", "partitioner", "trainer")
+LIBRARY = ("runtime", "streaming", "partitioner", "trainer")
 APP = "trainer.app"
 MAX_LINES = 600
 

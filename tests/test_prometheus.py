@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from runtime import free_port, free_ports
 from streaming.consumer import ConsumerStats
 from streaming.metrics import ConsumerCollector, ProducerCollector
 from streaming.producer import ProduceReport
-from streaming.runtime import free_port, free_ports
 from trainer.counters import KINDS, StepCounters
 from trainer.metrics import TrainerMetrics, serve_rank
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["streaming", "partitioner", "trainer", "bench"]
+PACKAGES = ["runtime", "streaming", "partitioner", "trainer", "bench"]
 
 
 def tool(name: str) -> str:
@@ -35,10 +35,10 @@ def test_mypy_finds_nothing():
 
 
 def test_environment_is_read_in_one_place():
-    """``streaming.runtime.env_value`` is the one reader of the environment, so every setting's
+    """``runtime.env_value`` is the one reader of the environment, so every setting's
     variable is found from there (launch still sets the children's thread caps)."""
     reads = re.compile(r"os\.getenv\(|os\.environ\.get\(|os\.environ\[[^]]+\](?!\s*=[^=])")
-    allowed = ROOT / "streaming" / "runtime" / "config.py"
+    allowed = ROOT / "runtime" / "config.py"
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -47,4 +47,4 @@ def test_environment_is_read_in_one_place():
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if reads.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not found, "read the environment through streaming.runtime.env_value:\n" + "\n".join(found)
+    assert not found, "read the environment through runtime.env_value:\n" + "\n".join(found)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
+from runtime import Clock
 from streaming import ClickBatch, SyntheticStream
-from streaming.runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
 from trainer.job import Job

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from runtime import Clock, SystemClock
 from streaming import ClickBatch
-from streaming.runtime import Clock, SystemClock
 from trainer import checkpoint as ckpt
 from trainer.counters import KINDS, StepCounters, Totals
 from trainer.dist import Comm

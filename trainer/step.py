@@ -31,8 +31,8 @@ import torch
 from torch import nn
 
 from partitioner import Placement, capacity, route, route_batch
+from runtime import Clock, SystemClock
 from streaming import ClickBatch
-from streaming.runtime import Clock, SystemClock
 from trainer.counters import PHASES, StepCounters, Totals, Traffic
 from trainer.dist import Comm, Pending
 from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, unique_padded

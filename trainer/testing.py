@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from runtime import Clock, SystemClock
 from streaming import ClickBatch, SyntheticConfig, SyntheticStream
-from streaming.runtime import Clock, SystemClock
 from trainer.counters import StepCounters
 from trainer.online import Observer, RunView
 from trainer.sources import Source, synthetic_batch

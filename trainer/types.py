@@ -1,6 +1,6 @@
 """Values of the trainer: one frozen config dataclass per component, and what a rank reports.
 
-Each config's fields carry a ``help`` text, so :func:`streaming.runtime.add_flags` turns it into
+Each config's fields carry a ``help`` text, so :func:`runtime.add_flags` turns it into
 command-line flags with environment fallbacks.
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime import Clock
 from streaming.clients.base import (
     CommitError,
     CommitMoved,
@@ -20,7 +21,6 @@ from streaming.clients.base import (
     TransientError,
 )
 from streaming.kafka import KafkaSettings
-from streaming.runtime import Clock
 
 __all__ = [
     "CLIENTS",

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from runtime import Clock
 from streaming.clients.base import (
     CommitError,
     CommitMoved,
@@ -42,7 +43,6 @@ from streaming.clients.base import (
 )
 from streaming.kafka import KafkaSettings
 from streaming.positions import RESUME_HINT, ConsumerFailed, LogLost, topic_id_text
-from streaming.runtime import Clock
 
 __all__ = ["ConfluentConsumer", "ConfluentDeadLetters", "ConfluentSender", "available"]
 

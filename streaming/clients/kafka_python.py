@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from runtime import Clock
 from streaming.clients.base import (
     CommitError,
     CommitMoved,
@@ -20,7 +21,6 @@ from streaming.clients.base import (
 )
 from streaming.kafka import KafkaSettings, connect_with_retry
 from streaming.positions import ConsumerFailed, out_of_range, topic_id_text
-from streaming.runtime import Clock
 
 __all__ = ["KafkaPythonConsumer", "KafkaPythonDeadLetters", "KafkaPythonSender"]
 

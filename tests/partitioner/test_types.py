@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from partitioner import Placement, WindowGraph, default_owner
-from partitioner.types import fmix64
+from runtime import fmix64
 
 _M64 = (1 << 64) - 1
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from runtime import free_ports, port_free
 from streaming import broker as broker_mod
 from streaming.broker import BrokerUnavailable, EmbeddedBroker, kafka_ready
-from streaming.runtime import free_ports, port_free
 
 pytestmark = pytest.mark.broker
 

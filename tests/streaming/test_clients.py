@@ -8,10 +8,10 @@ import uuid
 import numpy as np
 import pytest
 
+from runtime.logs import redact_text as mask
 from streaming.clients import Fetched, resolve
 from streaming.clients.confluent import _uuid_text, available
 from streaming.kafka import KafkaSettings
-from streaming.runtime.logs import redact_text as mask
 
 
 def test_settings_reach_librdkafka_under_its_names_and_the_secrets_are_masked():

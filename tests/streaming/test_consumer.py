@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from runtime import free_port
 from streaming.broker import EmbeddedBroker
 from streaming.clients.kafka_python import KafkaPythonConsumer, KafkaPythonDeadLetters
 from streaming.consumer import ClickConsumer, ConsumerConfig, LogLost
 from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.producer import ProduceConfig, produce
-from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 
 # Every test on each client library (see conftest.py).

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from runtime import free_port
 from streaming.broker import EmbeddedBroker
 from streaming.clients.kafka_python import KafkaPythonConsumer
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.positions import LogGuard, LogLost
 from streaming.producer import ProduceConfig, produce
-from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig
 
 # Every test on each client library (see conftest.py).

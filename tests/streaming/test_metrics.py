@@ -11,12 +11,12 @@ from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from runtime import free_port
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import ensure_topic
 from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector
 from streaming.metrics import serve_metrics as serve
 from streaming.producer import ProduceConfig, ProduceReport, produce
-from streaming.runtime import free_port
 from streaming.synthetic import SyntheticConfig
 from streaming.window import AccessWindow, WindowConfig
 

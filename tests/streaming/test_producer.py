@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from runtime import FakeClock, free_port
 from streaming.broker import EmbeddedBroker
 from streaming.kafka import KafkaSettings, TopicNotFound, topic_partitions
 from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
-from streaming.runtime import FakeClock, free_port
 from streaming.synthetic import SyntheticConfig
 
 pytestmark = [pytest.mark.broker, pytest.mark.usefixtures("library")]

@@ -15,7 +15,7 @@ import torch
 from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
 from partitioner import Placement
-from streaming.runtime import free_port
+from runtime import free_port
 from streaming.synthetic import SyntheticStream
 from trainer.app.cli import main as cli
 from trainer.dist.comm import LocalComm

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from partitioner import Placement
+from runtime import SystemClock
 from streaming import SyntheticConfig
-from streaming.runtime import SystemClock
 from trainer.dist import LocalComm
 from trainer.dist.allocator import keep_freed_memory
 from trainer.online import OnlineLoop, build_parts

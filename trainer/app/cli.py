@@ -1,6 +1,6 @@
 """The ``hetgmp`` command: one parser, a subcommand per job.
 
-Each subcommand's flags come from the component's config dataclass (``streaming.runtime``), so
+Each subcommand's flags come from the component's config dataclass (``runtime``), so
 ``--help`` lists every setting with its default and its environment variable. Heavy imports
 (torch, pymetis) happen inside the subcommand that needs them, so ``hetgmp --help`` is instant.
 The benchmarks live in the source tree's ``bench/`` (not in the wheel); ``hetgmp bench`` runs
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from streaming.runtime import load_toml, setup_logging
+from runtime import load_toml, setup_logging
 
 __all__ = ["build_parser", "main"]
 

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, TypeVar
 
+from runtime import add_flags, build, stop_on_signals
 from streaming import (
     BrokerUnavailable,
     ClickConsumer,
@@ -26,7 +27,6 @@ from streaming import (
     TopicNotFound,
     produce,
 )
-from streaming.runtime import add_flags, build, stop_on_signals
 
 __all__ = [
     "add_broker_flags",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from runtime import add_flags, build, free_ports, stop_on_signals
 from streaming import (
     BrokerUnavailable,
     EmbeddedBroker,
@@ -36,7 +37,6 @@ from streaming import (
     SyntheticConfig,
     produce,
 )
-from streaming.runtime import add_flags, build, free_ports, stop_on_signals
 from trainer.app.report import Chart, Series, rates, ratios, write_report
 from trainer.app.scrape import Timeline, combine, scrape
 from trainer.app.view import LiveView

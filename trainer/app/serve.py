@@ -18,8 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from runtime import add_flags, directory_problem
 from streaming import KafkaSettings, Schema
-from streaming.runtime import add_flags, directory_problem
 from trainer.app.commands import settings
 from trainer.types import ServeConfig
 

@@ -29,8 +29,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from runtime import add_flags, build, directory_problem, stop_on_signals
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
-from streaming.runtime import add_flags, build, directory_problem, stop_on_signals
 from trainer.app.jsonout import strict_json
 from trainer.counters import ONLINE_KINDS, PHASES
 from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig

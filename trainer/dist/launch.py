@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import torch
 
-from streaming.runtime import die_with_parent, env_value, setup_logging
+from runtime import die_with_parent, env_value, setup_logging
 from trainer.dist.allocator import keep_freed_memory
 from trainer.dist.comm import Comm, DistComm, LocalComm
 from trainer.types import LaunchConfig

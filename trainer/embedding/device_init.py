@@ -16,13 +16,12 @@ import functools
 import numpy as np
 import torch
 
+from runtime import FMIX_C1, FMIX_C2
 from trainer.embedding.optimizer import column_keys, seed_key
 
 __all__ = ["fmix64_mod", "initial_rows_on"]
 
 _M16 = 0xFFFF
-_FMIX_1 = 0xFF51AFD7ED558CCD
-_FMIX_2 = 0xC4CEB9FE1A85EC53
 
 
 def _limbs_of(values: np.ndarray) -> np.ndarray:
@@ -73,9 +72,9 @@ def _xor_shift_33(a: torch.Tensor) -> torch.Tensor:
 
 def _fmix64(a: torch.Tensor) -> torch.Tensor:
     a = _xor_shift_33(a)
-    a = _mul_const(a, _FMIX_1)
+    a = _mul_const(a, FMIX_C1)
     a = _xor_shift_33(a)
-    a = _mul_const(a, _FMIX_2)
+    a = _mul_const(a, FMIX_C2)
     return _xor_shift_33(a)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from partitioner import fmix64
+from runtime import fmix64
 from trainer.types import StoreConfig
 
 __all__ = ["RowOptimizer", "column_keys", "initial_rows", "seed_key"]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from streaming.runtime import Clock
+from runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
 from trainer.online.observe import Observer

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from partitioner import PartitionConfig, Placement
+from runtime import Clock
 from streaming import ClickBatch
-from streaming.runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.counters import EMBEDDING_KINDS, KINDS, StepCounters
 from trainer.dist import Comm

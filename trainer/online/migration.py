@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from partitioner import Placement
-from streaming.runtime import Clock
+from runtime import Clock
 from trainer.dist import Comm
 from trainer.embedding import Migration, move_chunk, row_bytes
 from trainer.online.observe import Observer

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from partitioner import Placement, default_owner
+from runtime import Clock
 from streaming import ClickBatch
-from streaming.runtime import Clock
 from trainer.counters import StepCounters
 from trainer.online.auto import AutoPlacement
 from trainer.online.control import Control

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming.runtime import Clock
+from runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
 from trainer.serving import (

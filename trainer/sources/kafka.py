@@ -31,6 +31,7 @@ from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
 
+from runtime import Clock, SystemClock
 from streaming import (
     ClickBatch,
     ClickConsumer,
@@ -41,7 +42,6 @@ from streaming import (
     Prefetcher,
     topic_partitions,
 )
-from streaming.runtime import Clock, SystemClock
 from trainer.sources.base import ResetOffsets, Resume, Source
 from trainer.sources.order import EventTimeBuffer
 from trainer.sources.synthetic import shard_bounds

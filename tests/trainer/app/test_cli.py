@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from runtime import add_flags, build, redact
 from streaming.kafka import KafkaSettings
-from streaming.runtime import add_flags, build, redact
 from trainer.app.cli import build_parser, main
 
 
@@ -195,8 +195,8 @@ def test_every_printed_form_of_a_secret_is_masked(secret: str) -> None:
     import logging
     from urllib.parse import quote_plus
 
-    from streaming.runtime import register_secret
-    from streaming.runtime.logs import RedactingFormatter
+    from runtime import register_secret
+    from runtime.logs import RedactingFormatter
 
     register_secret(secret)
     printed = [repr(secret), repr(secret.encode()), json.dumps(secret), quote_plus(secret),
@@ -213,8 +213,8 @@ def test_every_printed_form_of_a_secret_is_masked(secret: str) -> None:
 def test_the_formatter_masks_secrets_in_arguments_and_tracebacks():
     import logging
 
-    from streaming.runtime import register_secret
-    from streaming.runtime.logs import RedactingFormatter
+    from runtime import register_secret
+    from runtime.logs import RedactingFormatter
 
     register_secret("s3cr3t-value")
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from streaming import KafkaSettings, ProduceConfig, SyntheticConfig, produce
-from streaming.runtime import free_port, free_ports
+from runtime import free_port, free_ports
 from trainer import checkpoint as ckpt
 from trainer.app.demo import scrape
 

@@ -474,7 +474,7 @@ def test_samples_held_for_the_partitioner_stay_within_the_window() -> None:
     sends it any (here, one rank and a repartition due only after ten minutes)."""
     from contextlib import ExitStack
 
-    from streaming.runtime import SystemClock
+    from runtime import SystemClock
     from trainer.online import OnlineLoop, build_parts
     from trainer.sources import SyntheticShard
     from trainer.step import Trainer

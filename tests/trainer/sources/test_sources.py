@@ -111,8 +111,8 @@ def test_a_run_resumed_after_the_broker_lost_its_log_refuses_or_resets(unique,
     """The in-memory broker restarted: the topic exists again, with a new id and other records
     at the old offsets. Resuming at the checkpoint's offsets would skip the new records and
     claim the old ones: it is refused, and --reset-offsets earliest trains the new log."""
+    from runtime import free_port
     from streaming import EmbeddedBroker, LogLost
-    from streaming.runtime import free_port
     from trainer import checkpoint as ckpt
     from trainer.types import OnlineConfig
 
