@@ -15,12 +15,13 @@ from pathlib import Path
 
 from runtime import setup_logging
 from streaming import ConsumerConfig, KafkaSettings
-from trainer.dist import WorkerFailed, launch, stop_event
-from trainer.job import Job
-from trainer.run import run_rank
+from trainer.dist import LaunchConfig, WorkerFailed, launch, stop_event
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import Job, run_rank
 from trainer.sources import KafkaSpec
+from trainer.step import TrainConfig
 from trainer.testing import FaultFile, Ledgered
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
 
 
 def job_of(c: dict) -> Job:

@@ -22,7 +22,7 @@ with the machine's load.
 CUDA each phase ends where the host reached, so queued work shows in the phase that waits for
 it: a step's queued work is waited for by the next step's one readback, its counts with this
 step's loss, in the next step's read phase); ``syncs_per_step`` counts the host's waits for
-the device (``trainer.syncs``), the benchmark's own excluded, over 2 untimed steps after the
+the device (``trainer.step.syncs``), the benchmark's own excluded, over 2 untimed steps after the
 timed ones: on CUDA what torch reports under ``set_sync_debug_mode("warn")``, on a CPU the
 audit of the operations that would wait on CUDA (with the store's CPU-only shortcuts off);
 ``peak_mem_mb`` is ``torch.cuda.max_memory_allocated`` (CUDA) or the process's resident
@@ -47,12 +47,11 @@ from bench.memory import peak_mb, reset_peak
 from partitioner import Placement
 from streaming import ClickBatch, SyntheticStream
 from streaming.synthetic import SyntheticConfig
-from trainer.counters import PHASES
+from trainer.dist import PHASES
 from trainer.dist.comm import LocalComm
+from trainer.model import ModelConfig
 from trainer.sources import synthetic_batch
-from trainer.step import Trainer
-from trainer.syncs import SyncCounter
-from trainer.types import ModelConfig, TrainConfig
+from trainer.step import SyncCounter, TrainConfig, Trainer
 
 __all__ = ["PATHS", "build_parser", "main", "parse_args"]
 
@@ -115,7 +114,7 @@ def _peak_mb(device: torch.device) -> float | None:
     return peak_mb()
 
 
-# The steps whose waits are counted (trainer.syncs), after the timed ones: the CPU audit
+# The steps whose waits are counted (trainer.step.syncs), after the timed ones: the CPU audit
 # routes every operator through Python, and on CUDA each wait counted raises a Python warning,
 # which would slow the path with more waits; neither may run under the clock.
 AUDIT_STEPS = 2
@@ -133,7 +132,7 @@ def _trainer(batches: list[ClickBatch], args: argparse.Namespace) -> Trainer:
 
 
 def _audited_waits(trainer: Trainer, audited: list[ClickBatch]) -> int:
-    """Waits counted (trainer.syncs) over the batches after the timed ones."""
+    """Waits counted (trainer.step.syncs) over the batches after the timed ones."""
     trainer.store.cpu_shortcuts = False  # count the path CUDA takes
     with SyncCounter(trainer.comm.device) as syncs:
         for batch in audited:

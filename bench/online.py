@@ -51,12 +51,14 @@ from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
-from trainer.counters import EMBEDDING_KINDS, ONLINE_KINDS
+from trainer.dist import EMBEDDING_KINDS, ONLINE_KINDS, LaunchConfig
 from trainer.dist.launch import launch, resolve_device
-from trainer.job import Job, RankResult
-from trainer.run import run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import Job, RankResult, run_rank
 from trainer.sources import KafkaSpec
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig
 
 __all__ = ["build_parser", "main", "parse_args", "job_series"]
 

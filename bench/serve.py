@@ -89,11 +89,14 @@ from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer import checkpoint as ckpt
 from trainer.app.serve import LINGER_S
+from trainer.dist import LaunchConfig
 from trainer.dist.launch import launch
-from trainer.job import Job, RankResult
-from trainer.run import run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import Job, RankResult, run_rank
 from trainer.sources import KafkaSpec
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig
 
 __all__ = ["FIELDS", "build_parser", "main", "parse_args"]
 

@@ -35,8 +35,7 @@ import numpy as np
 import torch
 
 from bench.devices import parse_device, synchronizer
-from trainer.embedding import EmbeddingStore, unique_padded
-from trainer.types import StoreConfig
+from trainer.embedding import EmbeddingStore, StoreConfig, unique_padded
 
 __all__ = ["PHASES", "build_parser", "main", "parse_args"]
 

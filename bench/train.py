@@ -66,15 +66,14 @@ import numpy as np
 from partitioner import Placement
 from runtime import env_value
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.counters import KINDS, PHASES, Totals
+from trainer.dist import KINDS, PHASES, LaunchConfig, Totals
 from trainer.dist.comm import Comm
 from trainer.dist.launch import launch, resolve_device
-from trainer.job import Job, RankResult
-from trainer.placement import graph_placement
-from trainer.run import gather_totals, run_jobs, run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.run import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
 from trainer.sources import SyntheticSpec, open_source
-from trainer.step import Trainer
-from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig, Trainer
 
 __all__ = ["build_parser", "main", "parse_args"]
 

@@ -1,7 +1,7 @@
 """Host waits for the device a training step, by number of ranks: ``hetgmp bench waits``.
 
 The yardstick of issue 26's "at most one small device-to-host copy a step". Rank 0's steps of
-:meth:`trainer.step.Trainer.step` are counted by :class:`trainer.syncs.SyncCounter`: on CUDA
+:meth:`trainer.step.Trainer.step` are counted by :class:`trainer.step.syncs.SyncCounter`: on CUDA
 what torch reports, on a CPU the audit of the operations that would wait on CUDA (it does not
 see copies in; the store's CPU-only shortcuts, ``EmbeddingStore.cpu_shortcuts``, are off so
 that it counts the path CUDA takes). Ranks beyond one are threads of this process
@@ -21,10 +21,9 @@ from bench.devices import parse_device
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig
 from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.step import Trainer
-from trainer.syncs import SyncCounter
+from trainer.model import ModelConfig
+from trainer.step import SyncCounter, TrainConfig, Trainer
 from trainer.testing import StreamSource
-from trainer.types import ModelConfig, TrainConfig
 
 __all__ = ["build_parser", "main"]
 

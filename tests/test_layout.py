@@ -1,6 +1,6 @@
-"""The house layout holds: no import cycle, no module past 600 lines, the library never imports
-the application layer or the benchmarks, and one package uses another only through what that
-package's ``__init__`` exports."""
+"""The house layout holds: rooms in layers (a lower one never imports a higher one), no import
+cycle, no module past 600 lines, the library never imports the benchmarks or the test doubles,
+and one package uses another only through what that package's ``__init__`` exports."""
 
 from __future__ import annotations
 
@@ -65,6 +65,55 @@ def test_no_library_module_imports_the_benchmarks_or_the_application_layer() -> 
         for module, _, line in _imports(path):
             if _package(module) == "bench" or module == APP or module.startswith(APP + "."):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+# The rooms, lowest first: a room imports only from rooms below it (and itself), at module
+# level or inside a function. The bottom layer imports nothing of the project; the pure
+# placement algorithms and the Kafka/log package sit on it; the trainer's rooms climb from
+# ranks and collectives to the command line.
+LAYERS = (
+    "runtime",
+    "partitioner",
+    "streaming",
+    "trainer.dist",
+    "trainer.model",
+    "trainer.checkpoint",
+    "trainer.sources",
+    "trainer.embedding",
+    "trainer.step",
+    "trainer.serving",
+    "trainer.online",
+    "trainer.run",
+    "trainer.testing",
+    "trainer.app",
+)
+
+
+def _layer(module: str) -> int | None:
+    for i, room in reversed(list(enumerate(LAYERS))):
+        if module == room or module.startswith(room + "."):
+            return i
+    return None
+
+
+def test_every_library_module_has_a_room() -> None:
+    homeless = [name for name in MODULES if name != "trainer" and _layer(name) is None]
+    assert not homeless, f"modules outside every room of LAYERS: {homeless}"
+
+
+def test_lower_rooms_never_import_higher_ones() -> None:
+    bad = []
+    for name, path in MODULES.items():
+        here = _layer(name)
+        if here is None:
+            continue
+        for module, names, line in _imports(path):
+            for target in _target(module, names) or [module]:
+                there = _layer(target)
+                if there is not None and there > here:
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {LAYERS[here]} imports "
+                               f"{target} ({LAYERS[there]}, above it)")
     assert not bad, "\n".join(bad)
 
 
@@ -160,3 +209,17 @@ def test_every_exported_name_is_there(package: str) -> None:
     module = importlib.import_module(package)
     missing = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
     assert not missing, f"{package} exports names it does not have: {missing}"
+
+
+def test_the_partitioner_process_loads_neither_torch_nor_the_loop() -> None:
+    """The partitioner's spawned process imports :mod:`trainer.online.partition_process`; an
+    eager ``trainer.online`` would load torch and the loop on its way (seconds at every start:
+    short runs ended before their first placement came back)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, trainer.online.partition_process; "
+            "print([m for m in ('torch', 'trainer.online.loop') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout

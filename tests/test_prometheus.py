@@ -24,8 +24,8 @@ from runtime import free_port, free_ports
 from streaming.consumer import ConsumerStats
 from streaming.metrics import ConsumerCollector, ProducerCollector
 from streaming.producer import ProduceReport
-from trainer.counters import KINDS, StepCounters
-from trainer.metrics import TrainerMetrics, serve_rank
+from trainer.dist import KINDS, StepCounters
+from trainer.run import TrainerMetrics, serve_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,11 +66,10 @@ def streaming_sample_names() -> set[str]:
 def serve_sample_names() -> set[str]:
     """Sample names a serve process exports, with a small real model that has scored once."""
     from streaming import Schema
-    from trainer.model import FlatParameters, build_model
+    from trainer.model import FlatParameters, ModelConfig, build_model
     from trainer.serving import Service, ServingModel
     from trainer.serving.deltas import Delta, Publish
     from trainer.sources.synthetic import synthetic_batch
-    from trainer.types import ModelConfig
 
     shape = {"model": "deepfm", "row_dim": 5, "hidden": [8], "cross_layers": 0, "fields": 26,
              "dense": 13}
@@ -257,11 +256,13 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     from streaming.producer import ProduceConfig, produce
     from streaming.synthetic import SyntheticConfig
     from trainer.app.demo import scrape
+    from trainer.dist import LaunchConfig
     from trainer.dist.launch import launch, stop_event
-    from trainer.job import Job
-    from trainer.run import run_rank
+    from trainer.model import ModelConfig
+    from trainer.online import OnlineConfig
+    from trainer.run import Job, run_rank
     from trainer.sources import KafkaSpec
-    from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
+    from trainer.step import TrainConfig
 
     topic = unique("prom-run")
     ensure_topic(kafka, topic, 2)

@@ -32,7 +32,7 @@ import numpy as np
 
 from runtime import Clock, SystemClock
 from streaming import ClickBatch, SyntheticConfig, SyntheticStream
-from trainer.counters import StepCounters
+from trainer.dist import StepCounters
 from trainer.online import Observer, RunView
 from trainer.sources import Source, synthetic_batch
 

@@ -16,7 +16,7 @@ RATE = "[1m]"
 SAMPLES = f"sum(rate(hetgmp_samples_trained_total{RATE}))"
 PRODUCED = f"sum(rate(hetgmp_records_produced_total{RATE}))"
 CONSUMED = f"sum(rate(hetgmp_records_consumed_total{RATE}))"
-# Values of the `kind` label of hetgmp_exchanged_bytes_total (trainer/counters.py KINDS).
+# Values of the `kind` label of hetgmp_exchanged_bytes_total (trainer/dist/counters.py KINDS).
 EMBEDDING_KINDS = "route|header|request|response|gradient|flush"
 ONLINE_KINDS = "control|window|placement|migrate"
 
@@ -33,7 +33,7 @@ class Panel(NamedTuple):
     description: str = ""
 
 
-# Metric names: trainer/metrics.py (trainer ranks, every series labelled `rank`) and
+# Metric names: trainer/run/metrics.py (trainer ranks, every series labelled `rank`) and
 # streaming/metrics.py (consumer and producer counters; their samples end in `_total`).
 # In display order, two panels a row.
 PANELS: list[Panel] = [

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.gpu import PATHS, main
-from trainer.counters import PHASES
+from trainer.dist import PHASES
 
 
 def test_bench_gives_one_row_per_path_and_batch(capsys: pytest.CaptureFixture[str]) -> None:

@@ -65,7 +65,7 @@ def test_the_one_store_needs_no_flag_of_its_own() -> None:
 
 def test_paired_ratio_is_over_the_whole_run_with_an_interval_from_matched_rounds() -> None:
     from bench.train import PairedRun, paired_ratio
-    from trainer.counters import Totals
+    from trainer.dist import Totals
 
     first = PairedRun([100, 100, 100], [1.0, 1.0, 2.0], Totals())
     second = PairedRun([100, 100, 100], [1.0, 0.5, 1.0], Totals())

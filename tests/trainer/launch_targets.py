@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from trainer.counters import KINDS
+from trainer.dist import KINDS
 from trainer.dist.comm import Comm
 
 
@@ -100,11 +100,11 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
     import numpy as np
 
     from streaming.synthetic import SyntheticConfig, SyntheticStream
-    from trainer.counters import KINDS, StepCounters
-    from trainer.placement import graph_placement
+    from trainer.dist import KINDS, StepCounters
+    from trainer.model import ModelConfig
+    from trainer.run import graph_placement
     from trainer.sources import synthetic_batch
-    from trainer.step import Trainer
-    from trainer.types import ModelConfig, TrainConfig
+    from trainer.step import TrainConfig, Trainer
 
     stream = SyntheticStream(SyntheticConfig(vocab_max=5_000, seed=5))
     train = TrainConfig(global_batch=2 * sizes[0][0], replica_fraction=0.05, route_epsilon=0.0,
@@ -138,8 +138,8 @@ def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
 
     from partitioner import Placement
     from streaming.types import ClickBatch
-    from trainer.step import Trainer
-    from trainer.types import ModelConfig, TrainConfig
+    from trainer.model import ModelConfig
+    from trainer.step import TrainConfig, Trainer
 
     ids = np.arange(1, 9, dtype=np.int64)
     owners = np.array([0, 0, 0, 0, 1, 1, 1, 1])

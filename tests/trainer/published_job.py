@@ -12,11 +12,15 @@ from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.synthetic import SyntheticConfig
 from trainer import checkpoint as ckpt
-from trainer.job import RankResult
+from trainer.dist import LaunchConfig
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import RankResult
 from trainer.serving.follower import Follower
 from trainer.serving.model import ServingModel
 from trainer.sources import KafkaSpec
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig
 
 SYN = SyntheticConfig(vocab_max=20_000, seed=9)
 RECORDS = 9_600

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from partitioner import IdIndex
+from trainer.embedding import StoreConfig
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.store import StoreSize, StoreStats
-from trainer.types import StoreConfig
 
 __all__ = ["ReferenceStore"]
 

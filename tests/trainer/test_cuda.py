@@ -18,14 +18,12 @@ from partitioner import Placement
 from runtime import free_port
 from streaming.synthetic import SyntheticStream
 from trainer.app.cli import main as cli
+from trainer.dist import LaunchConfig
 from trainer.dist.comm import LocalComm
 from trainer.dist.launch import launch, run_torchrun
-from trainer.job import Job, RankResult
-from trainer.placement import graph_placement
-from trainer.run import run_jobs, run_rank
+from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
 from trainer.sources import SyntheticSpec
 from trainer.testing import ReturnState
-from trainer.types import LaunchConfig
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]

@@ -16,15 +16,15 @@ from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.counters import KINDS
+from trainer.dist import KINDS, LaunchConfig
 from trainer.dist.comm import LocalComm
 from trainer.dist.launch import launch
-from trainer.job import Job, RankResult
-from trainer.placement import graph_placement
-from trainer.run import run_jobs, run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
 from trainer.sources import SyntheticSpec
+from trainer.step import TrainConfig
 from trainer.testing import AuditRun, RecordSteps, ReturnState
-from trainer.types import LaunchConfig, ModelConfig, StoreConfig, TrainConfig
 
 pytestmark = pytest.mark.distributed
 

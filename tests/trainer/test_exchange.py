@@ -21,11 +21,10 @@ from exact_jobs import EXACT, SYN
 from partitioner import Placement
 from streaming import ClickBatch, SyntheticStream
 from trainer.dist import ThreadComm, run_threads
+from trainer.embedding import StoreConfig
 from trainer.embedding.exchange import DevicePlacement
-from trainer.step import Trainer
-from trainer.syncs import SyncCounter
+from trainer.step import SyncCounter, Trainer
 from trainer.testing import StreamSource
-from trainer.types import StoreConfig
 
 BATCH, STEPS = 240, 10
 

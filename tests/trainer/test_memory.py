@@ -23,10 +23,11 @@ from runtime import SystemClock
 from streaming import SyntheticConfig
 from trainer.dist import LocalComm
 from trainer.dist.allocator import keep_freed_memory
-from trainer.online import OnlineLoop, build_parts
-from trainer.step import Trainer
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig, OnlineLoop, build_parts
+from trainer.step import TrainConfig, Trainer
 from trainer.testing import StreamSource
-from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 BATCH, STEPS, CAP, HISTORY = 512, 330, 20_000, 100
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.evaluation import Progressive
-from trainer.syncs import SyncCounter
+from trainer.run import Progressive
+from trainer.step import SyncCounter
 
 
 def test_tensor_scores_match_numpy_ones_and_wait_only_when_read() -> None:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from streaming.synthetic import SyntheticConfig, SyntheticStream
+from trainer.dist import LaunchConfig
 from trainer.dist.launch import WorkerFailed, launch
-from trainer.types import LaunchConfig
 
 pytestmark = pytest.mark.distributed
 

@@ -1,6 +1,6 @@
 """One rank's step waits for the device once a step, and carries its loss to the next.
 
-On a CPU nothing waits; the sync counter's audit (``trainer.syncs``) counts what would wait on
+On a CPU nothing waits; the sync counter's audit (``trainer.step.syncs``) counts what would wait on
 CUDA. The store's numpy initialiser, a CPU-only shortcut, is turned off so that the audited
 path is the one CUDA takes; on a GPU (``cuda`` mark) torch counts the waits itself.
 """
@@ -15,13 +15,11 @@ import torch
 from exact_jobs import EXACT, SYN
 
 from partitioner import Placement
-from trainer.counters import StepCounters
+from trainer.dist import StepCounters
 from trainer.dist.comm import LocalComm
-from trainer.embedding import EmbeddingStore
-from trainer.step import Trainer
-from trainer.syncs import SyncCounter
+from trainer.embedding import EmbeddingStore, StoreConfig
+from trainer.step import SyncCounter, Trainer
 from trainer.testing import StreamSource
-from trainer.types import StoreConfig
 
 BATCH, WARMUP, STEPS = 256, 2, 12
 
@@ -115,8 +113,7 @@ def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # logs) adds no wait a step at one rank: two runs differ by exactly their step counts.
     from exact_jobs import SOURCE
 
-    from trainer.job import Job
-    from trainer.run import run_rank
+    from trainer.run import Job, run_rank
 
     init = EmbeddingStore.__init__
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from trainer.syncs import SyncCounter
+from trainer.step import SyncCounter
 
 
 def _counted(fn) -> dict[str, int]:

@@ -11,12 +11,14 @@ import torch
 from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.dist.comm import LocalComm
+from trainer.embedding import StoreConfig
 from trainer.embedding.migrate import move_chunk
 from trainer.embedding.replicas import ReplicaTable
-from trainer.placement import graph_placement
+from trainer.model import ModelConfig
+from trainer.run import graph_placement
 from trainer.sources import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
-from trainer.step import Trainer, _pack, _unpack
-from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig, Trainer
+from trainer.step.trainer import _pack, _unpack
 
 SYN = SyntheticConfig(vocab_max=5_000, seed=5)
 SMALL = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,))

@@ -40,8 +40,8 @@ from streaming import (
 from trainer.app.report import Chart, Series, rates, ratios, write_report
 from trainer.app.scrape import Timeline, combine, scrape
 from trainer.app.view import LiveView
-from trainer.metrics import check_metrics_port
-from trainer.types import Interval
+from trainer.online import Interval
+from trainer.run import check_metrics_port
 
 __all__ = ["DemoConfig", "add_demo_flags", "run_demo", "run_from_flags", "write_demo_report"]
 
@@ -129,11 +129,13 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         ProduceFailed: The broker did not acknowledge records of the stream.
     """
     from streaming import ConsumerConfig, ensure_topic
-    from trainer.dist import launch, resolve_device, stop_event
-    from trainer.job import Job, RankResult
-    from trainer.run import run_rank
+    from trainer.dist import LaunchConfig, launch, resolve_device, stop_event
+    from trainer.embedding import StoreConfig
+    from trainer.model import ModelConfig
+    from trainer.online import OnlineConfig
+    from trainer.run import Job, RankResult, run_rank
     from trainer.sources import KafkaSpec
-    from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+    from trainer.step import TrainConfig
 
     config = replace(config, device=resolve_device(config.device, config.workers))
     stop = stop or threading.Event()

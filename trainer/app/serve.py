@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from runtime import add_flags, directory_problem
 from streaming import KafkaSettings, Schema
 from trainer.app.commands import settings
-from trainer.types import ServeConfig
+from trainer.serving import ServeConfig
 
 if TYPE_CHECKING:  # torch and the model come with these: loaded once serve runs, not for --help
     from trainer.serving import FollowerThread, Service

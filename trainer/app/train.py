@@ -1,6 +1,6 @@
 """``hetgmp train``: start N ranks (or join a torchrun job) and train from a source.
 
-Flags come from the config dataclasses (:mod:`trainer.types`, the synthetic stream, Kafka, the
+Flags come from the config dataclasses (next to each part they configure, the synthetic stream, Kafka, the
 consumer), each with its environment variable. Sources:
 
 * ``--source synthetic``: the synthetic stream in memory; the graph placement is computed from
@@ -32,8 +32,11 @@ from typing import Any, Literal
 from runtime import add_flags, build, directory_problem, stop_on_signals
 from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
 from trainer.app.jsonout import strict_json
-from trainer.counters import ONLINE_KINDS, PHASES
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.dist import ONLINE_KINDS, PHASES, LaunchConfig
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.step import TrainConfig
 
 __all__ = ["add_train_flags", "auc_phrase", "run_train"]
 
@@ -160,8 +163,7 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
 
 def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
     from trainer.dist import job_ranks
-    from trainer.job import Job
-    from trainer.metrics import check_metrics_port
+    from trainer.run import Job, check_metrics_port
     from trainer.sources import KafkaSpec, SyntheticSpec
 
     launch = build(LaunchConfig, args)
@@ -411,7 +413,8 @@ def auc_phrase(summary: dict[str, Any]) -> str:
 def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     """Refuse ranks, threads or a model this machine cannot hold (before any rank starts)."""
     from streaming import Schema
-    from trainer.dist import check_resources, job_ranks, under_torchrun
+    from trainer.dist import job_ranks, under_torchrun
+    from trainer.run import check_resources
     from trainer.sources import SyntheticSpec
 
     schema = (job.source.config.schema if isinstance(job.source, SyntheticSpec)

@@ -33,7 +33,7 @@ import torch
 from runtime import die_with_parent, env_value, setup_logging
 from trainer.dist.allocator import keep_freed_memory
 from trainer.dist.comm import Comm, DistComm, LocalComm
-from trainer.types import LaunchConfig
+from trainer.dist.config import LaunchConfig
 
 __all__ = [
     "WorkerFailed",

@@ -3,6 +3,7 @@ the rank's device; replicas of rows owned elsewhere under bounded staleness; the
 of a step; rows moving to new owners. The step reaches all of it through
 :class:`EmbeddingPath` (implemented by :class:`RowExchange`)."""
 
+from trainer.embedding.config import StoreConfig
 from trainer.embedding.dedup import Unique, unique_padded
 from trainer.embedding.exchange import Audit, RowExchange
 from trainer.embedding.migrate import ChunkReport, Migration, move_chunk, row_bytes
@@ -22,6 +23,7 @@ __all__ = [
     "ReplicaTable",
     "RowExchange",
     "RowOptimizer",
+    "StoreConfig",
     "StoreStats",
     "Unique",
     "initial_rows",

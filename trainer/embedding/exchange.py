@@ -53,8 +53,7 @@ import numpy as np
 import torch
 
 from partitioner import Placement
-from trainer.counters import StepCounters
-from trainer.dist import Comm
+from trainer.dist import Comm, StepCounters
 from trainer.embedding.copies import OwnerCopies
 from trainer.embedding.dedup import unique_padded
 from trainer.embedding.owners import DevicePlacement, find_in

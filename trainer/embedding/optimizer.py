@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from runtime import fmix64
-from trainer.types import StoreConfig
+from trainer.embedding.config import StoreConfig
 
 __all__ = ["RowOptimizer", "column_keys", "initial_rows", "seed_key"]
 

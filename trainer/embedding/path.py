@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from partitioner import Placement
-from trainer.counters import StepCounters
+from trainer.dist import StepCounters
 from trainer.embedding.replicas import ReplicaTable
 from trainer.embedding.store import EmbeddingStore
 from trainer.embedding.types import Read

@@ -55,12 +55,12 @@ import numpy as np
 import torch
 
 from trainer.embedding.admission import Candidates
+from trainer.embedding.config import StoreConfig
 from trainer.embedding.device_index import DeviceIndex
 from trainer.embedding.device_init import initial_rows_on
 from trainer.embedding.device_sorted import among, stable_order
 from trainer.embedding.optimizer import RowOptimizer, initial_rows
 from trainer.embedding.types import PaddedLookup, StoreStats
-from trainer.types import StoreConfig
 
 __all__ = ["EmbeddingStore", "StoreSize"]
 
@@ -172,7 +172,7 @@ class EmbeddingStore(StoreSize):
         self._looked_up: tuple[object, torch.Tensor] | None = None
         # Shortcuts a CPU allows that would wait on CUDA (on by default on a CPU): new rows'
         # initial values from numpy (13x faster there), and in the device step the distinct-id
-        # count read before the rows are found. A sync audit on CPU (trainer.syncs) turns them
+        # count read before the rows are found. A sync audit on CPU (trainer.step.syncs) turns them
         # off to count the path CUDA takes.
         self.cpu_shortcuts = dev.type == "cpu"
 

@@ -20,7 +20,7 @@ import threading
 import torch
 from torch import nn
 
-from trainer.types import ModelConfig
+from trainer.model.config import ModelConfig
 
 __all__ = ["WideDeep", "DeepFM", "DCN", "build_model"]
 

@@ -1,32 +1,54 @@
 """The online loop: repartitioning on the running stream, live migration, checkpoints and the
-record budget, around the training steps (see :mod:`trainer.online.loop`)."""
+record budget, around the training steps (see :mod:`trainer.online.loop`).
 
-from trainer.online.budget import RecordBudget, budget_share
-from trainer.online.checkpointer import Checkpointer, check_compatible, restore
-from trainer.online.control import Control, Proposal
-from trainer.online.drift import DriftDetector
-from trainer.online.loop import Diverged, LoopParts, OnlineLoop, build_parts
-from trainer.online.observe import Observer, ObserverFactory, Observers, RunView
-from trainer.online.stats import FreshnessHistogram, LoopStats, StepRecord
+The names below load on first use (PEP 562): the partitioner's process imports
+:mod:`trainer.online.partition_process` and must not pay for torch and the loop on its way in
+(it starts in well under a second that way; eagerly, several seconds, enough for a short run to
+end before its first placement came back).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.online.checkpointer import check_compatible, restore
+    from trainer.online.config import Interval, OnlineConfig
+    from trainer.online.loop import Diverged, OnlineLoop, build_parts
+    from trainer.online.observe import Observer, ObserverFactory, Observers, RunView
+
+_HOME = {
+    "Diverged": "trainer.online.loop",
+    "Interval": "trainer.online.config",
+    "Observer": "trainer.online.observe",
+    "ObserverFactory": "trainer.online.observe",
+    "Observers": "trainer.online.observe",
+    "OnlineConfig": "trainer.online.config",
+    "OnlineLoop": "trainer.online.loop",
+    "RunView": "trainer.online.observe",
+    "build_parts": "trainer.online.loop",
+    "check_compatible": "trainer.online.checkpointer",
+    "restore": "trainer.online.checkpointer",
+}
 
 __all__ = [
-    "Checkpointer",
-    "Control",
     "Diverged",
-    "DriftDetector",
-    "FreshnessHistogram",
-    "LoopParts",
-    "LoopStats",
+    "Interval",
     "Observer",
     "ObserverFactory",
     "Observers",
+    "OnlineConfig",
     "OnlineLoop",
-    "Proposal",
-    "RecordBudget",
     "RunView",
-    "StepRecord",
-    "budget_share",
     "build_parts",
     "check_compatible",
     "restore",
 ]
+assert sorted(_HOME) == __all__
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'trainer.online' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOME[name]), name)

@@ -22,12 +22,12 @@ import torch
 from runtime import Clock
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
+from trainer.online.config import Interval
 from trainer.online.observe import Observer
 from trainer.online.publisher import Publisher
 from trainer.online.stats import LoopStats
 from trainer.sources import Source
 from trainer.step import Trainer
-from trainer.types import Interval
 
 __all__ = ["Checkpointer", "check_compatible", "restore"]
 

@@ -34,11 +34,11 @@ from partitioner import PartitionConfig, Placement
 from runtime import Clock
 from streaming import ClickBatch
 from trainer import checkpoint as ckpt
-from trainer.counters import EMBEDDING_KINDS, KINDS, StepCounters
-from trainer.dist import Comm
+from trainer.dist import EMBEDDING_KINDS, KINDS, Comm, StepCounters
 from trainer.online.auto import AutoPlacement
 from trainer.online.budget import RecordBudget
 from trainer.online.checkpointer import Checkpointer
+from trainer.online.config import OnlineConfig
 from trainer.online.control import Control, Proposal, agree
 from trainer.online.migration import MigrationDriver
 from trainer.online.observe import Observer
@@ -49,8 +49,7 @@ from trainer.online.stats import LoopStats, StepRecord
 from trainer.online.window import WindowFeed
 from trainer.serving import DeltaSink
 from trainer.sources import Source
-from trainer.step import Trainer
-from trainer.types import OnlineConfig, TrainConfig
+from trainer.step import TrainConfig, Trainer
 
 __all__ = ["Diverged", "LoopParts", "OnlineLoop", "build_parts"]
 
@@ -108,7 +107,7 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
         clock: Time source.
         stack: Where the parts that hold resources are entered.
         seed: Seed of the partitioner and of the window sampling.
-        metrics: The rank's :class:`trainer.metrics.TrainerMetrics`, or None.
+        metrics: The rank's :class:`trainer.run.metrics.TrainerMetrics`, or None.
         observers: What sees the run from outside (told of migration chunks and checkpoints).
         schedule: A fixed placement schedule, ``(step, placement)`` pairs: the placement source
             instead of the stream.
@@ -172,7 +171,7 @@ class OnlineLoop:
         parts: The loop's parts (:func:`build_parts`).
         config: Online-loop settings.
         clock: Time source.
-        metrics: The rank's :class:`trainer.metrics.TrainerMetrics`, or None.
+        metrics: The rank's :class:`trainer.run.metrics.TrainerMetrics`, or None.
         fresh_start: Not resumed from a checkpoint (a first checkpoint comes with the first
             publish under ``--checkpoint-interval auto``).
     """

@@ -23,7 +23,7 @@ import numpy as np
 from partitioner import Placement, default_owner
 from runtime import Clock
 from streaming import ClickBatch
-from trainer.counters import StepCounters
+from trainer.dist import StepCounters
 from trainer.online.auto import AutoPlacement
 from trainer.online.control import Control
 from trainer.online.migration import MigrationDriver

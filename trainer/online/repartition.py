@@ -22,9 +22,9 @@ from types import TracebackType
 import numpy as np
 
 from partitioner import PartitionConfig, PassReport, Placement
+from trainer.online.config import Interval
 from trainer.online.drift import DriftDetector
-from trainer.partition_process import PartitionerProcess
-from trainer.types import Interval
+from trainer.online.partition_process import PartitionerProcess
 
 __all__ = ["PlacementResult", "Repartitioner"]
 

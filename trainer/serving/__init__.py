@@ -11,6 +11,7 @@
 The trainer's side, deciding when and what to publish, is :mod:`trainer.online.publisher`.
 """
 
+from trainer.serving.config import ServeConfig
 from trainer.serving.deltas import (
     REJECT_REASONS,
     Delta,
@@ -43,6 +44,7 @@ __all__ = [
     "MemorySink",
     "Publish",
     "Rejected",
+    "ServeConfig",
     "Service",
     "ServingModel",
     "ServingTable",

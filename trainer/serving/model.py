@@ -27,9 +27,8 @@ from partitioner import IdIndex
 from streaming import ClickBatch
 from trainer import checkpoint as ckpt
 from trainer.embedding import initial_rows
-from trainer.model import FlatParameters, build_model
+from trainer.model import FlatParameters, ModelConfig, build_model
 from trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
-from trainer.types import ModelConfig
 
 __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
 

@@ -17,11 +17,9 @@ from exact_jobs import EXACT, SYN
 from partitioner import Placement
 from trainer import checkpoint as ckpt
 from trainer.dist import LocalComm, run_threads
-from trainer.job import Job
-from trainer.online import Diverged
-from trainer.run import run_rank
+from trainer.online import Diverged, OnlineConfig
+from trainer.run import Job, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import OnlineConfig
 
 BATCH = 240
 SOURCE = SyntheticSpec(SYN, 0, BATCH * 6)

@@ -16,11 +16,11 @@ from exact_jobs import BATCH, DCN_SGD, EXACT, SYN, WINDOW
 from partitioner import Placement
 from streaming import SyntheticStream
 from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.job import Job
-from trainer.placement import graph_placement
+from trainer.run import Job
+from trainer.run import graph_placement
 from trainer.run import run_jobs, run_rank
 from trainer.sources import SyntheticSpec
-from trainer.types import OnlineConfig
+from trainer.online import OnlineConfig
 from trainer.testing import AuditRun, ReturnState
 
 STATE = (ReturnState,)
@@ -65,7 +65,7 @@ def test_thread_collectives_move_what_gloo_would() -> None:
     # Every rank gets the same bits of a sum.
     assert all(torch.equal(r["summed"], out[0]["summed"]) for r in out)
     traffic = out[1]["traffic"]
-    route, dense = 0, 7  # trainer.counters.KINDS
+    route, dense = 0, 7  # trainer.dist.counters.KINDS
     rows = 16  # two int64 a row
     assert traffic.sent[route] == (sum(1 + d + 1 for d in range(world)) - 3) * rows
     assert traffic.received[route] == (sum(s + 1 + 1 for s in range(world)) - 3) * rows

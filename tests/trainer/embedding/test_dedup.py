@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainer.embedding.dedup import unique_padded
-from trainer.syncs import SyncCounter
+from trainer.step import SyncCounter
 
 
 @pytest.mark.parametrize("case", ["random", "empty", "one", "all_equal", "extremes"])

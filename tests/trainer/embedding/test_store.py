@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from partitioner.idindex import IdIndex
-from trainer.embedding import EmbeddingStore, RowOptimizer, initial_rows
-from trainer.types import StoreConfig
+from trainer.embedding import EmbeddingStore, RowOptimizer, StoreConfig, initial_rows
 
 
 def test_index_finds_inserted_ids_and_misses_others() -> None:

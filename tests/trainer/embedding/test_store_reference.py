@@ -10,8 +10,7 @@ import pytest
 import torch
 from reference_store import ReferenceStore
 
-from trainer.embedding import EmbeddingStore
-from trainer.types import StoreConfig
+from trainer.embedding import EmbeddingStore, StoreConfig
 
 CONFIGS = {
     "plain": StoreConfig(),
@@ -182,7 +181,7 @@ def test_on_cuda_apply_never_waits_and_a_lookup_of_held_ids_waits_once() -> None
 @pytest.mark.parametrize("name", ["eviction", "all, sgd", "candidate cap"])
 def test_maintain_waits_once(name: str) -> None:
     # Every eviction decision is queued; one readback of the counts sizes the compactions.
-    from trainer.syncs import SyncCounter
+    from trainer.step import SyncCounter
 
     dev = EmbeddingStore(8, CONFIGS[name], dtype=torch.float64, capacity=16)
     dev.cpu_shortcuts = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trainer.model import ModelConfig
 from trainer.model.models import DeepFM, build_model
-from trainer.types import ModelConfig
 
 F, D, N_DENSE, B = 5, 4, 3, 7
 

@@ -10,11 +10,13 @@ from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
+from trainer.dist import LaunchConfig
 from trainer.dist.launch import launch
-from trainer.job import Job, RankResult
-from trainer.run import run_rank
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import Job, RankResult, run_rank
 from trainer.sources import KafkaSpec
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, TrainConfig
+from trainer.step import TrainConfig
 
 OnlineRun = Callable[..., list[RankResult]]
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from trainer.dist import ThreadComm, run_threads
-from trainer.online import DriftDetector, FreshnessHistogram, Proposal, RecordBudget
-from trainer.online.control import decode, encode, width
-from trainer.online.drift import BASELINE_STEPS
+from trainer.online.budget import RecordBudget
+from trainer.online.control import Proposal, decode, encode, width
+from trainer.online.drift import BASELINE_STEPS, DriftDetector
+from trainer.online.stats import FreshnessHistogram
 from trainer.online.window import WindowFeed, pack, unpack
 
 

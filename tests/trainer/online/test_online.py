@@ -20,14 +20,16 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer import checkpoint as ckpt
+from trainer.dist import LaunchConfig
 from trainer.dist.comm import LocalComm
 from trainer.dist.launch import WorkerFailed, launch
-from trainer.job import Job, RankResult
-from trainer.placement import graph_placement
-from trainer.run import run_jobs, run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
 from trainer.sources import KafkaSpec, SyntheticSpec
+from trainer.step import TrainConfig
 from trainer.testing import AuditRun, Fault, RecordOffsets, ReturnState
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -335,7 +337,7 @@ def test_record_budget_is_met_when_one_rank_has_all_the_records(kafka: KafkaSett
 
 
 def test_budget_shares_add_up_and_rotate() -> None:
-    from trainer.online import budget_share
+    from trainer.online.budget import budget_share
 
     for remaining in (0, 1, 2, 7, 1000):
         for turn in range(3):

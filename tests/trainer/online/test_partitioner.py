@@ -8,7 +8,7 @@ import pytest
 
 from partitioner import PartitionConfig
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.partition_process import PartitionerProcess
+from trainer.online.partition_process import PartitionerProcess
 
 
 def test_a_placement_nobody_waits_for_any_more_ends_the_process_quietly(

@@ -19,8 +19,7 @@ from published_job import (
 from partitioner import Placement
 from streaming.producer import ProduceConfig, produce
 from trainer.dist.launch import launch
-from trainer.job import Job
-from trainer.run import run_rank
+from trainer.run import Job, run_rank
 from trainer.testing import ReturnState
 
 

@@ -34,8 +34,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticStream
 from trainer.dist.launch import WorkerFailed, launch
-from trainer.job import Job
-from trainer.run import run_rank
+from trainer.run import Job, run_rank
 from trainer.sources.synthetic import synthetic_batch
 from trainer.testing import Fault, ReturnState
 

@@ -20,8 +20,7 @@ from small_serving import SCHEMA, small_model
 
 from streaming import Schema
 from trainer.app.serve import listen
-from trainer.serving import Service
-from trainer.types import ServeConfig
+from trainer.serving import ServeConfig, Service
 
 LINE = b"0\t1\t2\ta\tb\tc\n"
 

@@ -35,8 +35,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticStream
 from trainer.dist.launch import launch
-from trainer.job import Job
-from trainer.run import run_rank
+from trainer.run import Job, run_rank
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed]
 

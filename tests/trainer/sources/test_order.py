@@ -11,14 +11,17 @@ from streaming.consumer import ConsumerConfig
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
+from trainer.dist import LaunchConfig
 from trainer.dist.comm import LocalComm
 from trainer.dist.launch import launch
-from trainer.job import Job
-from trainer.run import run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import OnlineConfig
+from trainer.run import Job, run_rank
 from trainer.sources import KafkaShard, KafkaSpec
 from trainer.sources.order import EventTimeBuffer
+from trainer.step import TrainConfig
 from trainer.testing import ReturnState
-from trainer.types import LaunchConfig, ModelConfig, OnlineConfig, StoreConfig, TrainConfig
 
 SCHEMA = Schema.from_counts(1, 1)
 

@@ -10,10 +10,11 @@ from streaming.kafka import KafkaSettings, ensure_topic
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.dist.comm import LocalComm
-from trainer.job import Job
-from trainer.run import run_rank
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.run import Job, run_rank
 from trainer.sources import KafkaShard, KafkaSpec
-from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig
 
 pytestmark = pytest.mark.broker
 
@@ -75,7 +76,7 @@ def test_a_partition_whose_last_message_is_rejected_whole_is_committed_past_it(
     from kafka import KafkaProducer
 
     from trainer import checkpoint as ckpt
-    from trainer.types import OnlineConfig
+    from trainer.online import OnlineConfig
 
     topic, group = unique("rejected-tail"), unique("rejected-tail-group")
     produce(kafka, ProduceConfig(topic=topic, count=480, partitions=1,
@@ -114,7 +115,7 @@ def test_a_run_resumed_after_the_broker_lost_its_log_refuses_or_resets(unique,
     from runtime import free_port
     from streaming import EmbeddedBroker, LogLost
     from trainer import checkpoint as ckpt
-    from trainer.types import OnlineConfig
+    from trainer.online import OnlineConfig
 
     port, topic, group = free_port(), unique("lost-log"), unique("lost-log-group")
     settings = ModelConfig(model="widedeep", embed_dim=4, hidden=(8,))

@@ -12,7 +12,7 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_replica_pushes_total``, ``hetgmp_remote_rows_total`` (rows fetched from owners without
     a local copy), ``hetgmp_rows_served_total`` (rows sent as owner),
     ``hetgmp_exchanged_bytes_total{direction="sent"|"received", kind}`` (kinds:
-    :data:`trainer.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
+    :data:`trainer.dist.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
     the collectives of each kind, waiting for peers included; on CUDA the host's time in the
     call, which torch documents as returning before the NCCL operation has finished on the
     device, so there the wait falls in whatever next reads the result on the host),
@@ -77,8 +77,7 @@ from prometheus_client.utils import floatToGoString
 
 from partitioner import PassReport
 from streaming import serve_metrics as serve
-from trainer import counters as _counters
-from trainer.counters import StepCounters
+from trainer.dist import KINDS, StepCounters
 
 __all__ = ["TrainerMetrics", "check_metrics_port", "serve_rank"]
 
@@ -208,9 +207,9 @@ class TrainerMetrics(Collector):
         self._counts.update({name: 0 for name, _ in _EVENT_COUNTERS})
         self._gauges: dict[str, float] = {}
         self._bytes: dict[tuple[str, str], int] = {
-            (d, k): 0 for d in ("sent", "received") for k in _counters.KINDS
+            (d, k): 0 for d in ("sent", "received") for k in KINDS
         }
-        self._collective_s = dict.fromkeys(_counters.KINDS, 0.0)
+        self._collective_s = dict.fromkeys(KINDS, 0.0)
         self._imbalance: dict[str, float] = {}
         self._repartitions = {k: 0 for k in REPARTITION_KINDS}
         self._pass_moves = dict.fromkeys(PassReport.STEPS, 0)
@@ -244,10 +243,10 @@ class TrainerMetrics(Collector):
             self._counts["hetgmp_migration_steps_total"] += int(migrating)
             for name, _, attr in _STEP_FIELDS:
                 self._counts[name] += getattr(counters, attr)  # int counts; the loss a float
-            for kind, sent, received in zip(_counters.KINDS, traffic.sent, traffic.received):
+            for kind, sent, received in zip(KINDS, traffic.sent, traffic.received):
                 self._bytes[("sent", kind)] = self._bytes.get(("sent", kind), 0) + int(sent)
                 self._bytes[("received", kind)] = self._bytes.get(("received", kind), 0) + int(received)
-            for kind, secs in zip(_counters.KINDS, traffic.seconds):
+            for kind, secs in zip(KINDS, traffic.seconds):
                 self._collective_s[kind] += float(secs)
             self._step.observe(step_seconds)
             self._staleness.add_value_counts(counters.staleness)

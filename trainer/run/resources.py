@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from trainer.model import build_model
-from trainer.types import LaunchConfig, ModelConfig, TrainConfig
+from trainer.dist import LaunchConfig
+from trainer.model import ModelConfig, build_model
+from trainer.step import TrainConfig
 
 __all__ = ["Needs", "check_resources", "estimate", "machine_memory"]
 

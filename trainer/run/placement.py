@@ -18,9 +18,9 @@ from runtime import Clock
 from streaming import ClickBatch, SyntheticStream
 from trainer import checkpoint as ckpt
 from trainer.dist import Comm
-from trainer.job import Job
+from trainer.run.job import Job
 from trainer.sources import Source
-from trainer.types import TrainConfig
+from trainer.step import TrainConfig
 
 __all__ = ["Start", "graph_placement", "initial_placement"]
 

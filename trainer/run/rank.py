@@ -4,7 +4,7 @@
 single-process training runs with a ``LocalComm``):
 
 1. find the checkpoint a resumed job starts from, and open the rank's source at its offsets;
-2. settle the first placement (:func:`trainer.placement.initial_placement`);
+2. settle the first placement (:func:`trainer.run.placement.initial_placement`);
 3. build the trainer, load the checkpoint into it, serve its metrics;
 4. step until every rank's source has ended (or ``steps``, ``--max-records``, a stop request),
    with the :class:`~trainer.online.OnlineLoop` repartitioning, migrating rows and
@@ -25,10 +25,7 @@ import numpy as np
 from runtime import Clock, SystemClock
 from streaming import ClickBatch
 from trainer import checkpoint as ckpt
-from trainer.counters import KINDS, StepCounters, Totals
-from trainer.dist import Comm
-from trainer.evaluation import Progressive, score_batches, score_heldout
-from trainer.job import Job, RankResult
+from trainer.dist import KINDS, Comm, StepCounters, Totals
 from trainer.online import (
     Observer,
     Observers,
@@ -38,7 +35,9 @@ from trainer.online import (
     check_compatible,
     restore,
 )
-from trainer.placement import Start, initial_placement
+from trainer.run.evaluation import Progressive, score_batches, score_heldout
+from trainer.run.job import Job, RankResult
+from trainer.run.placement import Start, initial_placement
 from trainer.sources import KafkaSpec, Resume, Source, open_source
 from trainer.step import Trainer
 
@@ -308,7 +307,7 @@ def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:
         return None
     from prometheus_client import CollectorRegistry
 
-    from trainer.metrics import TrainerMetrics, serve_rank
+    from trainer.run.metrics import TrainerMetrics, serve_rank
 
     registry = CollectorRegistry()
     metrics = TrainerMetrics(registry, comm.rank, job.train.staleness)

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partitioner import Placement
-from trainer.counters import Totals
-from trainer.online import ObserverFactory
+from trainer.dist import Totals
+from trainer.embedding import StoreConfig
+from trainer.model import ModelConfig
+from trainer.online import ObserverFactory, OnlineConfig
 from trainer.sources import SourceSpec, SyntheticSpec
-from trainer.types import ModelConfig, OnlineConfig, StoreConfig, TrainConfig
+from trainer.step import TrainConfig
 
 __all__ = ["Job", "RankResult"]
 
@@ -110,7 +112,7 @@ class RankResult:
         resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
         resumed_records: Records the checkpoint it resumed from had trained (0: a fresh start).
         sent_by_kind: Bytes every rank sent over the whole run, by purpose (the loop's
-            traffic between steps included; :data:`trainer.counters.KINDS`).
+            traffic between steps included; :data:`trainer.dist.counters.KINDS`).
         idle_seconds: Time of the loop's steps that trained nothing on any rank (waiting for
             records, the ``idle_s`` before a Kafka source ends), part of ``seconds``.
         source: The sources' own counts, summed over ranks (a Kafka source: how its

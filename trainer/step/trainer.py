@@ -33,11 +33,10 @@ from torch import nn
 from partitioner import Placement, capacity, route, route_batch
 from runtime import Clock, SystemClock
 from streaming import ClickBatch
-from trainer.counters import PHASES, StepCounters, Totals, Traffic
-from trainer.dist import Comm, Pending
-from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, unique_padded
-from trainer.model import DenseOptimizer, FlatParameters, build_model
-from trainer.types import ModelConfig, StoreConfig, TrainConfig
+from trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
+from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreConfig, unique_padded
+from trainer.model import DenseOptimizer, FlatParameters, ModelConfig, build_model
+from trainer.step.config import TrainConfig
 
 __all__ = ["Trainer", "ModelState"]
 
