@@ -10,6 +10,7 @@ from streaming.codec import DecodeConfig, Decoded, Decoder
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.hashing import feature_id
 from streaming.kafka import (
+    KafkaRefused,
     KafkaSettings,
     KafkaUnavailable,
     TopicNotFound,
@@ -38,6 +39,7 @@ __all__ = [
     "Decoded",
     "Decoder",
     "EmbeddedBroker",
+    "KafkaRefused",
     "KafkaSettings",
     "KafkaUnavailable",
     "LogLost",

@@ -108,6 +108,11 @@ class ConsumerConfig:
     max_partition_fetch_bytes: int = field(
         default=8 << 20, metadata={"help": "bytes per partition per fetch"}
     )
+    fetch_wait_ms: int = field(
+        default=100,
+        metadata={"help": "longest the broker holds a fetch waiting for new messages (lower: "
+                  "fresher records, more requests while the topic is quiet)"},
+    )
     connect_timeout_s: float = field(
         default=300.0, metadata={"help": "give up if no broker answers for this long at start"}
     )
@@ -130,7 +135,7 @@ class ConsumerConfig:
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
-        for name in ("max_record_bytes", "dead_letter_max_bytes", "fetch_max_bytes",
+        for name in ("max_record_bytes", "dead_letter_max_bytes", "fetch_max_bytes", "fetch_wait_ms",
                      "max_partition_fetch_bytes", "session_timeout_ms", "heartbeat_interval_ms",
                      "max_poll_interval_ms"):
             if getattr(self, name) < 1:

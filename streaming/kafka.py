@@ -30,6 +30,10 @@ class TopicNotFound(RuntimeError):
     """The topic does not exist on the cluster (and did not appear within the wait allowed)."""
 
 
+class KafkaRefused(RuntimeError):
+    """The cluster answered an admin request with an error (an ACL, a policy, a bad value)."""
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """How to reach the Kafka cluster; passed through to every kafka-python client.
@@ -186,10 +190,11 @@ def ensure_topic(
 
     Raises:
         ValueError: ``partitions`` outside 1..:data:`MAX_PARTITIONS` (nothing is created).
+        KafkaRefused: the cluster refused to list or create topics.
     """
     check_partitions(partitions)
     from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     admin = connect_with_retry(
         lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, timeout_s
@@ -205,6 +210,9 @@ def ensure_topic(
             return False
         log.info("created topic %s with %d partitions", topic, partitions)
         return True
+    except KafkaError as exc:
+        raise KafkaRefused(f"creating topic {topic!r} on {settings.bootstrap_servers}: "
+                           f"{type(exc).__name__}: {exc}") from exc
     finally:
         admin.close()
 

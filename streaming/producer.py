@@ -196,7 +196,7 @@ class _Acks:
         self.report = report
         self._lock = threading.Lock()
 
-    def result(self, records: int, error: BaseException | None) -> None:
+    def result(self, records: int, error: BaseException | None, _offset: int = -1) -> None:
         if error is None:
             with self._lock:
                 self.report.acked += records

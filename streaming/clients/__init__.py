@@ -1,4 +1,5 @@
-"""Kafka client libraries behind one consumer interface: kafka-python (pure Python, always
+"""Kafka client libraries behind one interface, for every consumer and producer of the project
+(click logs, dead letters, the delta log and its followers): kafka-python (pure Python, always
 there) and librdkafka's confluent-kafka (optional extra ``librdkafka``; several times faster
 per message). ``client="auto"`` picks confluent-kafka where it is installed."""
 
@@ -14,6 +15,7 @@ from streaming.clients.base import (
     ConsumerClient,
     DeadLetterSender,
     Fetched,
+    Headers,
     NoPosition,
     Rebalance,
     RecordSender,
@@ -30,6 +32,7 @@ __all__ = [
     "ConsumerClient",
     "DeadLetterSender",
     "Fetched",
+    "Headers",
     "NoPosition",
     "Rebalance",
     "RecordSender",
@@ -63,15 +66,16 @@ def resolve(name: str) -> str:
 
 
 def connect_consumer(name: str, kafka: KafkaSettings, topic: str, group: str | None,
-                     settings: Any, clock: Clock) -> ConsumerClient:
-    """A connected consumer of ``topic`` on library ``name`` (resolved)."""
+                     settings: Any, clock: Clock, *, headers: bool = False) -> ConsumerClient:
+    """A connected consumer of ``topic`` on library ``name`` (resolved); ``settings`` a
+    :class:`~streaming.consumer.ConsumerConfig`; ``headers``: read each message's headers."""
     if resolve(name) == "confluent":
         from streaming.clients.confluent import ConfluentConsumer
 
-        return ConfluentConsumer(kafka, topic, group, settings, clock)
+        return ConfluentConsumer(kafka, topic, group, settings, clock, headers)
     from streaming.clients.kafka_python import KafkaPythonConsumer
 
-    return KafkaPythonConsumer.connect(kafka, topic, group, settings, clock)
+    return KafkaPythonConsumer.connect(kafka, topic, group, settings, clock, headers)
 
 
 def dead_letter_sender(name: str, kafka: KafkaSettings) -> DeadLetterSender:
@@ -86,12 +90,13 @@ def dead_letter_sender(name: str, kafka: KafkaSettings) -> DeadLetterSender:
 
 
 def record_sender(name: str, kafka: KafkaSettings, topic: str, *, acks: str, idempotence: bool,
-                  compression: str, on_result: Any) -> RecordSender:
-    """A producer of ``topic`` on library ``name`` (resolved); see :class:`RecordSender`."""
+                  compression: str, on_result: Any, linger_ms: int = 20) -> RecordSender:
+    """A producer of ``topic`` on library ``name`` (resolved); see :class:`RecordSender`.
+    ``linger_ms``: how long a message waits for others to share its request."""
     if resolve(name) == "confluent":
         from streaming.clients.confluent import ConfluentSender
 
-        return ConfluentSender(kafka, topic, acks, idempotence, compression, on_result)
+        return ConfluentSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms)
     from streaming.clients.kafka_python import KafkaPythonSender
 
-    return KafkaPythonSender(kafka, topic, acks, idempotence, compression, on_result)
+    return KafkaPythonSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms)

@@ -1,4 +1,6 @@
-"""What the click-log consumer needs from a Kafka client library, in one small interface.
+"""What this project needs from a Kafka client library, in one small interface: a consumer
+(:class:`ConsumerClient`), a producer of one topic (:class:`RecordSender`) and a dead-letter
+producer (:class:`DeadLetterSender`).
 
 :class:`~streaming.consumer.ClickConsumer` keeps the policy (starting positions, the log guard,
 dead letters, commits after checkpoints, retries); a client adapter only moves bytes and maps its
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Iterable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -29,6 +31,7 @@ __all__ = [
     "ConsumerClient",
     "DeadLetterSender",
     "Fetched",
+    "Headers",
     "RecordSender",
     "SendFailed",
     "NoPosition",
@@ -65,14 +68,22 @@ class CommitMoved(CommitError):
     """The partitions were given to another member before the commit landed."""
 
 
+Headers = list[tuple[str, bytes]]
+
+
 @dataclass
 class Fetched:
-    """Messages of a poll, in the order the client returned them (offset order per partition)."""
+    """Messages of a poll, in the order the client returned them (offset order per partition).
+
+    ``headers`` holds each message's headers where the consumer was made to read them
+    (``headers=True``), else None: the click stream's consumer reads a million messages a
+    second and none of it wants them."""
 
     values: list[bytes | None]
     partitions: np.ndarray  # int64 [N]
     offsets: np.ndarray  # int64 [N]
     timestamps_ms: np.ndarray  # int64 [N]
+    headers: list[Headers] | None = None
 
     @classmethod
     def empty(cls) -> Fetched:
@@ -81,17 +92,18 @@ class Fetched:
 
     @classmethod
     def of(cls, values: list[bytes | None], partitions: Sequence[int], offsets: Sequence[int],
-           timestamps_ms: Sequence[int]) -> Fetched:
+           timestamps_ms: Sequence[int], headers: list[Headers] | None = None) -> Fetched:
         n = len(values)
         return cls(values, np.fromiter(partitions, np.int64, n), np.fromiter(offsets, np.int64, n),
-                   np.fromiter(timestamps_ms, np.int64, n))
+                   np.fromiter(timestamps_ms, np.int64, n), headers)
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, rows: slice) -> Fetched:
         return Fetched(self.values[rows], self.partitions[rows], self.offsets[rows],
-                       self.timestamps_ms[rows])
+                       self.timestamps_ms[rows],
+                       None if self.headers is None else self.headers[rows])
 
     def split(self, n: int) -> tuple[Fetched, Fetched]:
         """The first ``n`` messages and the rest."""
@@ -104,17 +116,20 @@ class Fetched:
             return self
         keep = np.flatnonzero(~drop)
         return Fetched([self.values[i] for i in keep], self.partitions[keep], self.offsets[keep],
-                       self.timestamps_ms[keep])
+                       self.timestamps_ms[keep],
+                       None if self.headers is None else [self.headers[i] for i in keep])
 
     def __add__(self, other: Fetched) -> Fetched:
         if not len(other):
             return self
         if not len(self):
             return other
+        headers = (None if self.headers is None or other.headers is None
+                   else self.headers + other.headers)
         return Fetched(self.values + other.values,
                        np.concatenate([self.partitions, other.partitions]),
                        np.concatenate([self.offsets, other.offsets]),
-                       np.concatenate([self.timestamps_ms, other.timestamps_ms]))
+                       np.concatenate([self.timestamps_ms, other.timestamps_ms]), headers)
 
 
 class Rebalance(Protocol):
@@ -179,6 +194,12 @@ class ConsumerClient(abc.ABC):
         ``partitions`` still assigned, from what the client already knows: nothing is sent."""
 
     @abc.abstractmethod
+    def earliest(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The first offset the broker holds of each of ``partitions``, asked now. (Not the
+        latest: the embedded broker answers that with the last batch's base offset; the high
+        watermark of a fetch, :meth:`observe`, is the one to trust.)"""
+
+    @abc.abstractmethod
     def commit(self, offsets: Mapping[int, int]) -> None:
         """Commit synchronously. Raises :class:`CommitRebalancing`, :class:`CommitMoved`, or
         :class:`CommitError` for any other failure."""
@@ -212,16 +233,23 @@ class SendFailed(Exception):
 class RecordSender(abc.ABC):
     """A producer of one topic's messages; every message's outcome reaches ``on_result``.
 
-    ``on_result(records, error)`` is called once per message, with ``error`` None when the
-    broker acknowledged it (possibly on the client's I/O thread)."""
+    ``on_result(tag, error, offset)`` is called once per message, with the ``tag`` it was sent
+    with; ``error`` is None and ``offset`` the message's offset when the broker acknowledged it,
+    else ``offset`` is -1 (possibly on the client's I/O thread)."""
 
     @abc.abstractmethod
     def partitions(self) -> int:
         """Partitions of the topic."""
 
     @abc.abstractmethod
-    def send(self, value: bytes, partition: int, timestamp_ms: int, records: int) -> None:
-        """Queue one message of ``records`` records. Raises :class:`SendFailed`."""
+    def send(self, value: bytes, partition: int, timestamp_ms: int | None, tag: Any, *,
+             key: bytes | None = None, headers: Headers | None = None) -> None:
+        """Queue one message (``timestamp_ms`` None: now). Raises :class:`SendFailed`."""
+
+    @abc.abstractmethod
+    def flush(self, timeout_s: float) -> int:
+        """Wait until every queued message has its result; the messages still queued after
+        ``timeout_s``."""
 
     @abc.abstractmethod
     def close(self) -> None:

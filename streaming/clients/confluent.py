@@ -35,6 +35,7 @@ from streaming.clients.base import (
     ConsumerClient,
     DeadLetterSender,
     Fetched,
+    Headers,
     NoPosition,
     Rebalance,
     RecordSender,
@@ -84,7 +85,7 @@ class ConfluentConsumer(ConsumerClient):
     name = "confluent"
 
     def __init__(self, kafka: KafkaSettings, topic: str, group: str | None, settings: Any,
-                 clock: Clock) -> None:
+                 clock: Clock, headers: bool = False) -> None:
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
@@ -93,6 +94,7 @@ class ConfluentConsumer(ConsumerClient):
         self.kafka = kafka
         self.group = group
         self._clock = clock
+        self._headers = headers
         config = {
             **_base_config(kafka),
             "group.id": group or f"hetgmp-no-group-{uuid.uuid4().hex[:12]}",
@@ -106,7 +108,7 @@ class ConfluentConsumer(ConsumerClient):
             "fetch.max.bytes": c.fetch_max_bytes,
             "max.partition.fetch.bytes": c.max_partition_fetch_bytes,
             # A fetch answers as soon as it has data; librdkafka's 500 ms wait adds latency.
-            "fetch.wait.max.ms": 100,
+            "fetch.wait.max.ms": c.fetch_wait_ms,
             "error_cb": self._on_error,
         }
         # A broker connection failed since the topic id was last looked at.
@@ -292,6 +294,7 @@ class ConfluentConsumer(ConsumerClient):
             np.fromiter((m.partition() for m in messages), np.int64, n),
             np.fromiter((m.offset() for m in messages), np.int64, n),
             np.fromiter((m.timestamp()[1] for m in messages), np.int64, n),
+            [m.headers() or [] for m in messages] if self._headers else None,
         )
 
     def _consume(self, timeout_s: float, max_messages: int) -> list[Any]:
@@ -347,6 +350,19 @@ class ConfluentConsumer(ConsumerClient):
                 high = -1
             highwaters[p] = high if high is not None and high >= 0 else None
         return self._topic_id, highwaters
+
+    def earliest(self, partitions: Iterable[int]) -> dict[int, int]:
+        from confluent_kafka import KafkaException
+
+        out = {}
+        for p in partitions:
+            try:
+                low, _ = self._c.get_watermark_offsets(
+                    self._tp(p), timeout=self.kafka.request_timeout_ms / 1000, cached=False)
+            except KafkaException as exc:
+                raise self._failure(exc.args[0] if exc.args else None, exc) from exc
+            out[p] = int(low)
+        return out
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -417,7 +433,7 @@ class ConfluentSender(RecordSender):
     _FULL_WAIT_S = 60.0
 
     def __init__(self, kafka: KafkaSettings, topic: str, acks: str, idempotence: bool,
-                 compression: str, on_result: Any) -> None:
+                 compression: str, on_result: Any, linger_ms: int = 20) -> None:
         from confluent_kafka import Producer
 
         self.topic = topic
@@ -427,7 +443,7 @@ class ConfluentSender(RecordSender):
             **_base_config(kafka),
             "acks": acks,
             "enable.idempotence": idempotence,
-            "linger.ms": 20,
+            "linger.ms": linger_ms,
             "batch.size": 1 << 20,
             "message.max.bytes": 16 << 20,
             "compression.type": compression,
@@ -450,17 +466,24 @@ class ConfluentSender(RecordSender):
         topic = metadata.topics.get(self.topic)
         return max(len(topic.partitions) if topic is not None else 0, 1)
 
-    def send(self, value: bytes, partition: int, timestamp_ms: int, records: int) -> None:
+    def send(self, value: bytes, partition: int, timestamp_ms: int | None, tag: Any, *,
+             key: bytes | None = None, headers: Headers | None = None) -> None:
         from confluent_kafka import KafkaException
 
-        def delivered(err: Any, _msg: Any) -> None:
-            self._on_result(records, None if err is None else RuntimeError(str(err)))
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                self._on_result(tag, None, int(msg.offset()))
+            else:
+                self._on_result(tag, RuntimeError(str(err)), -1)
 
+        pairs: list[tuple[str, str | bytes | None]] | None = (
+            None if headers is None else [(k, v) for k, v in headers])
         waited = 0.0
         while True:
             try:
-                self._p.produce(self.topic, value=value, partition=partition,
-                                timestamp=timestamp_ms, on_delivery=delivered)
+                self._p.produce(self.topic, value=value, key=key, partition=partition,
+                                timestamp=timestamp_ms or 0, headers=pairs,
+                                on_delivery=delivered)
                 break
             except KafkaException as exc:  # a fatal producer error (idempotence state lost)
                 raise SendFailed(str(exc.args[0] if exc.args else exc)) from exc
@@ -469,6 +492,9 @@ class ConfluentSender(RecordSender):
                     raise SendFailed(f"librdkafka's queue stayed full for {waited:.0f}s") from None
                 time.sleep(0.05)  # the reports thread frees room
                 waited += 0.05
+
+    def flush(self, timeout_s: float) -> int:
+        return int(self._p.flush(timeout_s))
 
     def close(self) -> None:
         try:

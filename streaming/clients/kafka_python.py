@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from runtime import Clock
@@ -13,6 +14,7 @@ from streaming.clients.base import (
     ConsumerClient,
     DeadLetterSender,
     Fetched,
+    Headers,
     NoPosition,
     Rebalance,
     RecordSender,
@@ -40,15 +42,17 @@ class KafkaPythonConsumer(ConsumerClient):
 
     name = "kafka-python"
 
-    def __init__(self, consumer: Any, topic: str, kafka: KafkaSettings) -> None:
+    def __init__(self, consumer: Any, topic: str, kafka: KafkaSettings,
+                 headers: bool = False) -> None:
         """Wrap a consumer already made (tests pass fakes); :meth:`connect` makes one."""
         self._c = consumer
         self.topic = topic
         self.kafka = kafka
+        self._headers = headers
 
     @classmethod
     def connect(cls, kafka: KafkaSettings, topic: str, group: str | None, settings: Any,
-                clock: Clock) -> KafkaPythonConsumer:
+                clock: Clock, headers: bool = False) -> KafkaPythonConsumer:
         """Connect, retrying while no broker answers. ``settings``: a ConsumerConfig."""
         from kafka import KafkaConsumer
 
@@ -67,10 +71,11 @@ class KafkaPythonConsumer(ConsumerClient):
             max_poll_interval_ms=c.max_poll_interval_ms,
             fetch_max_bytes=c.fetch_max_bytes,
             max_partition_fetch_bytes=c.max_partition_fetch_bytes,
+            fetch_max_wait_ms=c.fetch_wait_ms,
         )
         consumer = connect_with_retry(lambda: KafkaConsumer(**kwargs), "consumer", kafka,
                                       c.connect_timeout_s, clock)
-        self = cls(consumer, topic, kafka)
+        self = cls(consumer, topic, kafka, headers)
         # The topic id arrives with this consumer's own metadata (the topic exists: asking is
         # safe; on Tansu a metadata request for a missing topic creates it).
         consumer.partitions_for_topic(topic)
@@ -159,13 +164,24 @@ class KafkaPythonConsumer(ConsumerClient):
             raise TransientError(f"{type(exc).__name__}: {exc}") from exc
         records = [r for recs in polled.values() for r in recs]
         return Fetched.of([r.value for r in records], [r.partition for r in records],
-                          [r.offset for r in records], [r.timestamp for r in records])
+                          [r.offset for r in records], [r.timestamp for r in records],
+                          [list(r.headers or []) for r in records] if self._headers else None)
 
     def observe(self, partitions: Iterable[int]) -> tuple[str | None, dict[int, int | None]]:
         # kafka-python keeps the topic id (from Metadata v10+) only in its cluster metadata.
         topic_id = topic_id_text(self._c._client.cluster.topic_id(self.topic))
         assigned = self.assignment()
         return topic_id, {p: self._c.highwater(self._tp(p)) for p in partitions if p in assigned}
+
+    def earliest(self, partitions: Iterable[int]) -> dict[int, int]:
+        from kafka.errors import KafkaError
+
+        tps = [self._tp(p) for p in partitions]
+        try:
+            low = self._c.beginning_offsets(tps)
+        except KafkaError as exc:
+            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+        return {tp.partition: int(low[tp]) for tp in tps}
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
@@ -217,15 +233,17 @@ class KafkaPythonSender(RecordSender):
     """Messages through a ``KafkaProducer``; two callbacks a message, no future kept."""
 
     def __init__(self, kafka: KafkaSettings, topic: str, acks: str, idempotence: bool,
-                 compression: str, on_result: Any) -> None:
+                 compression: str, on_result: Any, linger_ms: int = 20) -> None:
         from kafka import KafkaProducer
 
         self.topic = topic
         self._on_result = on_result
+        self._pending = 0  # messages sent and not yet answered
+        self._lock = threading.Lock()
         self._p = connect_with_retry(
             lambda: KafkaProducer(
                 **kafka.client_kwargs(),
-                linger_ms=20,
+                linger_ms=linger_ms,
                 batch_size=1 << 20,
                 max_request_size=16 << 20,
                 acks="all" if acks == "all" else int(acks),
@@ -239,16 +257,34 @@ class KafkaPythonSender(RecordSender):
     def partitions(self) -> int:
         return max(len(self._p.partitions_for(self.topic) or []), 1)
 
-    def send(self, value: bytes, partition: int, timestamp_ms: int, records: int) -> None:
+    def send(self, value: bytes, partition: int, timestamp_ms: int | None, tag: Any, *,
+             key: bytes | None = None, headers: Headers | None = None) -> None:
         from kafka.errors import KafkaError
 
         try:
-            future = self._p.send(self.topic, value=value, partition=partition,
-                                  timestamp_ms=timestamp_ms)
+            future = self._p.send(self.topic, value=value, key=key, partition=partition,
+                                  timestamp_ms=timestamp_ms, headers=headers)
         except KafkaError as exc:  # no room in the buffer or no metadata in max_block_ms
             raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
-        future.add_callback(lambda _metadata: self._on_result(records, None))
-        future.add_errback(lambda exc: self._on_result(records, exc))
+        with self._lock:
+            self._pending += 1
+        future.add_callback(lambda metadata: self._answered(tag, None, int(metadata.offset)))
+        future.add_errback(lambda exc: self._answered(tag, exc, -1))
+
+    def _answered(self, tag: Any, error: BaseException | None, offset: int) -> None:
+        with self._lock:
+            self._pending -= 1
+        self._on_result(tag, error, offset)
+
+    def flush(self, timeout_s: float) -> int:
+        from kafka.errors import KafkaTimeoutError
+
+        try:
+            self._p.flush(timeout=timeout_s)
+        except KafkaTimeoutError:
+            pass
+        with self._lock:
+            return self._pending
 
     def close(self) -> None:
         try:

@@ -123,9 +123,7 @@ def add_produce_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> 
 
 def run_produce(args: argparse.Namespace) -> int:
     """Produce, with progress lines; exit 1 when records were not acknowledged."""
-    from kafka.errors import KafkaError
-
-    from streaming import KafkaUnavailable, ProduceFailed, ProduceReport
+    from streaming import KafkaRefused, KafkaUnavailable, ProduceFailed, ProduceReport
 
     kafka = settings(KafkaSettings, args)
     config = settings(ProduceConfig, args)
@@ -146,7 +144,7 @@ def run_produce(args: argparse.Namespace) -> int:
             produce(kafka, config, synthetic, stop=stop, progress=progress, report=report)
         except ProduceFailed as exc:
             failed = exc
-        except (KafkaError, KafkaUnavailable, TopicNotFound, ValueError,
+        except (KafkaRefused, KafkaUnavailable, TopicNotFound, ValueError,
                 FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -121,7 +121,7 @@ class Loader(threading.Thread):
         service.attach(model, None)
         service.waiting_for = f"the delta log {topic} at {self.kafka.bootstrap_servers}"
         follower = Follower(self.kafka, topic, model, manifest.model.offsets,
-                            signer=load_signer(cfg.delta_key_file))
+                            signer=load_signer(cfg.delta_key_file), client=cfg.client)
         self.follower = FollowerThread(follower)
         if self._halt.is_set():
             follower.close()

@@ -299,7 +299,7 @@ def open_delta_sink(job: Job, comm: Comm) -> Any:
         ensure_topic(job.source.kafka, topic, comm.world)
     comm.barrier()
     return KafkaDeltaSink(job.source.kafka, topic, comm.rank,
-                          load_signer(online.delta_key_file))
+                          load_signer(online.delta_key_file), client=job.source.consumer.client)
 
 
 def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:

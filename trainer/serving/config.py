@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from streaming.clients import resolve
+
 __all__ = ['ServeConfig']
 
 
@@ -37,6 +39,9 @@ class ServeConfig:
         "help": "how long to wait for a first checkpoint (0 = as long as it takes)"})
     follow: bool = field(default=True, metadata={
         "help": "follow the delta log (off: serve the checkpoint as it is)"})
+    client: Literal["auto", "kafka-python", "confluent"] = field(default="auto", metadata={
+        "help": "Kafka client library that follows the delta log: kafka-python, confluent "
+                "(librdkafka), or auto (confluent where installed)"})
     delta_key_file: str = field(default="", metadata={
         "help": "apply only delta-log messages signed with the key in this file (the "
                 "trainer's --delta-key-file; '' = an unsigned log)"})
@@ -51,6 +56,7 @@ class ServeConfig:
                 "with Retry-After"})
 
     def __post_init__(self) -> None:
+        resolve(self.client)  # an unknown or uninstalled client stops here, with what to do
         if self.format not in ("tsv", "json"):
             raise ValueError(f"format must be tsv or json, not {self.format!r}")
         if not 0 < self.port < 65536 and self.port != 0:

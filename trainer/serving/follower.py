@@ -1,13 +1,15 @@
 """Follow the delta log into a :class:`ServingModel`, from the offsets its checkpoint covers.
 
-One consumer, no group (every serve process reads every partition, so several can follow one
-log), assigned the topic's partitions and positioned at the checkpoint's offsets (a partition
-the checkpoint does not name: from its beginning; deltas of other runs there carry another
-lineage and are ignored). :meth:`Follower.poll_once` reads what is there and applies it in
+One consumer (:func:`streaming.clients.connect_consumer`: librdkafka where installed), no group
+(every serve process reads every partition, so several can follow one log), assigned the
+topic's partitions and positioned at the checkpoint's offsets (a partition the checkpoint does
+not name: from its beginning; deltas of other runs there carry another lineage and are
+ignored). :meth:`Follower.poll_once` reads what is there and applies it in
 partition order; :class:`FollowerThread` does that until stopped.
 
-*Caught up* means every partition's position has reached the high watermark the broker reported
-in a fetch (not ``end_offsets``, which this broker answers with the last batch's base offset).
+*Caught up* means every partition's position (the offset after the last message read) has
+reached the high watermark the broker reported in a fetch (not the latest offset, which this
+broker answers with the last batch's base offset).
 
 No message stops the follower or reaches the model unchecked (:class:`DeltaGate`): it is decoded
 and checked alone (:func:`~trainer.serving.deltas.decode`), its signature verified on a signed
@@ -24,7 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from streaming import KafkaSettings, connect_with_retry, topic_partitions
+from runtime import SystemClock
+from streaming import ConsumerConfig, KafkaSettings, topic_partitions
+from streaming.clients import connect_consumer
 from trainer.serving.deltas import REJECT_REASONS, Rejected, decode
 from trainer.serving.model import ServingModel
 from trainer.serving.signing import Signer
@@ -106,55 +110,53 @@ class Follower:
 
     def __init__(self, settings: KafkaSettings, topic: str, model: ServingModel,
                  offsets: dict[int, int], topic_wait_s: float = 60.0,
-                 signer: Signer | None = None) -> None:
-        from kafka import KafkaConsumer, TopicPartition
-
+                 signer: Signer | None = None, client: str = "auto") -> None:
         self.topic, self.model = topic, model
         self.stats = FollowerStats()
         self.gate = DeltaGate(model, self.stats, signer)
-        parts = sorted(topic_partitions(settings, topic, wait_s=topic_wait_s))
-        self._consumer = connect_with_retry(
-            lambda: KafkaConsumer(**settings.client_kwargs(), group_id=None,
-                                  enable_auto_commit=False, auto_offset_reset="none",
-                                  max_partition_fetch_bytes=16 << 20, fetch_max_bytes=64 << 20,
-                                  fetch_max_wait_ms=_FETCH_WAIT_MS),
-            "delta-log consumer", settings)
-        self._parts = [TopicPartition(topic, p) for p in parts]
+        self._parts = sorted(topic_partitions(settings, topic, wait_s=topic_wait_s))
+        config = ConsumerConfig(topic=topic, group_id="", client=client,  # type: ignore[arg-type]
+                                max_partition_fetch_bytes=16 << 20, fetch_max_bytes=64 << 20,
+                                fetch_wait_ms=_FETCH_WAIT_MS)
+        self._consumer = connect_consumer(client, settings, topic, None, config, SystemClock(),
+                                          headers=True)
         self._consumer.assign(self._parts)
-        begin = self._consumer.beginning_offsets(self._parts)
-        for tp in self._parts:
-            start = offsets.get(tp.partition)
-            self._consumer.seek(tp, start if start is not None else begin[tp])
+        missing = [p for p in self._parts if offsets.get(p) is None]
+        begin = self._consumer.earliest(missing) if missing else {}
+        # The next offset to read of each partition: where it starts, then past what was read.
+        self._position = {p: offsets[p] if p not in begin else begin[p] for p in self._parts}
+        for p, start in self._position.items():
+            self._consumer.seek(p, start)
 
     def poll_once(self, timeout_s: float = 0.2) -> int:
         """Read and apply what the log holds now (up to one fetch); the messages applied."""
-        got = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=4096)
+        got = self._consumer.poll(timeout_s, 4096)
         self.stats.polls += 1
         n = 0
-        for tp in sorted(got, key=lambda t: t.partition):
-            for record in got[tp]:
-                n += self.gate.receive(record.value, record.headers,
-                                       f"{tp.topic}[{tp.partition}]@{record.offset}")
+        headers = got.headers or [[] for _ in range(len(got))]
+        for i in sorted(range(len(got)), key=lambda i: (got.partitions[i], got.offsets[i])):
+            p, offset = int(got.partitions[i]), int(got.offsets[i])
+            n += self.gate.receive(got.values[i], headers[i], f"{self.topic}[{p}]@{offset}")
+            self._position[p] = offset + 1
         if not self.stats.caught_up and self._at_end():
             self.stats.caught_up = True
             log.info("caught up with %s: %d deltas applied", self.topic, self.model.applied.deltas)
         return n
 
     def _at_end(self) -> bool:
-        for tp in self._parts:
-            high = self._consumer.highwater(tp)
-            if high is None or self._consumer.position(tp) < high:
-                return False
-        return True
+        _, highs = self._consumer.observe(self._parts)
+        return all(highs.get(p) is not None and self._position[p] >= highs[p]  # type: ignore[operator]
+                   for p in self._parts)
 
     def lag_messages(self) -> int:
         """Messages the broker has reported that are not applied yet (-1: not known)."""
+        _, highs = self._consumer.observe(self._parts)
         lag = 0
-        for tp in self._parts:
-            high = self._consumer.highwater(tp)
+        for p in self._parts:
+            high = highs.get(p)
             if high is None:
                 return -1
-            lag += max(0, high - self._consumer.position(tp))
+            lag += max(0, high - self._position[p])
         return lag
 
     def catch_up(self, timeout_s: float = 60.0) -> None:

@@ -1,4 +1,5 @@
-"""Where a rank's publishes go: the delta-log topic, through kafka-python's producer.
+"""Where a rank's publishes go: the delta-log topic, through the project's Kafka producer
+(:func:`streaming.clients.record_sender`: librdkafka where installed, else kafka-python).
 
 Sends are asynchronous (a publish costs the step loop the encoding, not a round trip); the
 broker's acknowledgements come back on the producer's thread and are counted here: the offsets
@@ -12,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from streaming import KafkaSettings, connect_with_retry
+from streaming import KafkaSettings, topic_partitions
+from streaming.clients import SendFailed, record_sender
 from trainer.serving.signing import Signer
 
 __all__ = ["DeltaSink", "Failed", "KafkaDeltaSink", "MemorySink"]
@@ -62,63 +64,50 @@ class KafkaDeltaSink:
 
     Args:
         settings: How to reach the cluster.
-        topic: The delta-log topic (created with ``partitions`` if missing).
+        topic: The delta-log topic (rank 0 may still be creating it: waited for up to 60 s).
         rank: The publishing rank (the message key; partition ``rank % partitions``).
         signer: Signs every message (None: an unsigned log).
+        client: Kafka client library (``auto``: librdkafka where installed).
     """
 
-    def __init__(self, settings: KafkaSettings, topic: str, rank: int,
-                 signer: Signer | None = None) -> None:
-        from kafka import KafkaProducer
+    #: How long a message may wait for others to share its request: a publish is one message
+    #: a rank, so this is latency, not batching.
+    LINGER_MS = 5
 
+    def __init__(self, settings: KafkaSettings, topic: str, rank: int,
+                 signer: Signer | None = None, client: str = "auto") -> None:
         self.topic, self._signer = topic, signer
-        self._producer = connect_with_retry(
-            lambda: KafkaProducer(**settings.client_kwargs(), acks="all",
-                                  enable_idempotence=True, linger_ms=5,
-                                  batch_size=1 << 20, max_request_size=1 << 20),
-            "delta-log producer", settings)
-        parts = self._wait_for_partitions(topic)
-        self.partition = rank % len(parts)
+        parts = sorted(topic_partitions(settings, topic, wait_s=60.0))
+        self.partition = parts[rank % len(parts)]
         self._key = str(rank).encode()
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
         self._failed = Failed()
         self.sent_bytes = 0
         self.sent_messages = 0
-
-    def _wait_for_partitions(self, topic: str) -> list[int]:
-        """The topic's partitions (rank 0 may still be creating it)."""
-        import time
-
-        deadline = time.monotonic() + 60.0
-        while True:
-            parts = sorted(self._producer.partitions_for(topic) or [])
-            if parts or time.monotonic() > deadline:
-                if not parts:
-                    raise RuntimeError(f"delta-log topic {topic!r} has no partitions after 60 s")
-                return parts
-            time.sleep(0.2)
+        self._sender = record_sender(client, settings, topic, acks="all", idempotence=True,
+                                     compression="none", on_result=self._result,
+                                     linger_ms=self.LINGER_MS)
 
     def send(self, payload: bytes, *, rows: np.ndarray | None = None,
              tombstones: np.ndarray | None = None) -> None:
-        from kafka.errors import KafkaError
-
+        headers = self._signer.headers(payload) if self._signer is not None else None
         try:
-            future = self._producer.send(
-                self.topic, value=payload, key=self._key, partition=self.partition,
-                headers=self._signer.headers(payload) if self._signer is not None else None)
-        except KafkaError as exc:  # no room in the buffer, or no metadata in max_block_ms
+            self._sender.send(payload, self.partition, None, (rows, tombstones), key=self._key,
+                              headers=headers)
+        except SendFailed as exc:  # no room in the buffer, or no metadata in time
             self._failure(rows, tombstones, exc)
             return
         self.sent_bytes += len(payload)
         self.sent_messages += 1
-        future.add_callback(self._stored)
-        future.add_errback(lambda exc: self._failure(rows, tombstones, exc))
 
-    def _stored(self, metadata: Any) -> None:
+    def _result(self, tag: tuple[np.ndarray | None, np.ndarray | None],
+                error: BaseException | None, offset: int) -> None:
+        if error is not None:
+            self._failure(*tag, error)
+            return
         with self._lock:
-            p = int(metadata.partition)
-            self._next[p] = max(self._next.get(p, 0), int(metadata.offset) + 1)
+            self._next[self.partition] = max(self._next.get(self.partition, 0), offset + 1)
 
     def _failure(self, rows: np.ndarray | None, tombstones: np.ndarray | None,
                  exc: BaseException) -> None:
@@ -135,7 +124,12 @@ class KafkaDeltaSink:
             return dict(self._next)
 
     def flush(self) -> None:
-        self._producer.flush()
+        # Every message gets its result within the client's request timeout: the loop ends.
+        waited = 0
+        while left := self._sender.flush(5.0):
+            waited += 5
+            log.warning("the delta log has %d message(s) without an answer after %d s", left,
+                        waited)
 
     def take_failed(self) -> Failed:
         with self._lock:
@@ -143,10 +137,7 @@ class KafkaDeltaSink:
         return failed
 
     def close(self) -> None:
-        try:
-            self._producer.flush()
-        finally:
-            self._producer.close()
+        self._sender.close()
 
 
 class MemorySink:
