@@ -38,8 +38,10 @@ def online_config(root: Path, **kw: object) -> OnlineConfig:
                         publish_interval=0.05, **kw)  # type: ignore[arg-type]
 
 
-def kafka_spec(kafka: KafkaSettings, topic: str, group: str) -> KafkaSpec:
-    return KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=group), idle_s=3.0, poll_s=0.05)
+def kafka_spec(kafka: KafkaSettings, topic: str, group: str, client: str = "auto") -> KafkaSpec:
+    """The job's source; ``client`` is also the library its ranks publish deltas with."""
+    return KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=group, client=client),  # type: ignore[arg-type]
+                     idle_s=3.0, poll_s=0.05)
 
 
 def checkpoints(root: Path) -> list[ckpt.Manifest]:

@@ -94,7 +94,10 @@ def test_a_crash_and_a_resume_never_move_a_row_back(kafka: KafkaSettings, unique
     topic = unique("deltas-crash")
     produce(kafka, ProduceConfig(topic=topic, count=RECORDS, partitions=2,
                                  records_per_message=PER_MESSAGE), SYN)
-    spec = kafka_spec(kafka, topic, unique("deltas-crash-group"))
+    # kafka-python publishes: librdkafka's idempotent producer waits 0.5-1.0 s for its producer
+    # id when it starts (measured against the embedded broker), longer than the crashed run
+    # lives before its kill, and the test needs that run's deltas past its last checkpoint.
+    spec = kafka_spec(kafka, topic, unique("deltas-crash-group"), client="kafka-python")
     crash = Job(spec, MODEL, STORE, TRAIN, placement=Placement.hash(2), online=online_config(tmp_path),
                 observers=(Fault(1, "checkpoint", 3),))
     with pytest.raises(WorkerFailed, match="SIGKILL"):
