@@ -17,6 +17,7 @@ from runtime.config import (
     secret,
 )
 from runtime.hashing import FMIX_C1, FMIX_C2, fmix64, fmix64_int
+from runtime.lazy import lazy_exports
 from runtime.logs import register_secret, setup_logging
 from runtime.processes import (
     die_with_parent,
@@ -41,6 +42,7 @@ __all__ = [
     "fmix64_int",
     "free_port",
     "free_ports",
+    "lazy_exports",
     "load_toml",
     "port_free",
     "redact",

@@ -6,8 +6,7 @@ need no torch do not pay for importing it.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from runtime import lazy_exports
 
 _HOME = {
     "DCN": "trainer.model",
@@ -45,7 +44,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOME[name]), name)
+__getattr__ = lazy_exports(__name__, _HOME)

@@ -2,30 +2,37 @@
 one process), the launcher that starts a job's ranks (:class:`LaunchConfig`), and what a step
 and the collectives count (bytes by purpose, :data:`KINDS`; :class:`StepCounters`)."""
 
-from trainer.dist.comm import Comm, Counts, DistComm, LocalComm, Pending
-from trainer.dist.config import LaunchConfig
-from trainer.dist.counters import (
-    EMBEDDING_KINDS,
-    KINDS,
-    ONLINE_KINDS,
-    PHASES,
-    StepCounters,
-    Totals,
-    Traffic,
-)
-from trainer.dist.launch import (
-    WorkerFailed,
-    gpus_needed,
-    job_device,
-    job_ranks,
-    launch,
-    resolve_device,
-    run_torchrun,
-    stop_event,
-    under_torchrun,
-)
-from trainer.dist.peers import PeerLost
-from trainer.dist.threads import ThreadComm, ThreadGroup, run_threads
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime import lazy_exports
+
+if TYPE_CHECKING:
+    from trainer.dist.comm import Comm, Counts, DistComm, LocalComm, Pending
+    from trainer.dist.config import LaunchConfig
+    from trainer.dist.counters import (
+        EMBEDDING_KINDS,
+        KINDS,
+        ONLINE_KINDS,
+        PHASES,
+        StepCounters,
+        Totals,
+        Traffic,
+    )
+    from trainer.dist.launch import (
+        WorkerFailed,
+        gpus_needed,
+        job_device,
+        job_ranks,
+        launch,
+        resolve_device,
+        run_torchrun,
+        stop_event,
+        under_torchrun,
+    )
+    from trainer.dist.peers import PeerLost
+    from trainer.dist.threads import ThreadComm, ThreadGroup, run_threads
 
 __all__ = [
     "EMBEDDING_KINDS",
@@ -55,3 +62,32 @@ __all__ = [
     "stop_event",
     "under_torchrun",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    "EMBEDDING_KINDS": "trainer.dist.counters",
+    "KINDS": "trainer.dist.counters",
+    "LaunchConfig": "trainer.dist.config",
+    "ONLINE_KINDS": "trainer.dist.counters",
+    "PHASES": "trainer.dist.counters",
+    "StepCounters": "trainer.dist.counters",
+    "Totals": "trainer.dist.counters",
+    "Traffic": "trainer.dist.counters",
+    "Comm": "trainer.dist.comm",
+    "Counts": "trainer.dist.comm",
+    "DistComm": "trainer.dist.comm",
+    "LocalComm": "trainer.dist.comm",
+    "Pending": "trainer.dist.comm",
+    "PeerLost": "trainer.dist.peers",
+    "ThreadComm": "trainer.dist.threads",
+    "ThreadGroup": "trainer.dist.threads",
+    "WorkerFailed": "trainer.dist.launch",
+    "gpus_needed": "trainer.dist.launch",
+    "job_device": "trainer.dist.launch",
+    "job_ranks": "trainer.dist.launch",
+    "launch": "trainer.dist.launch",
+    "resolve_device": "trainer.dist.launch",
+    "run_threads": "trainer.dist.threads",
+    "run_torchrun": "trainer.dist.launch",
+    "stop_event": "trainer.dist.launch",
+    "under_torchrun": "trainer.dist.launch",
+})

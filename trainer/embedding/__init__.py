@@ -3,15 +3,22 @@ the rank's device; replicas of rows owned elsewhere under bounded staleness; the
 of a step; rows moving to new owners. The step reaches all of it through
 :class:`EmbeddingPath` (implemented by :class:`RowExchange`)."""
 
-from trainer.embedding.config import StoreConfig
-from trainer.embedding.dedup import Unique, unique_padded
-from trainer.embedding.exchange import Audit, RowExchange
-from trainer.embedding.migrate import ChunkReport, Migration, move_chunk, row_bytes
-from trainer.embedding.optimizer import RowOptimizer, initial_rows
-from trainer.embedding.path import EmbeddingPath
-from trainer.embedding.replicas import ReplicaTable
-from trainer.embedding.store import EmbeddingStore, StoreStats
-from trainer.embedding.types import Read
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime import lazy_exports
+
+if TYPE_CHECKING:
+    from trainer.embedding.config import StoreConfig
+    from trainer.embedding.dedup import Unique, unique_padded
+    from trainer.embedding.exchange import Audit, RowExchange
+    from trainer.embedding.migrate import ChunkReport, Migration, move_chunk, row_bytes
+    from trainer.embedding.optimizer import RowOptimizer, initial_rows
+    from trainer.embedding.path import EmbeddingPath
+    from trainer.embedding.replicas import ReplicaTable
+    from trainer.embedding.store import EmbeddingStore, StoreStats
+    from trainer.embedding.types import Read
 
 __all__ = [
     "Audit",
@@ -31,3 +38,22 @@ __all__ = [
     "row_bytes",
     "unique_padded",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    "Audit": "trainer.embedding.exchange",
+    "ChunkReport": "trainer.embedding.migrate",
+    "EmbeddingPath": "trainer.embedding.path",
+    "EmbeddingStore": "trainer.embedding.store",
+    "Migration": "trainer.embedding.migrate",
+    "Read": "trainer.embedding.types",
+    "ReplicaTable": "trainer.embedding.replicas",
+    "RowExchange": "trainer.embedding.exchange",
+    "RowOptimizer": "trainer.embedding.optimizer",
+    "StoreConfig": "trainer.embedding.config",
+    "StoreStats": "trainer.embedding.store",
+    "Unique": "trainer.embedding.dedup",
+    "initial_rows": "trainer.embedding.optimizer",
+    "move_chunk": "trainer.embedding.migrate",
+    "row_bytes": "trainer.embedding.migrate",
+    "unique_padded": "trainer.embedding.dedup",
+})

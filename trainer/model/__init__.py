@@ -1,9 +1,33 @@
 """The CTR models (Wide&Deep, DeepFM, DCN) and their dense parameters as one flat buffer with
 its optimizer (replicated on every rank, summed by one all-reduce a step), and their settings."""
 
-from trainer.model.config import ModelConfig
-from trainer.model.dense import DenseOptimizer, FlatParameters
-from trainer.model.models import DCN, DeepFM, WideDeep, build_model
+from __future__ import annotations
 
-__all__ = ["DCN", "DeepFM", "DenseOptimizer", "FlatParameters", "ModelConfig", "WideDeep",
-           "build_model"]
+from typing import TYPE_CHECKING
+
+from runtime import lazy_exports
+
+if TYPE_CHECKING:
+    from trainer.model.config import ModelConfig
+    from trainer.model.dense import DenseOptimizer, FlatParameters
+    from trainer.model.models import DCN, DeepFM, WideDeep, build_model
+
+__all__ = [
+    "DCN",
+    "DeepFM",
+    "DenseOptimizer",
+    "FlatParameters",
+    "ModelConfig",
+    "WideDeep",
+    "build_model",
+]
+
+__getattr__ = lazy_exports(__name__, {
+    "DCN": "trainer.model.models",
+    "DeepFM": "trainer.model.models",
+    "DenseOptimizer": "trainer.model.dense",
+    "FlatParameters": "trainer.model.dense",
+    "ModelConfig": "trainer.model.config",
+    "WideDeep": "trainer.model.models",
+    "build_model": "trainer.model.models",
+})

@@ -9,8 +9,9 @@ end before its first placement came back).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runtime import lazy_exports
 
 if TYPE_CHECKING:
     from trainer.online.checkpointer import check_compatible, restore
@@ -18,19 +19,6 @@ if TYPE_CHECKING:
     from trainer.online.loop import Diverged, OnlineLoop, build_parts
     from trainer.online.observe import Observer, ObserverFactory, Observers, RunView
 
-_HOME = {
-    "Diverged": "trainer.online.loop",
-    "Interval": "trainer.online.config",
-    "Observer": "trainer.online.observe",
-    "ObserverFactory": "trainer.online.observe",
-    "Observers": "trainer.online.observe",
-    "OnlineConfig": "trainer.online.config",
-    "OnlineLoop": "trainer.online.loop",
-    "RunView": "trainer.online.observe",
-    "build_parts": "trainer.online.loop",
-    "check_compatible": "trainer.online.checkpointer",
-    "restore": "trainer.online.checkpointer",
-}
 
 __all__ = [
     "Diverged",
@@ -45,10 +33,17 @@ __all__ = [
     "check_compatible",
     "restore",
 ]
-assert sorted(_HOME) == __all__
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'trainer.online' has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOME[name]), name)
+__getattr__ = lazy_exports(__name__, {
+    "Diverged": "trainer.online.loop",
+    "Interval": "trainer.online.config",
+    "Observer": "trainer.online.observe",
+    "ObserverFactory": "trainer.online.observe",
+    "Observers": "trainer.online.observe",
+    "OnlineConfig": "trainer.online.config",
+    "OnlineLoop": "trainer.online.loop",
+    "RunView": "trainer.online.observe",
+    "build_parts": "trainer.online.loop",
+    "check_compatible": "trainer.online.checkpointer",
+    "restore": "trainer.online.checkpointer",
+})

@@ -11,25 +11,32 @@
 The trainer's side, deciding when and what to publish, is :mod:`trainer.online.publisher`.
 """
 
-from trainer.serving.config import ServeConfig
-from trainer.serving.deltas import (
-    REJECT_REASONS,
-    Delta,
-    Publish,
-    Rejected,
-    decode,
-    dense_messages,
-    log_version,
-    mark_message,
-    row_messages,
-    rows_per_message,
-    tombstone_messages,
-)
-from trainer.serving.follower import DeltaGate, Follower, FollowerStats, FollowerThread
-from trainer.serving.model import ServingModel, ServingTable
-from trainer.serving.server import Service, build_app
-from trainer.serving.signing import Signer, load_signer
-from trainer.serving.sink import DeltaSink, Failed, KafkaDeltaSink, MemorySink
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime import lazy_exports
+
+if TYPE_CHECKING:
+    from trainer.serving.config import ServeConfig
+    from trainer.serving.deltas import (
+        REJECT_REASONS,
+        Delta,
+        Publish,
+        Rejected,
+        decode,
+        dense_messages,
+        log_version,
+        mark_message,
+        row_messages,
+        rows_per_message,
+        tombstone_messages,
+    )
+    from trainer.serving.follower import DeltaGate, Follower, FollowerStats, FollowerThread
+    from trainer.serving.model import ServingModel, ServingTable
+    from trainer.serving.server import Service, build_app
+    from trainer.serving.signing import Signer, load_signer
+    from trainer.serving.sink import DeltaSink, Failed, KafkaDeltaSink, MemorySink
 
 __all__ = [
     "REJECT_REASONS",
@@ -59,3 +66,32 @@ __all__ = [
     "rows_per_message",
     "tombstone_messages",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    "REJECT_REASONS": "trainer.serving.deltas",
+    "Delta": "trainer.serving.deltas",
+    "DeltaGate": "trainer.serving.follower",
+    "DeltaSink": "trainer.serving.sink",
+    "Failed": "trainer.serving.sink",
+    "Follower": "trainer.serving.follower",
+    "FollowerStats": "trainer.serving.follower",
+    "FollowerThread": "trainer.serving.follower",
+    "KafkaDeltaSink": "trainer.serving.sink",
+    "MemorySink": "trainer.serving.sink",
+    "Publish": "trainer.serving.deltas",
+    "Rejected": "trainer.serving.deltas",
+    "ServeConfig": "trainer.serving.config",
+    "Service": "trainer.serving.server",
+    "ServingModel": "trainer.serving.model",
+    "ServingTable": "trainer.serving.model",
+    "Signer": "trainer.serving.signing",
+    "build_app": "trainer.serving.server",
+    "decode": "trainer.serving.deltas",
+    "dense_messages": "trainer.serving.deltas",
+    "load_signer": "trainer.serving.signing",
+    "log_version": "trainer.serving.deltas",
+    "mark_message": "trainer.serving.deltas",
+    "row_messages": "trainer.serving.deltas",
+    "rows_per_message": "trainer.serving.deltas",
+    "tombstone_messages": "trainer.serving.deltas",
+})

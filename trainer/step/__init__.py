@@ -3,8 +3,29 @@ embedding path, runs the model's forward and backward and averages the dense gra
 its settings (:class:`TrainConfig`) and the counter of its waits for the device
 (:class:`SyncCounter`)."""
 
-from trainer.step.config import TrainConfig
-from trainer.step.syncs import SyncCounter
-from trainer.step.trainer import ModelState, Trainer, to_device
+from __future__ import annotations
 
-__all__ = ["ModelState", "SyncCounter", "TrainConfig", "Trainer", "to_device"]
+from typing import TYPE_CHECKING
+
+from runtime import lazy_exports
+
+if TYPE_CHECKING:
+    from trainer.step.config import TrainConfig
+    from trainer.step.syncs import SyncCounter
+    from trainer.step.trainer import ModelState, Trainer, to_device
+
+__all__ = [
+    "ModelState",
+    "SyncCounter",
+    "TrainConfig",
+    "Trainer",
+    "to_device",
+]
+
+__getattr__ = lazy_exports(__name__, {
+    "ModelState": "trainer.step.trainer",
+    "SyncCounter": "trainer.step.syncs",
+    "TrainConfig": "trainer.step.config",
+    "Trainer": "trainer.step.trainer",
+    "to_device": "trainer.step.trainer",
+})
