@@ -52,7 +52,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, ProduceReport, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.dist import EMBEDDING_KINDS, ONLINE_KINDS, LaunchConfig
-from trainer.dist.launch import launch, resolve_device
+from trainer.dist.launcher import launch, resolve_device
 from trainer.embedding import StoreConfig
 from trainer.model import ModelConfig
 from trainer.online import OnlineConfig

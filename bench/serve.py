@@ -90,7 +90,7 @@ from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer import checkpoint as ckpt
 from trainer.app.serve import LINGER_S
 from trainer.dist import LaunchConfig
-from trainer.dist.launch import launch
+from trainer.dist.launcher import launch
 from trainer.embedding import StoreConfig
 from trainer.model import ModelConfig
 from trainer.online import OnlineConfig

@@ -68,7 +68,7 @@ from runtime import env_value
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.dist import KINDS, PHASES, LaunchConfig, Totals
 from trainer.dist.comm import Comm
-from trainer.dist.launch import launch, resolve_device
+from trainer.dist.launcher import launch, resolve_device
 from trainer.embedding import StoreConfig
 from trainer.model import ModelConfig
 from trainer.run import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank

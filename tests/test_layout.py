@@ -237,3 +237,15 @@ def test_the_command_line_parser_loads_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("package", [n for n, p in MODULES.items() if p.name == "__init__.py"])
+def test_no_exported_name_is_also_a_module_of_its_package(package: str) -> None:
+    """Importing ``trainer.dist.launch`` set the package's ``launch`` to that module, and a
+    surface that loads names on first use then handed the module to
+    ``from trainer.dist import launch`` (the chaos job's 31 runs died of it)."""
+    import importlib
+
+    module = importlib.import_module(package)
+    clash = [n for n in getattr(module, "__all__", []) if f"{package}.{n}" in MODULES]
+    assert not clash, f"{package} exports names that are also its modules: {clash}"

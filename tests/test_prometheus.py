@@ -257,7 +257,7 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     from streaming.synthetic import SyntheticConfig
     from trainer.app.demo import scrape
     from trainer.dist import LaunchConfig
-    from trainer.dist.launch import launch, stop_event
+    from trainer.dist.launcher import launch, stop_event
     from trainer.model import ModelConfig
     from trainer.online import OnlineConfig
     from trainer.run import Job, run_rank

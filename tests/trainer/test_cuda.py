@@ -20,7 +20,7 @@ from streaming.synthetic import SyntheticStream
 from trainer.app.cli import main as cli
 from trainer.dist import LaunchConfig
 from trainer.dist.comm import LocalComm
-from trainer.dist.launch import launch, run_torchrun
+from trainer.dist.launcher import launch, run_torchrun
 from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
 from trainer.sources import SyntheticSpec
 from trainer.testing import ReturnState

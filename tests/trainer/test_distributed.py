@@ -18,7 +18,7 @@ from partitioner import Placement
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.dist import KINDS, LaunchConfig
 from trainer.dist.comm import LocalComm
-from trainer.dist.launch import launch
+from trainer.dist.launcher import launch
 from trainer.embedding import StoreConfig
 from trainer.model import ModelConfig
 from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank

@@ -7,7 +7,7 @@ import pytest
 
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.dist import LaunchConfig
-from trainer.dist.launch import WorkerFailed, launch
+from trainer.dist.launcher import WorkerFailed, launch
 
 pytestmark = pytest.mark.distributed
 

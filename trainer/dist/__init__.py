@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         Totals,
         Traffic,
     )
-    from trainer.dist.launch import (
+    from trainer.dist.launcher import (
         WorkerFailed,
         gpus_needed,
         job_device,
@@ -80,14 +80,14 @@ __getattr__ = lazy_exports(__name__, {
     "PeerLost": "trainer.dist.peers",
     "ThreadComm": "trainer.dist.threads",
     "ThreadGroup": "trainer.dist.threads",
-    "WorkerFailed": "trainer.dist.launch",
-    "gpus_needed": "trainer.dist.launch",
-    "job_device": "trainer.dist.launch",
-    "job_ranks": "trainer.dist.launch",
-    "launch": "trainer.dist.launch",
-    "resolve_device": "trainer.dist.launch",
+    "WorkerFailed": "trainer.dist.launcher",
+    "gpus_needed": "trainer.dist.launcher",
+    "job_device": "trainer.dist.launcher",
+    "job_ranks": "trainer.dist.launcher",
+    "launch": "trainer.dist.launcher",
+    "resolve_device": "trainer.dist.launcher",
     "run_threads": "trainer.dist.threads",
-    "run_torchrun": "trainer.dist.launch",
-    "stop_event": "trainer.dist.launch",
-    "under_torchrun": "trainer.dist.launch",
+    "run_torchrun": "trainer.dist.launcher",
+    "stop_event": "trainer.dist.launcher",
+    "under_torchrun": "trainer.dist.launcher",
 })

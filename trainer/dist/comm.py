@@ -264,7 +264,7 @@ class DistComm(_CommState):
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            raise RuntimeError("torch.distributed is not initialised (see trainer.dist.launch)")
+            raise RuntimeError("torch.distributed is not initialised (see trainer.dist.launcher)")
         self._dist = dist
         super().__init__(dist.get_rank(), dist.get_world_size(), device, stop)
         if host_group is None:

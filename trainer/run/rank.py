@@ -1,6 +1,6 @@
 """What one rank of a training job does, from its source to its report.
 
-:func:`run_rank` is the function :func:`trainer.dist.launch` runs on every rank (and the one
+:func:`run_rank` is the function :func:`trainer.dist.launcher` runs on every rank (and the one
 single-process training runs with a ``LocalComm``):
 
 1. find the checkpoint a resumed job starts from, and open the rank's source at its offsets;

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.dist.launch import WorkerFailed, gpus_needed, job_device, launch, resolve_device
+from trainer.dist.launcher import WorkerFailed, gpus_needed, job_device, launch, resolve_device
 from trainer.dist import LaunchConfig
 
 pytestmark = pytest.mark.distributed
@@ -221,7 +221,7 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
     here = Path(__file__).resolve().parents[1]  # tests/trainer: launch_targets
     script = (
         "import launch_targets\n"
-        "from trainer.dist.launch import launch, stop_event\n"
+        "from trainer.dist.launcher import launch, stop_event\n"
         "from trainer.dist import LaunchConfig\n"
         "launch(launch_targets.hold, 600.0, LaunchConfig(device='cpu', workers=2, timeout_s=1),"
         " stop_event())\n")

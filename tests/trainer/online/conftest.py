@@ -11,7 +11,7 @@ from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.dist import LaunchConfig
-from trainer.dist.launch import launch
+from trainer.dist.launcher import launch
 from trainer.model import ModelConfig
 from trainer.online import OnlineConfig
 from trainer.run import Job, RankResult, run_rank

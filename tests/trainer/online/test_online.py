@@ -22,7 +22,7 @@ from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer import checkpoint as ckpt
 from trainer.dist import LaunchConfig
 from trainer.dist.comm import LocalComm
-from trainer.dist.launch import WorkerFailed, launch
+from trainer.dist.launcher import WorkerFailed, launch
 from trainer.embedding import StoreConfig
 from trainer.model import ModelConfig
 from trainer.online import OnlineConfig
@@ -436,7 +436,7 @@ def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
     import threading
     import time
 
-    from trainer.dist.launch import stop_event
+    from trainer.dist.launcher import stop_event
 
     long = SyntheticSpec(SYN, start=WINDOW, records=BATCH * 2000)
     job = Job(long, **EXACT, placement=Placement.hash(2),

@@ -18,7 +18,7 @@ from published_job import (
 
 from partitioner import Placement
 from streaming.producer import ProduceConfig, produce
-from trainer.dist.launch import launch
+from trainer.dist.launcher import launch
 from trainer.run import Job, run_rank
 from trainer.testing import ReturnState
 

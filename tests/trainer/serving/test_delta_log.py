@@ -33,7 +33,7 @@ from partitioner import Placement
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticStream
-from trainer.dist.launch import WorkerFailed, launch
+from trainer.dist.launcher import WorkerFailed, launch
 from trainer.run import Job, run_rank
 from trainer.sources.synthetic import synthetic_batch
 from trainer.testing import Fault, ReturnState

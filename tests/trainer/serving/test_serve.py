@@ -34,7 +34,7 @@ from streaming.codec import Decoder
 from streaming.kafka import KafkaSettings
 from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticStream
-from trainer.dist.launch import launch
+from trainer.dist.launcher import launch
 from trainer.run import Job, run_rank
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed]

@@ -13,7 +13,7 @@ from streaming.producer import ProduceConfig, produce
 from streaming.synthetic import SyntheticConfig
 from trainer.dist import LaunchConfig
 from trainer.dist.comm import LocalComm
-from trainer.dist.launch import launch
+from trainer.dist.launcher import launch
 from trainer.embedding import StoreConfig
 from trainer.model import ModelConfig
 from trainer.online import OnlineConfig
