@@ -25,7 +25,7 @@ from streaming.consumer import ConsumerStats
 from streaming.metrics import ConsumerCollector, ProducerCollector
 from streaming.producer import ProduceReport
 from trainer.dist import KINDS, StepCounters
-from trainer.run import TrainerMetrics, serve_rank
+from trainer.run.metrics import TrainerMetrics, serve_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 from runtime import lazy_exports
 
 _HOME = {
-    "DCN": "trainer.model",
-    "DeepFM": "trainer.model",
-    "WideDeep": "trainer.model",
     "build_model": "trainer.model",
     "EmbeddingStore": "trainer.embedding",
     "ReplicaTable": "trainer.embedding",
@@ -29,7 +26,6 @@ _HOME = {
     "Source": "trainer.sources",
     "KafkaSpec": "trainer.sources",
     "SyntheticSpec": "trainer.sources",
-    "TrainerMetrics": "trainer.run",
     "Job": "trainer.run",
     "RankResult": "trainer.run",
     "run_rank": "trainer.run",

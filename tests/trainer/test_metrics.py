@@ -12,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from partitioner import PassReport
 from trainer.dist import KINDS, StepCounters, Totals
-from trainer.run import TrainerMetrics
-from trainer.run.metrics import FRESHNESS_BUCKETS, STALENESS_BUCKETS, BucketCounts
+from trainer.run.metrics import FRESHNESS_BUCKETS, STALENESS_BUCKETS, BucketCounts, TrainerMetrics
 
 
 class FakeClock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.run import Progressive
+from trainer.run.evaluation import Progressive
 from trainer.step import SyncCounter
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.dist.comm import Comm, Counts, DistComm, LocalComm, Pending
+    from trainer.dist.comm import Comm, LocalComm, Pending
     from trainer.dist.config import LaunchConfig
     from trainer.dist.counters import (
         EMBEDDING_KINDS,
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     )
     from trainer.dist.launcher import (
         WorkerFailed,
-        gpus_needed,
         job_device,
         job_ranks,
         launch,
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
         under_torchrun,
     )
     from trainer.dist.peers import PeerLost
-    from trainer.dist.threads import ThreadComm, ThreadGroup, run_threads
+    from trainer.dist.threads import ThreadComm, run_threads
 
 __all__ = [
     "EMBEDDING_KINDS",
@@ -44,15 +43,11 @@ __all__ = [
     "Totals",
     "Traffic",
     "Comm",
-    "Counts",
-    "DistComm",
     "LocalComm",
     "Pending",
     "PeerLost",
     "ThreadComm",
-    "ThreadGroup",
     "WorkerFailed",
-    "gpus_needed",
     "job_device",
     "job_ranks",
     "launch",
@@ -73,15 +68,11 @@ __getattr__ = lazy_exports(__name__, {
     "Totals": "trainer.dist.counters",
     "Traffic": "trainer.dist.counters",
     "Comm": "trainer.dist.comm",
-    "Counts": "trainer.dist.comm",
-    "DistComm": "trainer.dist.comm",
     "LocalComm": "trainer.dist.comm",
     "Pending": "trainer.dist.comm",
     "PeerLost": "trainer.dist.peers",
     "ThreadComm": "trainer.dist.threads",
-    "ThreadGroup": "trainer.dist.threads",
     "WorkerFailed": "trainer.dist.launcher",
-    "gpus_needed": "trainer.dist.launcher",
     "job_device": "trainer.dist.launcher",
     "job_ranks": "trainer.dist.launcher",
     "launch": "trainer.dist.launcher",

@@ -11,28 +11,19 @@ from runtime import lazy_exports
 
 if TYPE_CHECKING:
     from trainer.embedding.config import StoreConfig
-    from trainer.embedding.dedup import Unique, unique_padded
-    from trainer.embedding.exchange import Audit, RowExchange
-    from trainer.embedding.migrate import ChunkReport, Migration, move_chunk, row_bytes
-    from trainer.embedding.optimizer import RowOptimizer, initial_rows
-    from trainer.embedding.path import EmbeddingPath
+    from trainer.embedding.dedup import unique_padded
+    from trainer.embedding.exchange import RowExchange
+    from trainer.embedding.migrate import Migration, move_chunk, row_bytes
+    from trainer.embedding.optimizer import initial_rows
     from trainer.embedding.replicas import ReplicaTable
-    from trainer.embedding.store import EmbeddingStore, StoreStats
-    from trainer.embedding.types import Read
+    from trainer.embedding.store import EmbeddingStore
 
 __all__ = [
-    "Audit",
-    "ChunkReport",
-    "EmbeddingPath",
     "EmbeddingStore",
     "Migration",
-    "Read",
     "ReplicaTable",
     "RowExchange",
-    "RowOptimizer",
     "StoreConfig",
-    "StoreStats",
-    "Unique",
     "initial_rows",
     "move_chunk",
     "row_bytes",
@@ -40,18 +31,11 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "Audit": "trainer.embedding.exchange",
-    "ChunkReport": "trainer.embedding.migrate",
-    "EmbeddingPath": "trainer.embedding.path",
     "EmbeddingStore": "trainer.embedding.store",
     "Migration": "trainer.embedding.migrate",
-    "Read": "trainer.embedding.types",
     "ReplicaTable": "trainer.embedding.replicas",
     "RowExchange": "trainer.embedding.exchange",
-    "RowOptimizer": "trainer.embedding.optimizer",
     "StoreConfig": "trainer.embedding.config",
-    "StoreStats": "trainer.embedding.store",
-    "Unique": "trainer.embedding.dedup",
     "initial_rows": "trainer.embedding.optimizer",
     "move_chunk": "trainer.embedding.migrate",
     "row_bytes": "trainer.embedding.migrate",

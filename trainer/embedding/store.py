@@ -5,7 +5,7 @@ A row is created on first use with an initial value that is a pure function of `
 (:func:`~trainer.embedding.initial_rows`), so any rank that becomes a row's owner creates the
 same row, and a row that was evicted comes back as a fresh one rather than as whatever its old
 slot held. Per row the store keeps the value, the row optimizer's state
-(:class:`~trainer.embedding.RowOptimizer`) and a version, the number of updates applied (one
+(:class:`~trainer.embedding.optimizer.RowOptimizer`) and a version, the number of updates applied (one
 update = one rank's gradient for one step; a replica's push of ``p`` accumulated updates counts
 ``p``). Memory stays bounded on an endless stream through admission (an id gets a trainable row
 only after it was used in ``admit_after`` steps) and eviction (rows unused for

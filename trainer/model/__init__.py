@@ -10,24 +10,18 @@ from runtime import lazy_exports
 if TYPE_CHECKING:
     from trainer.model.config import ModelConfig
     from trainer.model.dense import DenseOptimizer, FlatParameters
-    from trainer.model.models import DCN, DeepFM, WideDeep, build_model
+    from trainer.model.models import build_model
 
 __all__ = [
-    "DCN",
-    "DeepFM",
     "DenseOptimizer",
     "FlatParameters",
     "ModelConfig",
-    "WideDeep",
     "build_model",
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "DCN": "trainer.model.models",
-    "DeepFM": "trainer.model.models",
     "DenseOptimizer": "trainer.model.dense",
     "FlatParameters": "trainer.model.dense",
     "ModelConfig": "trainer.model.config",
-    "WideDeep": "trainer.model.models",
     "build_model": "trainer.model.models",
 })

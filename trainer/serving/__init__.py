@@ -20,8 +20,6 @@ from runtime import lazy_exports
 if TYPE_CHECKING:
     from trainer.serving.config import ServeConfig
     from trainer.serving.deltas import (
-        REJECT_REASONS,
-        Delta,
         Publish,
         Rejected,
         decode,
@@ -32,30 +30,22 @@ if TYPE_CHECKING:
         rows_per_message,
         tombstone_messages,
     )
-    from trainer.serving.follower import DeltaGate, Follower, FollowerStats, FollowerThread
-    from trainer.serving.model import ServingModel, ServingTable
+    from trainer.serving.follower import Follower, FollowerThread
+    from trainer.serving.model import ServingModel
     from trainer.serving.server import Service, build_app
-    from trainer.serving.signing import Signer, load_signer
-    from trainer.serving.sink import DeltaSink, Failed, KafkaDeltaSink, MemorySink
+    from trainer.serving.signing import load_signer
+    from trainer.serving.sink import DeltaSink, KafkaDeltaSink
 
 __all__ = [
-    "REJECT_REASONS",
-    "Delta",
-    "DeltaGate",
     "DeltaSink",
-    "Failed",
     "Follower",
-    "FollowerStats",
     "FollowerThread",
     "KafkaDeltaSink",
-    "MemorySink",
     "Publish",
     "Rejected",
     "ServeConfig",
     "Service",
     "ServingModel",
-    "ServingTable",
-    "Signer",
     "build_app",
     "decode",
     "dense_messages",
@@ -68,23 +58,15 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "REJECT_REASONS": "trainer.serving.deltas",
-    "Delta": "trainer.serving.deltas",
-    "DeltaGate": "trainer.serving.follower",
     "DeltaSink": "trainer.serving.sink",
-    "Failed": "trainer.serving.sink",
     "Follower": "trainer.serving.follower",
-    "FollowerStats": "trainer.serving.follower",
     "FollowerThread": "trainer.serving.follower",
     "KafkaDeltaSink": "trainer.serving.sink",
-    "MemorySink": "trainer.serving.sink",
     "Publish": "trainer.serving.deltas",
     "Rejected": "trainer.serving.deltas",
     "ServeConfig": "trainer.serving.config",
     "Service": "trainer.serving.server",
     "ServingModel": "trainer.serving.model",
-    "ServingTable": "trainer.serving.model",
-    "Signer": "trainer.serving.signing",
     "build_app": "trainer.serving.server",
     "decode": "trainer.serving.deltas",
     "dense_messages": "trainer.serving.deltas",

@@ -12,20 +12,16 @@ from runtime import lazy_exports
 if TYPE_CHECKING:
     from trainer.step.config import TrainConfig
     from trainer.step.syncs import SyncCounter
-    from trainer.step.trainer import ModelState, Trainer, to_device
+    from trainer.step.trainer import Trainer
 
 __all__ = [
-    "ModelState",
     "SyncCounter",
     "TrainConfig",
     "Trainer",
-    "to_device",
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "ModelState": "trainer.step.trainer",
     "SyncCounter": "trainer.step.syncs",
     "TrainConfig": "trainer.step.config",
     "Trainer": "trainer.step.trainer",
-    "to_device": "trainer.step.trainer",
 })

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from partitioner.idindex import IdIndex
-from trainer.embedding import EmbeddingStore, RowOptimizer, StoreConfig, initial_rows
+from trainer.embedding import EmbeddingStore, StoreConfig, initial_rows
+from trainer.embedding.optimizer import RowOptimizer
 
 
 def test_index_finds_inserted_ids_and_misses_others() -> None:

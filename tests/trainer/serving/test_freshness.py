@@ -15,7 +15,8 @@ from small_serving import GEN, LINEAGE, PUBLISHES, SCHEMA
 from small_serving import small_model as _model
 
 from streaming import Schema
-from trainer.serving import Delta, Publish, decode, log_version, mark_message
+from trainer.serving import Publish, decode, log_version, mark_message
+from trainer.serving.deltas import Delta
 from trainer.serving.server import Service
 
 QUIET_S = 600  # the newest record is ten minutes old

@@ -16,11 +16,11 @@ from trainer.serving import (
     KafkaDeltaSink,
     Publish,
     ServingModel,
-    Signer,
     log_version,
     mark_message,
     row_messages,
 )
+from trainer.serving.signing import Signer
 
 pytestmark = pytest.mark.broker
 
