@@ -247,8 +247,8 @@ class RecordSender(abc.ABC):
         """Queue one message (``timestamp_ms`` None: now). Raises :class:`SendFailed`."""
 
     @abc.abstractmethod
-    def flush(self, timeout_s: float) -> int:
-        """Wait until every queued message has its result; the messages still queued after
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued message has its result; whether all had one within
         ``timeout_s``."""
 
     @abc.abstractmethod

@@ -493,8 +493,8 @@ class ConfluentSender(RecordSender):
                 time.sleep(0.05)  # the reports thread frees room
                 waited += 0.05
 
-    def flush(self, timeout_s: float) -> int:
-        return int(self._p.flush(timeout_s))
+    def flush(self, timeout_s: float) -> bool:
+        return self._p.flush(timeout_s) == 0
 
     def close(self) -> None:
         try:

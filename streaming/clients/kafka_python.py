@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from runtime import Clock
@@ -238,8 +237,6 @@ class KafkaPythonSender(RecordSender):
 
         self.topic = topic
         self._on_result = on_result
-        self._pending = 0  # messages sent and not yet answered
-        self._lock = threading.Lock()
         self._p = connect_with_retry(
             lambda: KafkaProducer(
                 **kafka.client_kwargs(),
@@ -266,25 +263,17 @@ class KafkaPythonSender(RecordSender):
                                   timestamp_ms=timestamp_ms, headers=headers)
         except KafkaError as exc:  # no room in the buffer or no metadata in max_block_ms
             raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
-        with self._lock:
-            self._pending += 1
-        future.add_callback(lambda metadata: self._answered(tag, None, int(metadata.offset)))
-        future.add_errback(lambda exc: self._answered(tag, exc, -1))
+        future.add_callback(lambda metadata: self._on_result(tag, None, int(metadata.offset)))
+        future.add_errback(lambda exc: self._on_result(tag, exc, -1))
 
-    def _answered(self, tag: Any, error: BaseException | None, offset: int) -> None:
-        with self._lock:
-            self._pending -= 1
-        self._on_result(tag, error, offset)
-
-    def flush(self, timeout_s: float) -> int:
+    def flush(self, timeout_s: float) -> bool:
         from kafka.errors import KafkaTimeoutError
 
         try:
             self._p.flush(timeout=timeout_s)
         except KafkaTimeoutError:
-            pass
-        with self._lock:
-            return self._pending
+            return False
+        return True
 
     def close(self) -> None:
         try:

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from runtime import SystemClock
 from streaming import ConsumerConfig, KafkaSettings, topic_partitions
 from streaming.clients import connect_consumer
@@ -133,8 +135,9 @@ class Follower:
         got = self._consumer.poll(timeout_s, 4096)
         self.stats.polls += 1
         n = 0
-        headers = got.headers or [[] for _ in range(len(got))]
-        for i in sorted(range(len(got)), key=lambda i: (got.partitions[i], got.offsets[i])):
+        headers = got.headers or []
+        # In partition order; a partition's messages come in offset order.
+        for i in np.argsort(got.partitions, kind="stable").tolist():
             p, offset = int(got.partitions[i]), int(got.offsets[i])
             n += self.gate.receive(got.values[i], headers[i], f"{self.topic}[{p}]@{offset}")
             self._position[p] = offset + 1
@@ -144,9 +147,7 @@ class Follower:
         return n
 
     def _at_end(self) -> bool:
-        _, highs = self._consumer.observe(self._parts)
-        return all(highs.get(p) is not None and self._position[p] >= highs[p]  # type: ignore[operator]
-                   for p in self._parts)
+        return self.lag_messages() == 0
 
     def lag_messages(self) -> int:
         """Messages the broker has reported that are not applied yet (-1: not known)."""

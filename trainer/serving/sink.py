@@ -126,10 +126,9 @@ class KafkaDeltaSink:
     def flush(self) -> None:
         # Every message gets its result within the client's request timeout: the loop ends.
         waited = 0
-        while left := self._sender.flush(5.0):
+        while not self._sender.flush(5.0):
             waited += 5
-            log.warning("the delta log has %d message(s) without an answer after %d s", left,
-                        waited)
+            log.warning("the delta log has messages without an answer after %d s", waited)
 
     def take_failed(self) -> Failed:
         with self._lock:
