@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -153,9 +153,24 @@ def read_ledger(path: str | os.PathLike[str]) -> np.ndarray:
 FaultPoint = Literal["migration", "checkpoint"]
 
 
-def _kill(rank: int, what: str) -> None:
-    log.warning("fault injection: rank %d kills itself %s", rank, what)
-    os.kill(os.getpid(), signal.SIGKILL)
+class _Killer(Observer):
+    """SIGKILLs its rank at the first migration chunk (not a migration's last) or checkpoint
+    for which ``due(at, count)`` says so."""
+
+    def __init__(self, rank: int, due: Callable[[FaultPoint, int], bool]) -> None:
+        self.rank, self.due = rank, due
+
+    def on_migration_chunk(self, chunks: int, finished: bool) -> None:
+        if not finished and self.due("migration", chunks):
+            self._kill(f"in the middle of a migration (after chunk {chunks})")
+
+    def on_checkpoint_rows(self, count: int) -> None:
+        if self.due("checkpoint", count):
+            self._kill(f"while writing checkpoint {count}")
+
+    def _kill(self, what: str) -> None:
+        log.warning("fault injection: rank %d kills itself %s", self.rank, what)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -181,22 +196,8 @@ class Fault:
                              f"rank >= 0, got {self}")
 
     def __call__(self, rank: int) -> Observer:
-        return _KillAt(self, rank)
-
-
-class _KillAt(Observer):
-    def __init__(self, fault: Fault, rank: int) -> None:
-        self.fault, self.rank = fault, rank
-
-    def on_migration_chunk(self, chunks: int, finished: bool) -> None:
-        f = self.fault
-        if (self.rank, "migration", chunks) == (f.rank, f.at, f.count) and not finished:
-            _kill(self.rank, f"in the middle of a migration (after chunk {chunks})")
-
-    def on_checkpoint_rows(self, count: int) -> None:
-        f = self.fault
-        if (self.rank, "checkpoint", count) == (f.rank, f.at, f.count):
-            _kill(self.rank, f"while writing checkpoint {count}")
+        return _Killer(rank, lambda at, count: (rank, at, count) == (self.rank, self.at,
+                                                                     self.count))
 
 
 @dataclass(frozen=True)
@@ -236,20 +237,7 @@ class FaultFile:
         return True
 
     def __call__(self, rank: int) -> Observer:
-        return _ArmedFault(self, rank)
-
-
-class _ArmedFault(Observer):
-    def __init__(self, file: FaultFile, rank: int) -> None:
-        self.file, self.rank = file, rank
-
-    def on_migration_chunk(self, chunks: int, finished: bool) -> None:
-        if not finished and self.file.due(self.rank, "migration"):
-            _kill(self.rank, f"in the middle of a migration (after chunk {chunks})")
-
-    def on_checkpoint_rows(self, count: int) -> None:
-        if self.file.due(self.rank, "checkpoint"):
-            _kill(self.rank, f"while writing checkpoint {count}")
+        return _Killer(rank, lambda at, _count: self.due(rank, at))
 
 
 @dataclass(frozen=True)
