@@ -6,6 +6,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Kafka cluster for the `kafka` fixture instead of the embedded broker (tests that "
         "kill and restart a broker still start their own embedded one)",
     )
+
+
+_TESTS = Path(__file__).resolve().parent
+_seen: set[Path] = set()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """Note every test module pytest looks at (see :func:`pytest_collection_finish`)."""
+    if file_path.name.startswith("test_") and file_path.suffix == ".py":
+        _seen.add(file_path.resolve())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run of the whole suite stops if a test module was never collected: pytest skips
+    directories that match ``norecursedirs`` without a word, and its default list has
+    ``dist``, ``build`` and ``venv``."""
+    if [Path(a).resolve() for a in session.config.args] != [_TESTS]:
+        return  # a part of the suite was asked for
+    missing = sorted(str(p.relative_to(_TESTS)) for p in _TESTS.rglob("test_*.py")
+                     if p.resolve() not in _seen)
+    if missing:
+        raise pytest.UsageError(f"test modules pytest did not collect (norecursedirs in "
+                                f"pyproject.toml?): {', '.join(missing)}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
