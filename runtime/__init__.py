@@ -25,6 +25,7 @@ from runtime.processes import (
     free_ports,
     port_free,
     stop_on_signals,
+    when_gone,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "secret",
     "setup_logging",
     "stop_on_signals",
+    "when_gone",
 ]

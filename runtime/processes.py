@@ -6,11 +6,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import os
+import select
 import signal
 import socket
-from typing import Iterator, Protocol, TypeVar
+import threading
+import time
+from typing import Callable, Iterator, Protocol, TypeVar
 
-__all__ = ["die_with_parent", "free_port", "free_ports", "port_free", "stop_on_signals"]
+__all__ = ["die_with_parent", "free_port", "free_ports", "port_free", "stop_on_signals",
+           "when_gone"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,42 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         libc.prctl(1, int(sig))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def when_gone(pid: int, callback: Callable[[], None]) -> None:
+    """Call ``callback`` on a daemon thread once process ``pid`` has exited (at once if it is
+    gone already).
+
+    For a process that is not this one's parent, where ``PR_SET_PDEATHSIG`` cannot help: a
+    trainer rank forked by multiprocessing's fork server watches the launcher that asked for
+    it. Waits on a pidfd (Linux 5.3 and later, no polling); elsewhere checks every half second.
+    """
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        callback()
+        return
+    except (AttributeError, OSError):
+        fd = None
+
+    def wait() -> None:
+        if fd is not None:
+            try:
+                select.select([fd], [], [])  # readable once the process has exited
+            finally:
+                os.close(fd)
+        else:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+                time.sleep(0.5)
+        callback()
+
+    threading.Thread(target=wait, name=f"when-gone-{pid}", daemon=True).start()
 
 
 class _Settable(Protocol):

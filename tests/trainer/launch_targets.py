@@ -14,6 +14,11 @@ def gather_ranks(comm: Comm, tag: str) -> tuple[str, list[int], str]:
     return tag, comm.all_gather_object(comm.rank), str(comm.device)
 
 
+def environment(comm: Comm, names: list[str]) -> list[str | None]:
+    """What this rank sees of the environment variables ``names``."""
+    return [os.environ.get(n) for n in names]
+
+
 def raise_on(comm: Comm, rank: int) -> None:
     """Rank ``rank`` raises; the others wait in a collective that can never complete."""
     if comm.rank == rank:
@@ -194,7 +199,8 @@ def block_is_mapped(comm: Comm, nbytes: int) -> bool:
 
 
 def hold(comm: Comm, seconds: float) -> int:
-    """Join the group, exchange a little, and stay up ``seconds`` (for a look from outside)."""
+    """Join the group, exchange a little, and stay up ``seconds`` (for a look from outside:
+    each rank leaves its pid in ``rank<R>.pid`` of the working directory)."""
     import os
     import time
 
@@ -203,6 +209,9 @@ def hold(comm: Comm, seconds: float) -> int:
     t = torch.ones(4)
     comm.all_reduce_sum(t)
     comm.barrier()
+    with open(f"rank{comm.rank}.pid.tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(f"rank{comm.rank}.pid.tmp", f"rank{comm.rank}.pid")
     time.sleep(seconds)
     comm.barrier()
     return os.getpid()

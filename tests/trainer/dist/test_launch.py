@@ -21,6 +21,21 @@ def test_results_come_back_in_rank_order(targets) -> None:
     assert launch(targets.gather_ranks, "y", LaunchConfig(device="cpu", workers=1)) == [("y", [0], "cpu")]
 
 
+def test_ranks_see_the_environment_of_the_launch_and_its_thread_caps(targets, monkeypatch) -> None:
+    # CPU ranks are forked from a fork server started at the first launch: without being told,
+    # a rank would see the environment the server started with, not the launcher's now.
+    names = ["HETGMP_TEST_MARK", "OMP_NUM_THREADS"]
+    for mark in ("first", "second"):
+        monkeypatch.setenv("HETGMP_TEST_MARK", mark)
+        for threads in (1, 2):
+            seen = launch(targets.environment, names,
+                          LaunchConfig(device="cpu", workers=2, threads=threads))
+            assert seen == [[mark, str(threads)]] * 2
+    monkeypatch.delenv("HETGMP_TEST_MARK")
+    assert launch(targets.environment, names, LaunchConfig(device="cpu", workers=2)) == \
+        [[None, "1"]] * 2
+
+
 @pytest.mark.parametrize("target,expected", [("raise_on", "ValueError: boom on rank 1"),
                                              ("die_on", "exited with code 3")])
 def test_a_failing_rank_stops_the_job_without_hanging(targets, target: str, expected: str) -> None:
@@ -231,10 +246,10 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(ranks) < 2:
-            ranks = [pid for pid in _children(launcher.pid) if "spawn_main" in _cmdline(pid)]
+            ranks = [int(f.read_text()) for f in tmp_path.glob("rank*.pid")]
             time.sleep(0.2)
         assert len(ranks) == 2, "the ranks never started"
-        time.sleep(1.5)  # into hold's sleep
+        time.sleep(0.5)  # into hold's sleep
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(10)
         deadline = time.monotonic() + 20
@@ -242,7 +257,7 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
             time.sleep(0.2)
         left = [pid for pid in ranks if _alive(pid)]
     finally:
-        for pid in {*ranks, *_children(launcher.pid)}:  # orphans are no longer its children
+        for pid in {*ranks, *_descendants(launcher.pid)}:  # orphans are no longer its children
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         if launcher.poll() is None:
@@ -250,25 +265,22 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
     assert not left, f"ranks {left} outlived their launcher"
 
 
-def _children(pid: int) -> list[int]:
+def _descendants(pid: int) -> list[int]:
     from pathlib import Path
 
-    out = []
+    parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(stat.parent.name))
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
+    out, todo = [], [pid]
+    while todo:
+        kids = [p for p, parent in parents.items() if parent == todo[-1]]
+        todo.pop()
+        out += kids
+        todo += kids
     return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _alive(pid: int) -> bool:
