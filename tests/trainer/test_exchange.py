@@ -11,6 +11,7 @@ equals one process is ``tests/trainer/dist/test_threads.py``'s.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -40,9 +41,17 @@ def _explicit(world: int, replicas: int = 0) -> Placement:
     return Placement(1, world, ids, owners, reps)
 
 
-def _share(source: StreamSource, comm: ThreadComm) -> ClickBatch:
-    """This rank's share of the next global batch (every rank reads the whole stream)."""
-    return source.next_batch().take(np.arange(comm.rank, BATCH, comm.world))
+@functools.cache
+def _batches(steps: int) -> tuple[ClickBatch, ...]:
+    """The global batches of the test's stream, made once for every rank and run."""
+    source = StreamSource(SYN, BATCH, steps)
+    return tuple(source.next_batch() for _ in range(steps))
+
+
+def _share(step: int, comm: ThreadComm, steps: int = 0) -> ClickBatch:
+    """This rank's share of global batch ``step`` (of a stream of ``steps``, STEPS by
+    default)."""
+    return _batches(steps or STEPS)[step].take(np.arange(comm.rank, BATCH, comm.world))
 
 
 def _copies(world: int, n: int, version: int) -> Placement:
@@ -75,11 +84,11 @@ def _train(comm: ThreadComm, task: dict[str, object]) -> dict[str, object]:
                       **settings)  # type: ignore[arg-type]
     # CUDA's branch, unless the test asks for the CPU's.
     trainer.store.cpu_shortcuts = bool(task.get("shortcuts", False))
-    source = StreamSource(SYN, BATCH, STEPS)
+    # Counting waits dispatches every op through Python: only where the test looks at them.
     counter = SyncCounter("cpu")
     for step in range(STEPS):
-        with counter if step >= 2 else contextlib.nullcontext():
-            c = trainer.step(_share(source, comm))
+        with counter if step >= 2 and task.get("waits") else contextlib.nullcontext():
+            c = trainer.step(_share(step, comm))
         assert c is not None
     trainer.finish_step()
     totals = trainer.totals
@@ -100,19 +109,21 @@ STORES = [
 
 
 def _cases() -> list[object]:
-    """Every store config at 2 and 3 ranks: hash, explicit owners, explicit owners with copies
-    at s = 0 and s = 3; four of them in the fast lane (the rest marked slow)."""
-    fast = {(2, "hash", 0, 2), (2, "explicit", 0, 1), (2, "copies", 0, 0), (2, "copies", 3, 2)}
+    """Each placement (hash, explicit owners, explicit owners with copies at s = 0 and s = 3)
+    at 3 ranks with the store that does everything (admission, eviction, a cap), marked slow;
+    at 2 ranks, in the fast lane, each store config once and each placement at least once.
+    The branches differ in how the exchange finds owners and splits ids, which the placement
+    and the ranks drive; the store's options ride along (one case each is enough for them)."""
     names = ["plain", "admission", "admission, eviction, cap"]
+    chosen = [(3, "hash", 0, 2), (3, "explicit", 0, 2), (3, "copies", 0, 2), (3, "copies", 3, 2),
+              (2, "hash", 0, 0), (2, "explicit", 0, 1), (2, "copies", 0, 2), (2, "copies", 3, 1)]
     out = []
-    for world in (2, 3):
-        for kind, s in (("hash", 0), ("explicit", 0), ("copies", 0), ("copies", 3)):
-            placement = Placement.hash(world) if kind == "hash" else \
-                _explicit(world, 150 if kind == "copies" else 0)
-            for k, store in enumerate(STORES):
-                marks = () if (world, kind, s, k) in fast else (pytest.mark.slow,)
-                out.append(pytest.param(world, placement, s, store, marks=marks,
-                                        id=f"{world} ranks, {kind}, s={s}, {names[k]}"))
+    for world, kind, s, k in chosen:
+        placement = Placement.hash(world) if kind == "hash" else \
+            _explicit(world, 150 if kind == "copies" else 0)
+        marks = (pytest.mark.slow,) if world == 3 else ()
+        out.append(pytest.param(world, placement, s, STORES[k], marks=marks,
+                                id=f"{world} ranks, {kind}, s={s}, {names[k]}"))
     return out
 
 
@@ -162,7 +173,8 @@ def test_a_step_at_more_ranks_waits_twice(world: int, copies: int) -> None:
     # and the lags read), with copies or without. The step's header and the routed samples
     # go host to host (Comm.host_all_to_all): no copy out of the device.
     placement = _explicit(world, copies) if copies else Placement.hash(world)
-    got = run_threads(_train, {"store": STORES[1], "placement": placement, "s": 3}, world)
+    got = run_threads(_train, {"store": STORES[1], "placement": placement, "s": 3,
+                               "waits": True}, world)
     for r in got:
         assert r["waits"] == 2 and r["seen"] == {"tolist": 2 * (STEPS - 2)}, r["seen"]
 
@@ -178,14 +190,13 @@ def test_copies_that_change_between_steps_stay_exact() -> None:
         trainer = Trainer(comm, Placement.hash(2), len(SYN.schema.sparse),
                           len(SYN.schema.dense), **settings)  # type: ignore[arg-type]
         trainer.store.cpu_shortcuts = shortcuts
-        source = StreamSource(SYN, BATCH, 12)
         for step in range(12):
             if step in (4, 8):  # the same owners throughout; only the copies change
                 trainer.flush()
                 placement = _copies(2, 60 if step == 4 else 0, step)
                 trainer.replace_replicas(placement.replicas)
                 trainer.set_placement(placement)
-            assert trainer.step(_share(source, comm)) is not None
+            assert trainer.step(_share(step, comm, 12)) is not None
         trainer.finish_step()
         totals = trainer.totals
         return {"state": trainer.state(), "counts": totals.counts,
