@@ -8,6 +8,12 @@ STAMP  := $(VENV)/.installed
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+# Some images set PYTHONDONTWRITEBYTECODE: then every one of the suite's Python processes
+# compiles the project again, and pytest rewrites every test module's asserts again (4 s of
+# the collection's 9 here). The caches go to __pycache__ (ignored by git).
+unexport PYTHONDONTWRITEBYTECODE
+# pytest-xdist workers: the machine's cores, at most 4 (each may start ranks and a broker).
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: setup tools demo test test-fast test-gpu bench clean help
 
@@ -51,14 +57,17 @@ tools:
 		sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
 	else echo "note: install Debian's $(APT_PACKAGES) (apt-get install $(APT_PACKAGES)): the metrics tests need a real Prometheus, the report tests chromium"; fi
 
+# The tests marked serial race the clock: they run alone once the others are done (exit code 5,
+# none selected, is fine when PYTEST_ARGS picks a part of the suite).
 test: $(STAMP) tools
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not serial" $(PYTEST_ARGS)
+	$(PY) -m pytest -m serial $(PYTEST_ARGS); rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]
 
 # No broker, no spawned ranks, nothing slow: the multi-rank protocols run on ranks that are
 # threads of the test process (trainer.dist.ThreadComm). The Debian tools too: promtool checks
 # the Prometheus configuration among the fast tests.
 test-fast: $(STAMP) tools
-	$(PY) -m pytest -q -m "not broker and not distributed and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not broker and not distributed and not slow" $(PYTEST_ARGS)
 
 # The tests marked cuda (skipped by `make test` where there is no GPU), then one rank's training
 # speed on the GPU against the CPU: bench/gpu_check.sh.

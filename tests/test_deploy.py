@@ -23,6 +23,7 @@ def _tool(name: str) -> str:
     return path
 
 
+@pytest.mark.slow
 def test_compose_file_is_valid():
     r = subprocess.run(
         [_tool("docker-compose"), "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
@@ -31,6 +32,7 @@ def test_compose_file_is_valid():
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_compose_services_point_at_real_commands():
     # Every hetgmp command in the compose file parses with our own CLI (flags included).
     r = subprocess.run(

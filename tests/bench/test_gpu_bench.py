@@ -10,6 +10,7 @@ from bench.gpu import PATHS, main
 from trainer.dist import PHASES
 
 
+@pytest.mark.slow
 def test_bench_gives_one_row_per_path_and_batch(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--device", "cpu", "--batches", "128,256", "--steps", "2", "--warmup", "1"])
     assert code == 0

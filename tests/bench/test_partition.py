@@ -14,6 +14,7 @@ pytest.importorskip("streaming.synthetic")
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 
 
+@pytest.mark.slow
 def test_bench_prints_one_json_row_per_worker_count_and_strategy(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--workers", "2,3", "--window", "6000", "--period-records", "3000",
@@ -40,6 +41,7 @@ def test_bench_prints_one_json_row_per_worker_count_and_strategy(
         assert rows[(n, "hash")]["imbalance"] < 1.01  # arrival-order split
 
 
+@pytest.mark.slow
 def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--workers", "2", "--window", "6000", "--period-records", "3000",
                  "--periods", "2", "--global-batch", "512", "--oracle"])
@@ -54,6 +56,7 @@ def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture
     assert ceiling["remote_rows_per_sample"] < hash_rate
 
 
+@pytest.mark.slow
 def test_offline_protocol_scores_one_partition_on_its_own_records(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--offline", "--workers", "2", "--records", "6000", "--global-batch", "512",
@@ -97,6 +100,7 @@ def test_offline_refuses_the_flags_it_would_ignore() -> None:
             main(["--offline", "--records", "100", *extra])
 
 
+@pytest.mark.slow
 def test_offline_oracle_scores_the_communities_once_per_budget(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--offline", "--oracle", "--workers", "2", "--records", "6000",

@@ -9,6 +9,7 @@ import pytest
 from bench.waits import main
 
 
+@pytest.mark.slow
 def test_counts_waits_by_ranks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--workers", "1,2", "--batch", "64", "--steps", "2"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -44,7 +44,8 @@ def test_samples_sharing_a_remote_row_gather_where_it_is_fetched_once() -> None:
     assert np.bincount(capped, minlength=2).max() <= 2
 
 
-@pytest.mark.parametrize("workers", [2, 4, 8])
+@pytest.mark.parametrize("workers", [2, pytest.param(4, marks=pytest.mark.slow),
+                                     pytest.param(8, marks=pytest.mark.slow)])
 def test_never_more_rows_than_route_and_within_the_cap_on_the_synthetic_stream(workers) -> None:
     stream = SyntheticStream(SyntheticConfig(seed=4))
     ids = stream.feature_ids(0, 40_000)

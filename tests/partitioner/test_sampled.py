@@ -128,6 +128,7 @@ def test_an_incremental_pass_never_raises_remote_rows_on_its_own_window(
     assert after <= before
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_peak_memory_of_a_full_partition_is_bounded() -> None:
     # 60k x 26 of the synthetic stream (12 MB of ids), METIS capped at 300k edges: the process's

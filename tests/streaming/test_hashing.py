@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from streaming.hashing import feature_id, field_seeds, hash_spans
 
@@ -45,6 +46,7 @@ def test_padding_bytes_after_a_span_do_not_change_its_id():
     assert a[0] == b[0] == feature_id("C1", b"abc")
 
 
+@pytest.mark.slow
 def test_ids_are_stable_across_processes():
     # A fresh interpreter with a different hash seed must compute the same ids.
     code = (

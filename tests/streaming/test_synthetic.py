@@ -78,6 +78,7 @@ def test_drift_changes_a_fifth_of_the_segments_hot_sets(stream):
     assert overlap(before, after) < overlap(after, later_same_epoch) - 0.02
 
 
+@pytest.mark.slow
 def test_labels_follow_the_ground_truth_and_the_ceiling_is_reported(stream):
     block = stream.take(0, N)
     ceiling = stream.ceiling_auc(0, N)

@@ -34,6 +34,7 @@ def test_tracked_ids_are_capped_keeping_the_most_used():
     assert ids.tolist() == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_over_a_stream_ten_times_longer_than_w():
     cfg = WindowConfig(capacity=5_000, max_ids=20_000, half_life=2_000, merge_every=2_048)
     w = AccessWindow(26, cfg)

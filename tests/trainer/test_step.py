@@ -56,7 +56,8 @@ CUDA = [pytest.mark.cuda,
         pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 
-@pytest.mark.parametrize("admit_after", [0, 2], ids=["all admitted", "admission"])
+@pytest.mark.parametrize("admit_after", [0, pytest.param(2, marks=pytest.mark.slow)],
+                         ids=["all admitted", "admission"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 def test_a_step_waits_once(device: str, admit_after: int) -> None:
     trainer = _trainer(replace(EXACT["store"], admit_after=admit_after), device)
@@ -76,7 +77,7 @@ def test_a_step_waits_once(device: str, admit_after: int) -> None:
 
 
 @pytest.mark.parametrize("store", [
-    StoreConfig(optimizer="adagrad", lr=0.05, admit_after=3),
+    pytest.param(StoreConfig(optimizer="adagrad", lr=0.05, admit_after=3), marks=pytest.mark.slow),
     StoreConfig(optimizer="sgd", lr=0.1, admit_after=2, evict_after=3, max_rows=2_000),
 ], ids=["admission", "admission, eviction, cap"])
 def test_cudas_branch_trains_what_the_cpus_shortcuts_train(store: StoreConfig) -> None:

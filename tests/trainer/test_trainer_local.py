@@ -124,6 +124,7 @@ def test_a_copy_of_a_row_about_to_move_here_stops_the_chunk() -> None:
         move_chunk(trainer.comm, trainer.store, trainer.replicas, np.array([5, 9]), to_me, to_me, 0)
 
 
+@pytest.mark.slow
 def test_bf16_autocast_trains_in_float32_with_bf16_matmuls() -> None:
     # --autocast bf16: the model's forward runs under bf16 autocast (its logits differ from
     # float32's by bf16 rounding, not more), the loss falls as in float32, and parameters and

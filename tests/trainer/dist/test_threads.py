@@ -104,7 +104,7 @@ def reference() -> dict[str, object]:
             for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD))}
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_s0_on_threads_equals_one_process(world: int, reference, max_diff) -> None:
     graph = _graph(world)
     assert graph.replica_counts().min() > 0
@@ -145,6 +145,7 @@ def test_live_migrations_on_threads_keep_s0_training_exact(reference, max_diff) 
     assert ranks[0].observed["owner_checks"] >= 3  # invariant 1 checked after every chunk
 
 
+@pytest.mark.slow  # the bound on gloo ranks: tests/trainer/test_distributed.py
 def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
     # The exchange keeps the copies' flags and lags as tensors: the bound holds, recounted from
     # what the owners applied.

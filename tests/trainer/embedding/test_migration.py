@@ -10,7 +10,7 @@ from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.embedding import Migration
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_each_step_of_a_migration_routes_like_a_placement_built_from_scratch(workers) -> None:
     stream = SyntheticStream(SyntheticConfig(seed=5))
     ids = stream.feature_ids(0, 12_000)

@@ -49,8 +49,18 @@ def _queued_lookup(dev: EmbeddingStore, ids: np.ndarray, step: int, with_state: 
     return got.values, got.state
 
 
-@pytest.mark.parametrize("queued", [False, True], ids=["lookup", "lookup_padded"])
-@pytest.mark.parametrize("name", list(CONFIGS))
+def _cases() -> list[object]:
+    """Every config by lookup; by lookup_padded, the one that does everything in the fast lane
+    and the others marked slow."""
+    out: list[object] = []
+    for name in CONFIGS:
+        out.append(pytest.param(name, False, id=f"{name}-lookup"))
+        marks = () if name == "all, sgd" else (pytest.mark.slow,)
+        out.append(pytest.param(name, True, marks=marks, id=f"{name}-lookup_padded"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "queued"), _cases())
 def test_a_long_random_stream_gives_the_references_rows_and_decisions(name: str, queued: bool,
                                                                       device: str) -> None:
     config = CONFIGS[name]
@@ -178,7 +188,8 @@ def test_on_cuda_apply_never_waits_and_a_lookup_of_held_ids_waits_once() -> None
     assert syncs(lambda: dev.lookup(ids, 1)) == 1
 
 
-@pytest.mark.parametrize("name", ["eviction", "all, sgd", "candidate cap"])
+@pytest.mark.parametrize("name", [pytest.param("eviction", marks=pytest.mark.slow), "all, sgd",
+                                  pytest.param("candidate cap", marks=pytest.mark.slow)])
 def test_maintain_waits_once(name: str) -> None:
     # Every eviction decision is queued; one readback of the counts sizes the compactions.
     from trainer.step import SyncCounter

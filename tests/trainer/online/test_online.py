@@ -277,6 +277,7 @@ STREAM = 100_000
 
 @pytest.mark.broker
 @pytest.mark.slow
+@pytest.mark.serial  # the partitioner must keep pace with training: no neighbour on the cores
 def test_placement_follows_a_drifting_stream(online_run) -> None:
     from bench.online import job_series
 

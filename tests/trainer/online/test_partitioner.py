@@ -11,6 +11,7 @@ from streaming.synthetic import SyntheticConfig, SyntheticStream
 from trainer.online.partition_process import PartitionerProcess
 
 
+@pytest.mark.slow
 def test_a_placement_nobody_waits_for_any_more_ends_the_process_quietly(
         capfd: pytest.CaptureFixture[str]) -> None:
     ids = SyntheticStream(SyntheticConfig(seed=1)).feature_ids(0, 30_000)

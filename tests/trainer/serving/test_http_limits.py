@@ -88,6 +88,7 @@ def _closed_within(conns: list[socket.socket], seconds: float) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.slow  # waits out a timeout
 def test_half_sent_request_heads_are_closed_after_the_header_timeout(server: _Server) -> None:
     stalled = [server.connect() for _ in range(50)]
     for i, c in enumerate(stalled):
@@ -98,6 +99,7 @@ def test_half_sent_request_heads_are_closed_after_the_header_timeout(server: _Se
     assert _closed_within([idle], 5.0) < 5.0
 
 
+@pytest.mark.slow  # waits out a timeout
 def test_a_body_that_does_not_arrive_gets_408_and_the_connection_closes(server: _Server) -> None:
     c = server.connect()
     c.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
