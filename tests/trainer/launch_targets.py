@@ -198,9 +198,9 @@ def block_is_mapped(comm: Comm, nbytes: int) -> bool:
     return bool(mapped)
 
 
-def hold(comm: Comm, seconds: float) -> int:
+def hold(comm: Comm, arg: tuple[float, str | None]) -> int:
     """Join the group, exchange a little, and stay up ``seconds`` (for a look from outside:
-    each rank leaves its pid in ``rank<R>.pid`` of the working directory)."""
+    given a directory, each rank leaves its pid there in ``rank<R>.pid``)."""
     import os
     import time
 
@@ -209,9 +209,12 @@ def hold(comm: Comm, seconds: float) -> int:
     t = torch.ones(4)
     comm.all_reduce_sum(t)
     comm.barrier()
-    with open(f"rank{comm.rank}.pid.tmp", "w") as f:
-        f.write(str(os.getpid()))
-    os.replace(f"rank{comm.rank}.pid.tmp", f"rank{comm.rank}.pid")
+    seconds, where = arg
+    if where is not None:
+        path = os.path.join(where, f"rank{comm.rank}.pid")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
     time.sleep(seconds)
     comm.barrier()
     return os.getpid()

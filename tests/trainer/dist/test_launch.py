@@ -208,7 +208,7 @@ def test_a_job_on_one_machine_listens_on_loopback_only(targets) -> None:
 
     out: list = []
     runner = threading.Thread(target=lambda: out.append(launch(
-        targets.hold, 4.0, LaunchConfig(device="cpu", workers=2, timeout_s=60))))
+        targets.hold, (4.0, None), LaunchConfig(device="cpu", workers=2, timeout_s=60))))
     runner.start()
     seen: set[tuple[str, int]] = set()
     deadline = time.monotonic() + 30
@@ -238,8 +238,8 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
         "import launch_targets\n"
         "from trainer.dist.launcher import launch, stop_event\n"
         "from trainer.dist import LaunchConfig\n"
-        "launch(launch_targets.hold, 600.0, LaunchConfig(device='cpu', workers=2, timeout_s=1),"
-        " stop_event())\n")
+        f"launch(launch_targets.hold, (600.0, {str(tmp_path)!r}),"
+        " LaunchConfig(device='cpu', workers=2, timeout_s=1), stop_event())\n")
     env = {**os.environ, "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     launcher = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path)
     ranks: list[int] = []
