@@ -53,12 +53,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the broker (directly or through ``kafka``) ``broker``, so that
-    ``-m "not broker"`` leaves out all of them, marked by hand or not."""
+    ``-m "not broker"`` leaves out all of them, marked by hand or not.
+
+    Then put the modules that hold a slow test first, then those with a broker or distributed
+    one, each module's tests together and in their order: xdist's ``loadfile`` hands modules
+    out in this order, and a minute-long test handed out last keeps one worker busy while the
+    others have nothing left.
+    """
     for item in items:
         # ``kafka`` asks for ``broker`` only at run time (not with --bootstrap-servers), so it
         # is not in the fixture closure: name both.
         if {"broker", "kafka"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
+    tier: dict[Path, int] = {}
+    for item in items:
+        weight = 0 if item.get_closest_marker("slow") else 1 if any(
+            item.get_closest_marker(m) for m in ("broker", "distributed")) else 2
+        tier[item.path] = min(weight, tier.get(item.path, 2))
+    items.sort(key=lambda item: tier[item.path])
 
 
 @pytest.fixture(scope="session")

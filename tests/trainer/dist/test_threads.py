@@ -110,9 +110,13 @@ def test_s0_on_threads_equals_one_process(world: int, reference, max_diff) -> No
     assert graph.replica_counts().min() > 0
     jobs = [Job(SOURCE, **EXACT, placement=Placement.hash(world), observers=STATE),
             Job(SOURCE, **EXACT, placement=graph, observers=STATE),
-            Job(SOURCE, **DCN_SGD, placement=graph, observers=STATE)]
+            Job(SOURCE, **DCN_SGD, placement=graph, observers=STATE),
+            # Batch-aware routing moves samples between ranks: what is computed must not change.
+            Job(SOURCE, EXACT["model"], EXACT["store"],
+                replace(EXACT["train"], route_rounds=3, route_epsilon=0.25), placement=graph,
+                observers=STATE)]
     per_rank = run_threads(run_jobs, jobs, world)
-    for job, model in enumerate(["deepfm", "deepfm", "dcn"]):
+    for job, model in enumerate(["deepfm", "deepfm", "dcn", "deepfm"]):
         ranks = [r[job] for r in per_rank]
         dense, emb = max_diff(reference[model], ranks)
         assert dense <= 1e-6 and emb <= 1e-6, (job, dense, emb)
