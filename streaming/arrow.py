@@ -29,7 +29,14 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
+from streaming.types import (
+    ClickBatch,
+    Reject,
+    RejectReason,
+    Schema,
+    dense_features,
+    refuse_multi_valued,
+)
 
 __all__ = ["ArrowDecoder", "encode_arrow", "ipc_message"]
 
@@ -94,7 +101,8 @@ class ArrowDecoder:
     def __init__(self, schema: Schema, max_record_bytes: int) -> None:
         self.schema = schema
         self.max_record_bytes = max_record_bytes
-        self._seeds = field_seeds(schema.sparse)
+        refuse_multi_valued(schema)
+        self._seeds = field_seeds(schema.tables)
 
     def decode(
         self,
@@ -212,7 +220,7 @@ class ArrowDecoder:
             labels, dense_t, ids_t, msg = labels[keep], dense_t[:, keep], ids_t[:, keep], msg[keep]
         return ClickBatch(
             labels=labels.astype(np.float32),
-            dense=dense_features(dense_t.T),
+            dense=dense_features(dense_t.T, self.schema.log1p),
             ids=np.ascontiguousarray(ids_t.T),
             partitions=meta[0][msg].astype(np.int32),
             offsets=meta[1][msg],

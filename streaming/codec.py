@@ -22,7 +22,14 @@ from typing import Literal, Sequence
 import numpy as np
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
+from streaming.types import (
+    ClickBatch,
+    Reject,
+    RejectReason,
+    Schema,
+    dense_features,
+    refuse_multi_valued,
+)
 
 __all__ = ["FORMATS", "Decoder", "Decoded", "DecodeConfig"]
 
@@ -77,7 +84,9 @@ class Decoder:
         if self.config.format not in FORMATS:
             raise ValueError(f"unknown record format {self.config.format!r} "
                              f"({', '.join(FORMATS)})")
-        self._seeds = field_seeds(self.schema.sparse)
+        refuse_multi_valued(self.schema)
+        self._seeds = field_seeds(self.schema.tables)
+        self._log1p = self.schema.log1p
         self._arrow = None
         if self.config.format == "arrow":
             from streaming.arrow import ArrowDecoder  # pyarrow is heavy: loaded when used
@@ -202,7 +211,7 @@ class Decoder:
         meta: list[np.ndarray],
     ) -> ClickBatch:
         msg = lines.message[rows]
-        dense = dense_features(dense_int)
+        dense = dense_features(dense_int, self._log1p)
         return ClickBatch(
             labels=labels.astype(np.float32),
             dense=dense,

@@ -191,7 +191,7 @@ class SyntheticStream:
         self._cdf_start = np.concatenate([[0], np.cumsum([cdf.size for cdf in self._cdf])[:-1]])
         self._segment_cdf = _zipf_cdf(c.segments, c.segment_zipf)
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._seeds = field_seeds(self.schema.sparse)
+        self._seeds = field_seeds(self.schema.tables)
         salt_rng = np.random.default_rng([c.seed, 0x5A17])
         self._field_salt = salt_rng.integers(0, 2**63, size=c.n_sparse, dtype=np.uint64)
         self._dense_mu = salt_rng.uniform(0.0, 4.0, size=c.n_dense)
