@@ -51,14 +51,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                                 f"pyproject.toml?): {', '.join(missing)}")
 
 
+# The modules that take a minute or more (measured: chaos 73-85 s, torchrun 52-76 s, the demo
+# 48-53 s, the 2-rank gloo launch 40 s, the serve benchmark 37-46 s, test_online 47-70 s).
+_LONGEST = {"test_chaos.py", "test_torchrun.py", "test_demo.py", "test_distributed.py",
+            "test_serve_bench.py", "test_online.py"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the broker (directly or through ``kafka``) ``broker``, so that
     ``-m "not broker"`` leaves out all of them, marked by hand or not.
 
-    Then put the modules that hold a slow test first, then those with a broker or distributed
-    one, each module's tests together and in their order: xdist's ``loadfile`` hands modules
-    out in this order, and a minute-long test handed out last keeps one worker busy while the
-    others have nothing left.
+    Then put the longest modules first, then those that hold a slow test, then those with a
+    broker or distributed one, each module's tests together and in their order: xdist's
+    ``loadfile`` hands modules out in this order, and a minute-long test handed out last keeps
+    one worker busy while the others have nothing left.
     """
     for item in items:
         # ``kafka`` asks for ``broker`` only at run time (not with --bootstrap-servers), so it
@@ -67,9 +73,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.broker)
     tier: dict[Path, int] = {}
     for item in items:
-        weight = 0 if item.get_closest_marker("slow") else 1 if any(
-            item.get_closest_marker(m) for m in ("broker", "distributed")) else 2
-        tier[item.path] = min(weight, tier.get(item.path, 2))
+        weight = 0 if item.path.name in _LONGEST else 1 if item.get_closest_marker("slow") \
+            else 2 if any(item.get_closest_marker(m) for m in ("broker", "distributed")) else 3
+        tier[item.path] = min(weight, tier.get(item.path, 3))
     items.sort(key=lambda item: tier[item.path])
 
 
