@@ -5,8 +5,9 @@ A message carries a block of records column by column, so decoding is a handful 
 operations per message, whatever its number of records, and no text is parsed:
 
 * ``label``: any integer, boolean or floating column, every value 0 or 1;
-* each dense field: an integer column of the raw counts (null or negative = missing, as an empty
-  TSV field), transformed to ``log(1 + max(x, 0))`` exactly as the TSV decoder does;
+* each dense field: an integer or float column (null = missing, as an empty TSV field; NaN or
+  an infinity dead-letters the record), through the field's transform exactly as the TSV
+  decoder does (``log(1 + max(x, 0))`` by default);
 * each sparse field either a string or binary column of the raw values, hashed as the TSV decoder
   hashes them (so a record decodes to the same ids in either format; null = empty), or an integer
   column of feature ids already hashed (non-negative; taken as they are, without a copy until the
@@ -163,9 +164,9 @@ class ArrowDecoder:
             raise _Unusable(RejectReason.ARROW_SCHEMA, f"column {s.label!r} is {t}, expected an "
                             "integer, boolean or float label")
         for name in s.dense:
-            if not pat.is_integer(t := typed(name)):
+            if not (pat.is_integer(t := typed(name)) or pat.is_floating(t)):
                 raise _Unusable(RejectReason.ARROW_SCHEMA,
-                                f"dense column {name!r} is {t}, expected an integer")
+                                f"dense column {name!r} is {t}, expected integers or floats")
         kinds = []
         for name in s.sparse:
             t = typed(name)
@@ -197,7 +198,7 @@ class ArrowDecoder:
         labels = column(s.label, 2)  # a null label is no label: rejected with the bad ones
         good = (labels == 0) | (labels == 1)
         # Column-major first (each field a contiguous write), one transpose into [B, F] after.
-        dense_t = np.empty((len(s.dense), n), np.int64)
+        dense_t = np.empty((len(s.dense), n), np.float64)
         for j, name in enumerate(s.dense):
             dense_t[j] = column(name, 0)
         ids_t = np.empty((len(s.sparse), n), np.int64)
@@ -206,12 +207,15 @@ class ArrowDecoder:
                 ids_t[j] = column(name, -1)
             else:
                 ids_t[j] = np.concatenate([self._hash(c, j) for c in table.column(name).chunks])
-        bad_id = good & (ids_t < 0).any(axis=0)
-        keep = good & ~bad_id
+        bad_dense = good & ~np.isfinite(dense_t).all(axis=0)
+        bad_id = good & ~bad_dense & (ids_t < 0).any(axis=0)
+        keep = good & ~bad_dense & ~bad_id
         if not keep.all():
             first_row = np.concatenate([[0], np.cumsum(rows_of)[:-1]])
-            for reason, rows, detail in ((RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
-                                         (RejectReason.BAD_ID, bad_id, "ids must be non-negative")):
+            for reason, rows, detail in (
+                    (RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
+                    (RejectReason.BAD_DENSE, bad_dense, "dense values must be finite numbers"),
+                    (RejectReason.BAD_ID, bad_id, "ids must be non-negative")):
                 for r in np.flatnonzero(rows):
                     k = int(np.searchsorted(first_row, r, side="right") - 1)
                     m = msg[r]

@@ -16,6 +16,7 @@ a message with no record at all is rejected as ``empty_message``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
@@ -38,6 +39,8 @@ FORMATS = ("tsv", "json", "arrow")
 _NL, _CR, _TAB, _MINUS, _ZERO = 10, 13, 9, 45, 48
 # An int64 holds any 18-digit decimal; longer dense values are rejected rather than wrapped.
 _MAX_DIGITS = 18
+# Longer dense values than this are rejected before a float parse looks at them.
+_MAX_NUMBER_BYTES = 40
 _SLACK = 8
 
 
@@ -206,12 +209,12 @@ class Decoder:
         lines: _Lines,
         rows: np.ndarray,
         labels: np.ndarray,
-        dense_int: np.ndarray,
+        dense_raw: np.ndarray,
         ids: np.ndarray,
         meta: list[np.ndarray],
     ) -> ClickBatch:
         msg = lines.message[rows]
-        dense = dense_features(dense_int, self._log1p)
+        dense = dense_features(dense_raw, self._log1p)
         return ClickBatch(
             labels=labels.astype(np.float32),
             dense=dense,
@@ -263,21 +266,23 @@ class Decoder:
         label_len = f_ends[:, 0] - f_starts[:, 0]
         label_byte = buf[f_starts[:, 0]]
         label_ok = (label_len == 1) & ((label_byte == _ZERO) | (label_byte == _ZERO + 1))
-        dense_int, dense_ok = _parse_ints(buf, f_starts[:, 1 : 1 + n_dense], f_ends[:, 1 : 1 + n_dense])
+        dense_raw, dense_ok = _parse_numbers(buf, f_starts[:, 1 : 1 + n_dense],
+                                             f_ends[:, 1 : 1 + n_dense])
         self._reject_rows(
             lines, rows[~label_ok], RejectReason.BAD_LABEL, meta, rejects, "label must be 0 or 1"
         )
         bad_dense = label_ok & ~dense_ok
         self._reject_rows(
-            lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects, "dense values must be integers"
+            lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects,
+            "dense values must be finite numbers"
         )
         good = label_ok & dense_ok
         if not good.all():
             rows, f_starts, f_ends = rows[good], f_starts[good], f_ends[good]
-            dense_int, label_byte = dense_int[good], label_byte[good]
+            dense_raw, label_byte = dense_raw[good], label_byte[good]
         ids = hash_spans(buf, f_starts[:, 1 + n_dense :], f_ends[:, 1 + n_dense :], self._seeds, slack=True)
         labels = (label_byte - _ZERO).astype(np.float32)
-        return self._assemble(lines, rows, labels, dense_int, ids, meta)
+        return self._assemble(lines, rows, labels, dense_raw, ids, meta)
 
     # -- JSON lines ------------------------------------------------------------------------------
 
@@ -289,7 +294,7 @@ class Decoder:
         schema = self.schema
         n = lines.starts.size
         labels = np.zeros(n, np.float32)
-        dense = np.zeros((n, len(schema.dense)), np.int64)
+        dense = np.zeros((n, len(schema.dense)), np.float64)
         values: list[bytes] = []
         ok = np.ones(n, dtype=bool)
         for r in range(n):
@@ -301,7 +306,7 @@ class Decoder:
                 label = obj.get(schema.label)
                 if label not in (0, 1) or isinstance(label, float) and label not in (0.0, 1.0):
                     raise ValueError(f"label must be 0 or 1, got {label!r}")
-                row_dense = [_json_int(obj.get(name)) for name in schema.dense]
+                row_dense = [_json_number(obj.get(name)) for name in schema.dense]
                 row_values = [_json_str(obj.get(name)) for name in schema.sparse]
             except (ValueError, TypeError, RecursionError) as exc:
                 # RecursionError: nesting deeper than the json module parses ('[' * 30000).
@@ -325,14 +330,20 @@ class Decoder:
         return self._assemble(lines, rows, labels[rows], dense[rows], ids, meta)
 
 
-def _json_int(v: object) -> int:
+def _json_number(v: object) -> float:
+    """A dense value of a JSON record: a number, or a string of one; missing is 0."""
     if v is None or v == "":
-        return 0
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise ValueError(f"dense value must be an integer, got {v!r}")
-    value = int(v)
-    if abs(value) >= 10**_MAX_DIGITS:  # the TSV path's limit; int64 holds it
-        raise ValueError(f"dense value has more than {_MAX_DIGITS} digits: {str(v)[:40]}")
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(f"dense value must be a number, got {v!r}")
+    if isinstance(v, str) and len(v) > _MAX_NUMBER_BYTES:
+        raise ValueError(f"dense value longer than {_MAX_NUMBER_BYTES} characters: {v[:40]}")
+    try:
+        value = float(v)
+    except OverflowError:  # an integer past a float's range
+        raise ValueError(f"dense value out of range: {str(v)[:40]}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"dense value must be finite, got {v!r}")
     return value
 
 
@@ -344,8 +355,59 @@ def _json_str(v: object) -> bytes:
     return str(v).encode("utf-8")
 
 
+def _parse_numbers(buf: np.ndarray, starts: np.ndarray,
+                   ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parse the dense values of ``[rows, D]`` byte spans; returns float64 ``(values, row_ok)``.
+
+    Integers (Criteo's counts) take :func:`_parse_ints`; only the spans it refuses are parsed
+    again as decimal floats (``2.5``, ``-1e-3``), so a log of integers costs what it did.
+    Empty spans are 0; NaN, infinities and anything else make the row's values bad.
+    """
+    ints, ok = _parse_ints(buf, starts, ends)
+    values = ints.astype(np.float64)
+    retry = ~ok
+    if retry.any():
+        floats, float_ok = _parse_floats(buf, starts[retry], ends[retry])
+        values[retry] = floats
+        ok[retry] = float_ok
+    return values, np.asarray(ok.all(axis=1))
+
+
+def _parse_floats(buf: np.ndarray, starts: np.ndarray,
+                  ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decimal floats in 1-D byte spans; returns ``(values, ok)``. One gather of every span
+    into a fixed-width byte string, then numpy's own parse of the lot (span by span only when
+    the lot holds a bad one)."""
+    lengths = ends - starts
+    ok = (lengths > 0) & (lengths <= _MAX_NUMBER_BYTES)
+    values = np.zeros(starts.shape, np.float64)
+    if not ok.any():
+        return values, ok
+    width = int(lengths[ok].max())
+    cols = np.arange(width)
+    index = np.minimum(starts[:, None] + cols, buf.size - 1)
+    chars = np.where(cols < lengths[:, None], buf[index], 0).astype(np.uint8)
+    text = np.ascontiguousarray(chars).view(f"S{width}").ravel()
+    try:
+        parsed = text[ok].astype(np.float64)
+    except ValueError:
+        parsed = np.array([_float_or_nan(t) for t in text[ok]], np.float64)
+    values[ok] = parsed
+    ok[ok] = np.isfinite(parsed)
+    values[~ok] = 0.0
+    return values, ok
+
+
+def _float_or_nan(text: bytes) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def _parse_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parse decimal integers in byte spans; returns ``(values, row_ok)``. Empty spans are 0.
+    """Parse decimal integers in byte spans; returns ``(values, ok)``, both of the spans' shape.
+    Empty spans are 0.
 
     Values of up to 8 digits (nearly all of them in click logs) are parsed eight bytes at a time:
     one unaligned 64-bit gather per span, then SWAR arithmetic (pairs, quads, octets of digits).
@@ -392,7 +454,7 @@ def _parse_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
         flat[longer], flat_ok[longer] = _parse_long(buf, pos.ravel()[longer], digits.ravel()[longer])
         value, ok = flat.reshape(value.shape), flat_ok.reshape(ok.shape)
     value = np.where(neg, -value, value)
-    return value, ok.all(axis=1)
+    return value, ok
 
 
 def _parse_long(buf: np.ndarray, pos: np.ndarray, digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ Criteo TSV text (:func:`streaming.producer.file_chunks`).
 Each field of the schema (``--schema``) is read from the column of its own name, or from the one
 ``--column-map FIELD=COLUMN,...`` names. Before anything is sent, every path is opened and every
 column checked: a missing column, or one whose type the consumer could not read (a dense field
-that is not an integer count, a label that is not a number), stops with an error that names the
+that is not numbers, a label that is not a number), stops with an error that names the
 field, the column, the file and the columns it has.
 
 Values are sent as they are in the file, for the consumer to hash: an integer categorical column
@@ -137,11 +137,11 @@ class TableSource:
         for f in self.fields:
             t = have.field(f.column).type
             ok = {"label": pat.is_integer(t) or pat.is_boolean(t) or pat.is_floating(t),
-                  "dense": pat.is_integer(t),
+                  "dense": pat.is_integer(t) or pat.is_floating(t),
                   "sparse": pat.is_integer(t) or pat.is_string(t) or pat.is_large_string(t)
                   or pat.is_binary(t) or pat.is_large_binary(t)}[f.kind]
             if not ok:
-                want = {"label": "a number or boolean (0/1)", "dense": "integer counts",
+                want = {"label": "a number or boolean (0/1)", "dense": "numbers",
                         "sparse": "integer or string values"}[f.kind]
                 raise ColumnError(f"column {f.column!r} (the schema's {f.kind} field {f.name!r}) "
                                   f"in {where} is {t}; the consumer reads {want}")

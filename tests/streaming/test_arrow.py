@@ -86,7 +86,7 @@ def test_bad_messages_are_rejected_whole_and_bad_records_alone() -> None:
         good[: len(good) // 2],  # truncated
         b"\x00garbage that is no Arrow stream",
         _ipc(table.drop_columns(["C7"])),  # a column missing
-        _ipc(table.set_column(1, "I1", pa.array(np.arange(8, dtype=np.float64)))),  # wrong type
+        _ipc(table.set_column(1, "I1", pa.array([str(i) for i in range(8)]))),  # wrong type
         _ipc(bad_rows),
         good,
     ]
@@ -95,7 +95,7 @@ def test_bad_messages_are_rejected_whole_and_bad_records_alone() -> None:
     assert sorted(reasons) == sorted([("bad_arrow", 1), ("bad_arrow", 2), ("arrow_schema", 3),
                                       ("arrow_schema", 4), ("bad_label", 5), ("bad_id", 5)])
     details = {r.offset: r.detail for r in out.rejects if r.reason.value == "arrow_schema"}
-    assert "'C7'" in details[3] and "'I1'" in details[4] and "double" in details[4]
+    assert "'C7'" in details[3] and "'I1'" in details[4] and "string" in details[4]
     # The two good messages and the six good records of the message with two bad ones.
     assert len(out.batch) == 8 + 6 + 8
     assert sorted(set(out.batch.offsets.tolist())) == [0, 5, 6]

@@ -51,7 +51,8 @@ def test_negative_and_long_dense_values():
         (b"1\t2\t3", RejectReason.WRONG_FIELD_COUNT),
         (tsv() + b"\textra", RejectReason.WRONG_FIELD_COUNT),
         (tsv(dense=["x1", *["1"] * 12]), RejectReason.BAD_DENSE),
-        (tsv(dense=["1.5", *["1"] * 12]), RejectReason.BAD_DENSE),
+        (tsv(dense=["1.5.2", *["1"] * 12]), RejectReason.BAD_DENSE),
+        (tsv(dense=["nan", *["1"] * 12]), RejectReason.BAD_DENSE),
         (tsv(dense=["-", *["1"] * 12]), RejectReason.BAD_DENSE),
         (tsv(dense=["1234567890x", *["1"] * 12]), RejectReason.BAD_DENSE),
         (tsv(label="2"), RejectReason.BAD_LABEL),
@@ -139,15 +140,18 @@ def test_json_rejects_non_objects_and_bad_labels():
     assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 3
 
 
-def test_json_dense_values_past_int64_are_rejected_not_raised():
+def test_json_dense_values_past_a_float_are_rejected_not_raised():
     """A dense value numpy cannot hold must dead-letter its record: raising would fail the batch
-    after the consumer moved past it, and again after every restart."""
+    after the consumer moved past it, and again after every restart. Past int64 is a float now;
+    past a float (an integer of 400 digits, 1e999) is rejected."""
     schema = Schema.parse("label=y;dense=a;sparse=u")
+    huge = b"9" * 400
     d = Decoder(schema, DecodeConfig("json")).decode(
-        [b'{"y":1,"a":99999999999999999999,"u":"x"}', b'{"y":1,"a":"-99999999999999999999",'
-         b'"u":"x"}', b'{"y":1,"a":999999999999999999,"u":"x"}']
+        [b'{"y":1,"a":' + huge + b',"u":"x"}', b'{"y":1,"a":1e999,"u":"x"}',
+         b'{"y":1,"a":"-' + huge + b'","u":"x"}', b'{"y":1,"a":99999999999999999999,"u":"x"}']
     )
-    assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 2
+    assert len(d.batch) == 1 and reasons(d) == ["bad_json"] * 3
+    assert d.batch.dense[0, 0] == pytest.approx(np.log1p(1e20))
 
 
 def test_json_nested_past_what_the_parser_takes_is_rejected_not_raised():

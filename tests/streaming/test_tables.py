@@ -90,9 +90,9 @@ def test_a_missing_column_is_named_with_the_way_to_map_it(tmp_path):
 
 def test_columns_the_consumer_cannot_read_are_refused(tmp_path):
     path = tmp_path / "log.parquet"
-    pq.write_table(table().set_column(1, "age", pa.array(np.full(N, 1.5))), path)
+    pq.write_table(table().set_column(1, "age", pa.array(["1.5"] * N)), path)
     schema = Schema.parse(SCHEMA)
-    with pytest.raises(ColumnError, match="'age'.*double.*integer counts"):
+    with pytest.raises(ColumnError, match="'age'.*string.*numbers"):
         TableSource([str(path)], schema, parse_column_map(MAPPING, schema))
     with pytest.raises(ValueError, match="'nope' is not a field"):
         parse_column_map("nope=x", schema)
