@@ -414,9 +414,8 @@ def _parse_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
     ``buf`` must have 8 readable bytes after the last span. Longer values take a digit-column
     loop over just those spans. No loop runs over records or fields.
     """
-    rows = starts.shape[0]
     if starts.size == 0:
-        return np.zeros(starts.shape, np.int64), np.ones(rows, dtype=bool)
+        return np.zeros(starts.shape, np.int64), np.ones(starts.shape, dtype=bool)
     lengths = ends - starts
     neg = (lengths > 0) & (buf[starts] == _MINUS)
     pos = starts + neg

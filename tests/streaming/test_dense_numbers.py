@@ -91,3 +91,13 @@ def test_a_parquet_file_of_floats_replays_to_the_same_features_as_tsv_and_as_arr
     np.testing.assert_allclose(tsv.batch.dense, expected, rtol=1e-6)
     assert np.array_equal(tsv.batch.dense, arrow.batch.dense)
     assert np.array_equal(tsv.batch.ids, arrow.batch.ids)
+
+
+@pytest.mark.parametrize("payload", [b"\xff\xfe\x00garbage\n", b"\xff\xfe\x00garbage"])
+def test_a_message_whose_every_line_is_rejected_decodes_to_nothing_and_its_reasons(
+        payload: bytes) -> None:
+    # Seen in serve: with no line left, the dense parse met an empty [0, D] array and raised.
+    d = Decoder().decode([payload])
+    assert len(d.batch) == 0 and [r.reason for r in d.rejects] == [RejectReason.INVALID_UTF8]
+    d = Decoder(Schema.parse("label=y;sparse=a")).decode([b"1\tx", b"\xff"])  # no dense field
+    assert len(d.batch) == 1 and d.batch.dense.shape == (1, 0)
