@@ -12,14 +12,21 @@ __all__ = ['ModelConfig']
 class ModelConfig:
     """The CTR model: architecture, embedding dimension, layer sizes, float type."""
 
-    model: Literal["widedeep", "deepfm", "dcn"] = field(
-        default="deepfm", metadata={"help": "CTR model"}
+    model: Literal["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"] = field(
+        default="deepfm", metadata={"help": "CTR model: Wide&Deep, DeepFM, DCN, DCN-v2 (low-rank "
+                                    "cross layers) or DLRM (bottom MLP, dot interactions, top "
+                                    "MLP: MLPerf's)"}
     )
     embed_dim: int = field(default=16, metadata={"help": "embedding dimension"})
     hidden: tuple[int, ...] = field(
         default=(128, 64), metadata={"help": "hidden layer sizes of the deep part"}
     )
-    cross_layers: int = field(default=2, metadata={"help": "cross layers of DCN"})
+    cross_layers: int = field(default=2, metadata={"help": "cross layers of DCN and DCN-v2"})
+    cross_rank: int = field(default=32, metadata={"help": "rank of DCN-v2's cross layers"})
+    bottom: tuple[int, ...] = field(
+        default=(64,), metadata={"help": "hidden layer sizes of DLRM's bottom MLP over the dense "
+                                 "features (it ends in one vector of --embed-dim)"}
+    )
     dtype: Literal["float32", "float64"] = field(
         default="float32", metadata={"help": "parameter and exchange float type"}
     )
@@ -41,8 +48,10 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.embed_dim < 1 or self.cross_layers < 0 or any(h < 1 for h in self.hidden):
-            raise ValueError("embed_dim and hidden sizes must be positive, cross_layers >= 0")
+        if self.embed_dim < 1 or self.cross_layers < 0 or self.cross_rank < 1 or \
+                any(h < 1 for h in (*self.hidden, *self.bottom)):
+            raise ValueError("embed_dim, cross_rank and hidden sizes must be positive, "
+                             "cross_layers >= 0")
         if self.autocast == "bf16" and self.dtype != "float32":
             raise ValueError("autocast bf16 needs dtype float32 (float64 is for exact checks)")
 

@@ -1,4 +1,4 @@
-"""CTR models on looked-up rows: Wide&Deep, DeepFM and DCN.
+"""CTR models on looked-up rows: Wide&Deep, DeepFM, DCN, DCN-v2 and DLRM.
 
 Every model takes the rows of a batch's feature ids, ``emb [B, F, R]`` (one row per sparse
 field), and the dense features ``dense [B, n_dense]``, and returns one logit per sample. The
@@ -22,7 +22,7 @@ from torch import nn
 
 from trainer.model.config import ModelConfig
 
-__all__ = ["WideDeep", "DeepFM", "DCN", "build_model"]
+__all__ = ["WideDeep", "DeepFM", "DCN", "DCNv2", "DLRM", "build_model"]
 
 _SEEDING = threading.Lock()
 
@@ -99,7 +99,70 @@ class DCN(nn.Module):
         return self.head(torch.cat(parts, dim=1)).squeeze(1)
 
 
-_MODELS: dict[str, type[nn.Module]] = {"widedeep": WideDeep, "deepfm": DeepFM, "dcn": DCN}
+def _body(width_in: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+    """Linear + ReLU layers of ``hidden`` sizes, and the width they end in."""
+    layers: list[nn.Module] = []
+    for size in hidden:
+        layers += [nn.Linear(width_in, size), nn.ReLU()]
+        width_in = size
+    return nn.Sequential(*layers), width_in
+
+
+class DCNv2(nn.Module):
+    """DCN-v2 (Wang et al. 2021): low-rank cross layers beside an MLP (the parallel form).
+
+    Cross layer: ``x_{l+1} = x_0 * (U_l (V_l x_l) + b_l) + x_l`` with ``V_l`` ``[rank, width]``
+    and ``U_l`` ``[width, rank]``: ``2 width rank`` parameters a layer instead of DCN-v2's full
+    ``width^2``, which every dense all-reduce would carry.
+    """
+
+    def __init__(self, config: ModelConfig, n_fields: int, n_dense: int) -> None:
+        super().__init__()
+        width, rank, layers = n_fields * config.embed_dim + n_dense, config.cross_rank, \
+            config.cross_layers
+        self.cross_v = nn.Parameter(torch.randn(layers, width, rank) / width**0.5)
+        self.cross_u = nn.Parameter(torch.randn(layers, rank, width) / rank**0.5)
+        self.cross_b = nn.Parameter(torch.zeros(layers, width))
+        self.deep_body, deep_width = _body(width, config.hidden)
+        self.head = nn.Linear(width + (deep_width if config.hidden else 0), 1)
+
+    def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B]`` of rows ``[B, F, D]`` and dense features ``[B, n_dense]``."""
+        x0 = torch.cat([emb.flatten(1), dense], dim=1)
+        x = x0
+        for layer in range(self.cross_b.shape[0]):
+            x = x0 * ((x @ self.cross_v[layer]) @ self.cross_u[layer] + self.cross_b[layer]) + x
+        parts = [x, self.deep_body(x0)] if len(self.deep_body) else [x]
+        return self.head(torch.cat(parts, dim=1)).squeeze(1)
+
+
+class DLRM(nn.Module):
+    """DLRM (Naumov et al. 2019), the architecture of MLPerf's recommendation benchmark.
+
+    A bottom MLP maps the dense features to one vector of the embedding's width; the dot
+    products of every pair among that vector and the F rows are the interactions; a top MLP
+    reads them beside the bottom vector.
+    """
+
+    def __init__(self, config: ModelConfig, n_fields: int, n_dense: int) -> None:
+        super().__init__()
+        body, width = _body(n_dense, config.bottom)
+        self.bottom = nn.Sequential(*body, nn.Linear(width, config.embed_dim), nn.ReLU())
+        self.n_vectors = n_fields + 1
+        pairs = self.n_vectors * (self.n_vectors - 1) // 2
+        self.top = _mlp(config.embed_dim + pairs, config.hidden)
+
+    def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B]`` of rows ``[B, F, D]`` and dense features ``[B, n_dense]``."""
+        z = self.bottom(dense)
+        vectors = torch.cat([z.unsqueeze(1), emb], dim=1)  # [B, F + 1, D]
+        dots = vectors @ vectors.transpose(1, 2)
+        i, j = torch.triu_indices(self.n_vectors, self.n_vectors, 1, device=emb.device)
+        return self.top(torch.cat([z, dots[:, i, j]], dim=1)).squeeze(1)
+
+
+_MODELS: dict[str, type[nn.Module]] = {"widedeep": WideDeep, "deepfm": DeepFM, "dcn": DCN,
+                                       "dcnv2": DCNv2, "dlrm": DLRM}
 
 
 def build_model(config: ModelConfig, n_fields: int, n_dense: int) -> nn.Module:

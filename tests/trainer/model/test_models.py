@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from trainer.model import ModelConfig
-from trainer.model.models import DeepFM, build_model
+from trainer.model.models import DLRM, DCNv2, DeepFM, build_model
 
 F, D, N_DENSE, B = 5, 4, 3, 7
 
 
-@pytest.mark.parametrize("name", ["widedeep", "deepfm", "dcn"])
+@pytest.mark.parametrize("name", ["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"])
 def test_model_maps_rows_and_dense_to_one_logit_per_sample(name: str) -> None:
     config = ModelConfig(model=name, embed_dim=D, hidden=(8, 4), dtype="float64")
     model = build_model(config, F, N_DENSE)
@@ -53,3 +53,62 @@ def test_deepfm_second_order_term_is_the_sum_over_field_pairs() -> None:
     first = emb[..., 0].sum(1) + model.linear_dense(dense).squeeze(1)
     deep = model.deep(torch.cat([vec.flatten(1), dense], 1)).squeeze(1)
     assert torch.allclose(model(emb, dense), first + pairs + deep)
+
+
+def _dcnv2_reference(model: DCNv2, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    """DCN-v2's cross layers written out one sample and one coordinate at a time."""
+    out = []
+    for b in range(emb.shape[0]):
+        x0 = [float(v) for v in emb[b].flatten()] + [float(v) for v in dense[b]]
+        x = list(x0)
+        for layer in range(model.cross_b.shape[0]):
+            v, u, bias = model.cross_v[layer], model.cross_u[layer], model.cross_b[layer]
+            low = [sum(float(v[m, r]) * x[m] for m in range(len(x))) for r in range(v.shape[1])]
+            x = [x0[k] * (sum(float(u[r, k]) * low[r] for r in range(len(low))) + float(bias[k]))
+                 + x[k] for k in range(len(x))]
+        deep = model.deep_body(torch.tensor([x0], dtype=torch.float64))[0].tolist()
+        out.append(model.head(torch.tensor([x + deep], dtype=torch.float64))[0, 0])
+    return torch.stack(out)
+
+
+def _dlrm_reference(model: DLRM, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    """DLRM's interactions written out: every pair (i < j) among the bottom vector and the
+    rows, in that order, one dot product at a time."""
+    out = []
+    for b in range(emb.shape[0]):
+        z = model.bottom(dense[b : b + 1])[0]
+        vectors = [z] + [emb[b, f] for f in range(emb.shape[1])]
+        dots = [float((vectors[i] * vectors[j]).sum()) for i in range(len(vectors))
+                for j in range(i + 1, len(vectors))]
+        top_in = torch.tensor([z.tolist() + dots], dtype=torch.float64)
+        out.append(model.top(top_in)[0, 0])
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("name", ["dcnv2", "dlrm"])
+def test_dcnv2_and_dlrm_compute_what_their_papers_write(name: str) -> None:
+    config = ModelConfig(model=name, embed_dim=D, hidden=(6,), cross_rank=3, bottom=(5,),
+                         dtype="float64")
+    model = build_model(config, F, N_DENSE)
+    assert config.row_dim == D  # no first-order weight in the rows
+    emb = torch.randn(B, F, D, dtype=torch.float64)
+    dense = torch.rand(B, N_DENSE, dtype=torch.float64)
+    with torch.no_grad():
+        if isinstance(model, DCNv2):
+            model.cross_b.normal_()  # zero at initialisation: make the bias count
+            want = _dcnv2_reference(model, emb, dense)
+        else:
+            assert isinstance(model, DLRM)
+            want = _dlrm_reference(model, emb, dense)
+        got = model(emb, dense)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_dcnv2s_cross_layers_hold_two_width_rank_parameters_each() -> None:
+    config = ModelConfig(model="dcnv2", embed_dim=D, hidden=(), cross_layers=3, cross_rank=2)
+    model = build_model(config, F, N_DENSE)
+    width = F * D + N_DENSE
+    assert isinstance(model, DCNv2)
+    assert model.cross_v.numel() + model.cross_u.numel() == 3 * 2 * width * 2
+    with pytest.raises(ValueError, match="cross_rank"):
+        ModelConfig(model="dcnv2", cross_rank=0)
