@@ -159,7 +159,7 @@ def test_peak_memory_of_a_full_partition_is_bounded() -> None:
     assert rise <= 5 * ids.nbytes / 2**20, (rise, ids.nbytes / 2**20)
 
 
-@pytest.mark.parametrize("shape", ["segments", "user_item"])
+@pytest.mark.parametrize("shape", [pytest.param("segments", marks=pytest.mark.slow), "user_item"])
 def test_full_and_incremental_stay_balanced_on_both_shapes(shape: str) -> None:
     # Rows owned (over the window's distinct ids: an incremental pass balances them all, the
     # ones it does not look at weighing where they are) and each step's samples within

@@ -64,6 +64,7 @@ def test_an_empty_window_has_no_ids() -> None:
     assert tracker.update(_window(stream, 10, 10)).size == 0
 
 
+@pytest.mark.slow
 def test_short_periods_do_not_pile_up_small_chunks() -> None:
     stream = (np.arange(40_000, dtype=np.int64) * 31 % 997).reshape(10_000, 4)
     tracker = WindowIds()

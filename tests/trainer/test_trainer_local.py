@@ -80,6 +80,7 @@ def test_training_lowers_the_loss_and_prediction_creates_no_rows() -> None:
     assert trainer.step(shard.next_batch(), exhausted=True) is None  # the one-rank job is over
 
 
+@pytest.mark.slow
 def test_eviction_bounds_the_store_on_an_endless_stream() -> None:
     store = StoreConfig(evict_after=8, max_rows=3_000)
     trainer = Trainer(LocalComm(), Placement.hash(1), 26, 13, model=SMALL, store=store,
