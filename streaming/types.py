@@ -56,6 +56,8 @@ class SparseField:
             raise ValueError(f"max_len must be at least 1, not {self.max_len}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be sum or mean, not {self.pooling!r}")
+        if self.weighted and self.pooling != "sum":
+            raise ValueError("a weighted field pools by sum (weights scale the rows summed)")
         if self.on_overflow not in OVERFLOWS:
             raise ValueError(f"on_overflow must be truncate or reject, not {self.on_overflow!r}")
 

@@ -75,6 +75,7 @@ def test_fields_sharing_a_table_give_a_value_the_same_id_and_others_keep_todays(
     ('[sparse.a]\n\n[dense.x]\ntransfrom = "none"\n',
      "line 4: dense.x: unknown setting 'transfrom'"),
     ('labels = "y"\n[sparse.a]\n', "line 1: unknown key 'labels'"),
+    ('[sparse.t]\nweighted = true\npooling = "mean"\n', "sparse.t: a weighted field pools by sum"),
     ('[sparse.a]\non_overflow = "drop"\n',
      "line 2: sparse.a: on_overflow must be truncate or reject"),
     ('[sparse.a\n', "is not valid TOML"),

@@ -1,5 +1,6 @@
-"""The CTR models (Wide&Deep, DeepFM, DCN) and their dense parameters as one flat buffer with
-its optimizer (replicated on every rank, summed by one all-reduce a step), and their settings."""
+"""The CTR models (Wide&Deep, DeepFM, DCN, DCN-v2, DLRM) and their dense parameters as one flat
+buffer with its optimizer (replicated on every rank, summed by one all-reduce a step), and their
+settings."""
 
 from __future__ import annotations
 
