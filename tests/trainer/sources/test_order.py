@@ -146,6 +146,10 @@ def test_a_rank_reading_four_partitions_hands_them_out_in_append_order(kafka, un
 
 @pytest.mark.broker
 @pytest.mark.slow
+# A partition not fetched for the silence threshold (wall clock) is passed over by design; with
+# a neighbour on the cores, a fetch came late and records left out of order (kafka-python, once
+# in a 2-worker make test and once under xdist before).
+@pytest.mark.serial
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_a_one_rank_replay_of_a_long_four_partition_log_keeps_event_time_order(
