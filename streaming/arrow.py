@@ -104,6 +104,7 @@ class ArrowDecoder:
         self.max_record_bytes = max_record_bytes
         refuse_multi_valued(schema)
         self._seeds = field_seeds(schema.tables)
+        self._log1p = schema.log1p
 
     def decode(
         self,
@@ -224,7 +225,7 @@ class ArrowDecoder:
             labels, dense_t, ids_t, msg = labels[keep], dense_t[:, keep], ids_t[:, keep], msg[keep]
         return ClickBatch(
             labels=labels.astype(np.float32),
-            dense=dense_features(dense_t.T, self.schema.log1p),
+            dense=dense_features(dense_t.T, self._log1p),
             ids=np.ascontiguousarray(ids_t.T),
             partitions=meta[0][msg].astype(np.int32),
             offsets=meta[1][msg],

@@ -97,23 +97,22 @@ def load_schema(path: str | Path) -> Schema:
     label = doc.get("label", "label")
     if not isinstance(label, str) or not label:
         raise fail(lines.top.get("label", 1), "label must be a field name")
-    dense = [DenseField(**kw) for kw in _fields(doc.get("dense", []), "dense", _DENSE_KEYS,
-                                                lines, fail)]
-    sparse = [SparseField(**kw) for kw in _fields(doc.get("sparse", []), "sparse",
-                                                  _SPARSE_KEYS, lines, fail)]
+    dense = _fields(doc.get("dense", []), "dense", lines, fail)
+    sparse = _fields(doc.get("sparse", []), "sparse", lines, fail)
     try:
         return Schema.of(label, dense, sparse)
     except ValueError as exc:
         raise fail(1, str(exc)) from None
 
 
-def _fields(raw: Any, kind: str, allowed: dict[str, type], lines: _Lines,
-            fail: Callable[[int, str], ValueError]) -> list[dict[str, Any]]:
-    """Each field's keyword arguments, checked: a list of names or a table of tables."""
+def _fields(raw: Any, kind: str, lines: _Lines,
+            fail: Callable[[int, str], ValueError]) -> list[Any]:
+    """The ``kind`` (dense or sparse) fields, checked: a list of names or a table of tables."""
+    make, allowed = (DenseField, _DENSE_KEYS) if kind == "dense" else (SparseField, _SPARSE_KEYS)
     if isinstance(raw, list):
         if not all(isinstance(n, str) and n for n in raw):
             raise fail(lines.top.get(kind, 1), f"{kind} must list field names")
-        return [{"name": n} for n in raw]
+        return [make(n) for n in raw]
     if not isinstance(raw, dict):
         raise fail(lines.top.get(kind, 1), f"{kind}: expected a list of names or [{kind}.NAME] tables")
     out = []
@@ -131,8 +130,7 @@ def _fields(raw: Any, kind: str, allowed: dict[str, type], lines: _Lines,
                            f"{where}: {key} must be a{'n' if kind_of is int else ''} "
                            f"{kind_of.__name__}, not {value!r}")
         try:
-            out.append({"name": name, **spec})
-            (DenseField if kind == "dense" else SparseField)(**out[-1])
+            out.append(make(name, **spec))
         except ValueError as exc:
             key = next((k for k in spec if k in str(exc)), None)
             raise fail(lines.of(kind, name, key), f"{where}: {exc}") from None

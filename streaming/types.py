@@ -96,8 +96,8 @@ class Schema:
     label: str = "label"
     dense: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
     sparse: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
-    dense_fields: tuple[DenseField, ...] = field(default=(), compare=False, repr=False)
-    sparse_fields: tuple[SparseField, ...] = field(default=(), compare=False, repr=False)
+    dense_fields: tuple[DenseField, ...] = field(default=(), repr=False)
+    sparse_fields: tuple[SparseField, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         names = (self.label, *self.dense, *self.sparse)
@@ -112,15 +112,6 @@ class Schema:
         if tuple(f.name for f in self.dense_fields) != self.dense or \
                 tuple(f.name for f in self.sparse_fields) != self.sparse:
             raise ValueError("the fields' settings must name the schema's fields, in order")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Schema):
-            return NotImplemented
-        return (self.label, self.dense_fields, self.sparse_fields) == \
-            (other.label, other.dense_fields, other.sparse_fields)
-
-    def __hash__(self) -> int:
-        return hash((self.label, self.dense_fields, self.sparse_fields))
 
     @classmethod
     def of(cls, label: str, dense: Sequence[DenseField], sparse: Sequence[SparseField]) -> Schema:
@@ -203,7 +194,7 @@ def dense_features(raw: np.ndarray, log1p: np.ndarray | None = None) -> np.ndarr
     """A batch's dense features ``[B, D]`` from the raw values: float32 ``log(1 + max(x, 0))``
     (missing values arrive as 0 or negative) for the fields ``log1p`` marks (all by default),
     the value itself for the others. Every record format decodes through this."""
-    values = raw.astype(np.float64)
+    values = np.asarray(raw, dtype=np.float64)  # the decoders' values are float64 already
     out = np.log1p(np.maximum(values, 0))
     if log1p is not None and not log1p.all():
         out[:, ~log1p] = values[:, ~log1p]

@@ -27,13 +27,19 @@ __all__ = ["WideDeep", "DeepFM", "DCN", "DCNv2", "DLRM", "build_model"]
 _SEEDING = threading.Lock()
 
 
-def _mlp(width_in: int, hidden: tuple[int, ...]) -> nn.Sequential:
+def _body(width_in: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+    """Linear + ReLU layers of ``hidden`` sizes, and the width they end in."""
     layers: list[nn.Module] = []
-    for width in hidden:
-        layers += [nn.Linear(width_in, width), nn.ReLU()]
-        width_in = width
-    layers.append(nn.Linear(width_in, 1))
-    return nn.Sequential(*layers)
+    for size in hidden:
+        layers += [nn.Linear(width_in, size), nn.ReLU()]
+        width_in = size
+    return nn.Sequential(*layers), width_in
+
+
+def _mlp(width_in: int, hidden: tuple[int, ...]) -> nn.Sequential:
+    """The ``hidden`` layers, then one logit."""
+    body, width = _body(width_in, hidden)
+    return nn.Sequential(*body, nn.Linear(width, 1))
 
 
 class WideDeep(nn.Module):
@@ -81,13 +87,8 @@ class DCN(nn.Module):
         width = n_fields * config.embed_dim + n_dense
         self.cross_w = nn.Parameter(torch.randn(config.cross_layers, width) / width**0.5)
         self.cross_b = nn.Parameter(torch.zeros(config.cross_layers, width))
-        body: list[nn.Module] = []
-        width_in = width
-        for size in config.hidden:
-            body += [nn.Linear(width_in, size), nn.ReLU()]
-            width_in = size
-        self.deep_body = nn.Sequential(*body)
-        self.head = nn.Linear(width + (width_in if body else 0), 1)
+        self.deep_body, deep_width = _body(width, config.hidden)
+        self.head = nn.Linear(width + (deep_width if config.hidden else 0), 1)
 
     def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` of rows ``[B, F, D]`` and dense features ``[B, n_dense]``."""
@@ -97,15 +98,6 @@ class DCN(nn.Module):
             x = x0 * (x @ self.cross_w[layer]).unsqueeze(1) + self.cross_b[layer] + x
         parts = [x, self.deep_body(x0)] if len(self.deep_body) else [x]
         return self.head(torch.cat(parts, dim=1)).squeeze(1)
-
-
-def _body(width_in: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
-    """Linear + ReLU layers of ``hidden`` sizes, and the width they end in."""
-    layers: list[nn.Module] = []
-    for size in hidden:
-        layers += [nn.Linear(width_in, size), nn.ReLU()]
-        width_in = size
-    return nn.Sequential(*layers), width_in
 
 
 class DCNv2(nn.Module):
