@@ -439,6 +439,12 @@ class ConfluentSender(RecordSender):
         self.topic = topic
         self.kafka = kafka
         self._on_result = on_result
+        # Tags of the messages whose report has not arrived, by message number: a fatal error
+        # (librdkafka raises it from flush or poll) can leave some unreported, and close()
+        # reports them as failed, so every message still has exactly one outcome.
+        self._pending: dict[int, Any] = {}
+        self._sent = 0
+        self._fatal: str | None = None
         self._p = Producer({
             **_base_config(kafka),
             "acks": acks,
@@ -458,8 +464,18 @@ class ConfluentSender(RecordSender):
         self._reports.start()
 
     def _serve_reports(self) -> None:
+        from confluent_kafka import KafkaException
+
         while not self._closing.is_set():
-            self._p.poll(0.05)
+            try:
+                self._p.poll(0.05)
+            except KafkaException as exc:  # fatal: the next send fails, close() reports the rest
+                self._fatal_error(exc)
+
+    def _fatal_error(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = str(exc.args[0] if exc.args else exc)
+            log.error("the producer failed for good: %s", self._fatal)
 
     def partitions(self) -> int:
         metadata = self._p.list_topics(self.topic, timeout=self.kafka.request_timeout_ms / 1000)
@@ -470,12 +486,19 @@ class ConfluentSender(RecordSender):
              key: bytes | None = None, headers: Headers | None = None) -> None:
         from confluent_kafka import KafkaException
 
+        number = self._sent
+        self._sent += 1
+
         def delivered(err: Any, msg: Any) -> None:
+            if self._pending.pop(number, None) is None:
+                return  # close() already reported it
             if err is None:
                 self._on_result(tag, None, int(msg.offset()))
-            else:
-                self._on_result(tag, RuntimeError(str(err)), -1)
+            else:  # after a fatal error, purged messages name it rather than the purge
+                cause = str(err) if self._fatal is None else f"{self._fatal} (then: {err})"
+                self._on_result(tag, RuntimeError(cause), -1)
 
+        self._pending[number] = tag  # before produce(): its report may come on another thread
         pairs: list[tuple[str, str | bytes | None]] | None = (
             None if headers is None else [(k, v) for k, v in headers])
         waited = 0.0
@@ -486,9 +509,11 @@ class ConfluentSender(RecordSender):
                                 on_delivery=delivered)
                 break
             except KafkaException as exc:  # a fatal producer error (idempotence state lost)
+                del self._pending[number]
                 raise SendFailed(str(exc.args[0] if exc.args else exc)) from exc
             except BufferError:  # the local queue is full: serve reports, then try again
                 if waited >= self._FULL_WAIT_S:
+                    del self._pending[number]
                     raise SendFailed(f"librdkafka's queue stayed full for {waited:.0f}s") from None
                 time.sleep(0.05)  # the reports thread frees room
                 waited += 0.05
@@ -497,6 +522,8 @@ class ConfluentSender(RecordSender):
         return self._p.flush(timeout_s) == 0
 
     def close(self) -> None:
+        from confluent_kafka import KafkaException
+
         try:
             left = self._p.flush(self.kafka.request_timeout_ms / 1000)
             if left:
@@ -504,6 +531,19 @@ class ConfluentSender(RecordSender):
                 log.warning("%d messages were still queued when the producer closed", left)
                 self._p.purge()
                 self._p.flush(1.0)
+        except KafkaException as exc:  # fatal (e.g. a restarted broker forgot our producer id)
+            self._fatal_error(exc)
+            try:
+                self._p.purge()
+                self._p.flush(1.0)
+            except KafkaException:
+                pass  # the same fatal error again; what is left is reported below
         finally:
             self._closing.set()
             self._reports.join(timeout=5)
+            unreported = [self._pending.pop(n, None) for n in list(self._pending)]
+            if any(tag is not None for tag in unreported):
+                error = SendFailed(self._fatal or "no delivery report before the producer closed")
+                for tag in unreported:
+                    if tag is not None:
+                        self._on_result(tag, error, -1)

@@ -70,3 +70,41 @@ def test_a_librdkafka_topic_id_reads_as_kafka_pythons_uuid_text():
     value = uuid.UUID("f1a2b3c4-d5e6-4789-8abc-def012345678")  # both halves above 2**63
     assert _uuid_text(_Uuid(value)) == str(value)
     assert _uuid_text(_Uuid(uuid.UUID(int=0))) is None and _uuid_text(None) is None
+
+
+@pytest.mark.skipif(not available(), reason="confluent-kafka is not installed")
+def test_a_fatal_producer_error_at_close_reports_every_unanswered_message_as_failed():
+    # Seen in a full run: a restarted broker forgot the idempotent producer's id, librdkafka
+    # raised the fatal UNKNOWN_PRODUCER_ID from flush() in close(), and it escaped produce()
+    # instead of becoming failed records. Here a real producer holds messages it cannot
+    # deliver (nothing listens on the port) and its first flush raises that error.
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    from runtime import free_port
+    from streaming.clients.confluent import ConfluentSender
+
+    class FatalOnFlush:
+        def __init__(self, real: Producer) -> None:
+            self.real, self.raised = real, False
+
+        def flush(self, timeout: float) -> int:
+            if not self.raised:
+                self.raised = True
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_PRODUCER_ID,
+                                                "unknown producer id", fatal=True))
+            return self.real.flush(timeout)
+
+        def __getattr__(self, name: str):
+            return getattr(self.real, name)
+
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", request_timeout_ms=60_000)
+    results: list = []
+    sender = ConfluentSender(kafka, "clicks", acks="all", idempotence=True, compression="none",
+                             on_result=lambda tag, err, off: results.append((tag, err, off)))
+    sender._p = FatalOnFlush(sender._p)  # the real librdkafka producer, with the error injected
+    for tag in range(5):
+        sender.send(b"x", 0, None, tag)
+    sender.close()  # must not raise
+    assert sorted(tag for tag, _, _ in results) == list(range(5))  # each exactly once
+    assert all(err is not None and off == -1 for _, err, off in results)
+    assert any("unknown producer id" in str(err).lower() for _, err, _ in results)
