@@ -20,7 +20,7 @@ from partitioner.measures import (
     sample_imbalance,
 )
 from partitioner.plan import plan_diff
-from partitioner.routing import capacity, route, route_window
+from partitioner.routing import Samples, as_csr, capacity, route, route_window
 from partitioner.types import (
     REPLICA_BASES,
     MigrationPlan,
@@ -46,7 +46,9 @@ __all__ = [
     "PassReport",
     "Placement",
     "ReplicaBasis",
+    "Samples",
     "WindowGraph",
+    "as_csr",
     "capacity",
     "check_replica_basis",
     "default_owner",

@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.routing import capacity, route
+from partitioner.routing import Samples, as_csr, capacity, route
 from partitioner.types import Placement
 
 __all__ = ["fetched_rows", "refine_routing", "route_batch"]
 
 
-def route_batch(batch_ids: np.ndarray, placement: Placement, capacity_epsilon: float = 0.05,
+def route_batch(batch_ids: Samples, placement: Placement, capacity_epsilon: float = 0.05,
                 rounds: int = 3) -> np.ndarray:
     """Destination worker of each sample, batch-aware (see the module docstring).
 
     Args:
-        batch_ids: int64 ``[B, F]`` feature ids of the batch.
+        batch_ids: The batch's ids (``[B, F]``, or a CSR of any number of ids a sample).
         placement: The placement in force.
         capacity_epsilon: Allowed excess over the mean samples per worker.
         rounds: Most rounds of moves after :func:`route` (0: :func:`route` alone).
@@ -48,56 +48,69 @@ def route_batch(batch_ids: np.ndarray, placement: Placement, capacity_epsilon: f
     return refine_routing(batch_ids, placement, start, capacity_epsilon, rounds)
 
 
-def fetched_rows(batch_ids: np.ndarray, workers: np.ndarray, placement: Placement) -> int:
+def fetched_rows(batch_ids: Samples, workers: np.ndarray, placement: Placement) -> int:
     """Rows all workers fetch for this batch routed this way (distinct, per worker, not held)."""
-    inverse, need = _needs(np.asarray(batch_ids, dtype=np.int64), placement)
-    return _tally(inverse, need, np.asarray(workers, dtype=np.int64))[0]
+    indptr, values = as_csr(batch_ids)
+    inverse, need = _needs(values, placement)
+    owner = _sample_of(indptr)
+    return _tally(inverse, need, np.asarray(workers, dtype=np.int64)[owner])[0]
 
 
-def refine_routing(batch_ids: np.ndarray, placement: Placement, workers: np.ndarray,
+def refine_routing(batch_ids: Samples, placement: Placement, workers: np.ndarray,
                    capacity_epsilon: float = 0.05, rounds: int = 3) -> np.ndarray:
     """``workers`` improved by rounds of moves that lower the rows fetched (module docstring).
 
     The answer never fetches more rows than ``workers`` and keeps every worker under the cap
     (a worker already over it in ``workers`` only loses samples).
     """
-    ids = np.asarray(batch_ids, dtype=np.int64)
+    indptr, values = as_csr(batch_ids)
     assigned = np.asarray(workers, dtype=np.int64).copy()
-    n, b = placement.num_workers, ids.shape[0]
+    n, b = placement.num_workers, indptr.size - 1
     if n < 2 or b < 2 or rounds < 1:
         return assigned.astype(np.int32)
     cap = capacity(b, n, capacity_epsilon)
-    inverse, need = _needs(ids, placement)
-    best, users = _tally(inverse, need, assigned)
+    inverse, need = _needs(values, placement)
+    sample = _sample_of(indptr)  # the sample of each entry
+    best, users = _tally(inverse, need, assigned[sample])
     samples = np.arange(b)
     for _ in range(rounds):
-        # users[w, u]: samples on w that need distinct id u there (0 where w holds it).
-        alone = (users[assigned[:, None], inverse] == 1).sum(axis=1)
+        # users[w, u]: samples on w that need distinct id u there (0 where w holds it); a
+        # sample's entries are summed per sample by a bincount over the entries.
+        alone = np.bincount(sample, users[assigned[sample], inverse] == 1,
+                            minlength=b).astype(np.int64)
         gain = np.empty((b, n), np.int64)
         for w in range(n):
-            gain[:, w] = alone - (need[w][inverse] & (users[w][inverse] == 0)).sum(axis=1)
+            fetched_new = need[w][inverse] & (users[w][inverse] == 0)
+            gain[:, w] = alone - np.bincount(sample, fetched_new, minlength=b).astype(np.int64)
         gain[samples, assigned] = np.iinfo(np.int64).min // 2
         moved = _moves(assigned, gain, n, cap)
-        total, moved_users = _tally(inverse, need, moved)
+        total, moved_users = _tally(inverse, need, moved[sample])
         if total >= best:
             break
         best, users, assigned = total, moved_users, moved
     return assigned.astype(np.int32)
 
 
-def _needs(ids: np.ndarray, placement: Placement) -> tuple[np.ndarray, np.ndarray]:
-    """Each entry's distinct-id index ``[B, F]`` and, per worker, whether it must fetch each
-    distinct id (bool ``[N, U]``)."""
-    distinct, inverse = np.unique(ids, return_inverse=True)
+def _sample_of(indptr: np.ndarray) -> np.ndarray:
+    """The sample each entry of a CSR belongs to."""
+    return np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+
+
+def _needs(values: np.ndarray, placement: Placement) -> tuple[np.ndarray, np.ndarray]:
+    """Each entry's distinct-id index and, per worker, whether it must fetch each distinct id
+    (bool ``[N, U]``)."""
+    distinct, inverse = np.unique(values, return_inverse=True)
     masks = placement.holders(distinct)
     need = np.stack([~placement.held_by(w, masks) for w in range(placement.num_workers)])
-    return inverse.reshape(ids.shape), need
+    return inverse.reshape(-1), need
 
 
-def _tally(inverse: np.ndarray, need: np.ndarray, workers: np.ndarray) -> tuple[int, np.ndarray]:
-    """Rows fetched in all, and per worker and distinct id the samples there that need it."""
+def _tally(inverse: np.ndarray, need: np.ndarray, worker_of_entry: np.ndarray
+           ) -> tuple[int, np.ndarray]:
+    """Rows fetched in all, and per worker and distinct id the entries there that need it
+    (a sample that reads an id twice counts twice: it still needs it once it is alone)."""
     n, u = need.shape
-    users = np.bincount((workers[:, None] * u + inverse).ravel(), minlength=n * u).reshape(n, u)
+    users = np.bincount(worker_of_entry * u + inverse, minlength=n * u).reshape(n, u)
     users *= need
     return int(np.count_nonzero(users)), users
 

@@ -9,6 +9,8 @@ import numpy as np
 from partitioner.types import Placement, WindowGraph
 
 __all__ = [
+    "Samples",
+    "as_csr",
     "assign_with_capacity",
     "capacity",
     "local_counts",
@@ -131,7 +133,24 @@ def _route_csr(indptr: np.ndarray, indices: np.ndarray, placement: Placement,
     return assign_with_capacity(scores, cap)
 
 
-def route(batch_ids: np.ndarray, placement: Placement,
+Samples = np.ndarray | tuple[np.ndarray, np.ndarray]
+"""A batch's ids: int64 ``[B, F]`` (one id a field), or ``(indptr, values)``, a CSR of samples
+by ids (sample ``b`` reads ``values[indptr[b]:indptr[b + 1]]``, any number of them)."""
+
+
+def as_csr(samples: Samples) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, values)`` of a :data:`Samples` value (no copy of the ids)."""
+    if isinstance(samples, tuple):
+        indptr, values = samples
+        return np.asarray(indptr, dtype=np.int64), np.asarray(values, dtype=np.int64)
+    dense = np.asarray(samples, dtype=np.int64)
+    if dense.ndim != 2:
+        raise ValueError("batch ids must be [B, F] or an (indptr, values) pair")
+    b, f = dense.shape
+    return np.arange(b + 1, dtype=np.int64) * f, dense.reshape(-1)
+
+
+def route(batch_ids: Samples, placement: Placement,
           capacity_epsilon: float = 0.05) -> np.ndarray:
     """Destination worker of each sample of a batch.
 
@@ -140,19 +159,14 @@ def route(batch_ids: np.ndarray, placement: Placement,
     are the ones sent to their next choice.
 
     Args:
-        batch_ids: int64 ``[B, F]`` feature ids of the batch.
+        batch_ids: The batch's ids (:data:`Samples`: ``[B, F]`` or a CSR).
         placement: The placement in force.
         capacity_epsilon: Allowed excess over the mean samples per worker.
 
     Returns:
         int32 ``[B]`` worker of each sample.
     """
-    dense = np.asarray(batch_ids, dtype=np.int64)
-    if dense.ndim != 2:
-        raise ValueError("batch_ids must be [B, F]")
-    b, f = dense.shape
-    indptr = np.arange(b + 1, dtype=np.int64) * f
-    return _route_csr(indptr, dense.ravel(), placement, capacity_epsilon)
+    return _route_csr(*as_csr(batch_ids), placement, capacity_epsilon)
 
 
 def route_window(window: WindowGraph, placement: Placement,

@@ -27,19 +27,20 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from streaming.hashing import field_seeds, hash_spans
+from streaming.lists import arrange, select_rows
 from streaming.types import (
     ClickBatch,
     Reject,
     RejectReason,
     Schema,
     dense_features,
-    refuse_multi_valued,
 )
 
-__all__ = ["ArrowDecoder", "encode_arrow", "ipc_message"]
+__all__ = ["ArrowDecoder", "encode_arrow", "ipc_message", "sparse_columns"]
 
 
 def encode_arrow(
@@ -48,6 +49,7 @@ def encode_arrow(
     dense: np.ndarray,
     ids: np.ndarray,
     rows_per_message: int,
+    lengths: np.ndarray | None = None,
 ) -> list[bytes]:
     """Messages of ``rows_per_message`` records each (the last may hold fewer).
 
@@ -56,9 +58,20 @@ def encode_arrow(
         labels: ``[B]`` 0/1 labels (written as int8).
         dense: ``[B, D]`` raw integer features, negative where missing (written as int32
             when they fit).
-        ids: int64 ``[B, S]`` feature ids, already hashed (see :mod:`streaming.hashing`).
+        ids: int64 ``[B, S]`` feature ids, already hashed (see :mod:`streaming.hashing`);
+            with ``lengths``, the batch's jagged values (``ClickBatch.values``).
         rows_per_message: records per message.
+        lengths: int32 ``[B, S]`` values of each (record, field), or None (one each); a
+            multi-valued field of the schema is then a ``list<int64>`` column.
     """
+    if lengths is not None:
+        listed = sparse_columns(schema, np.asarray(ids, np.int64), lengths, None)
+        head = pa.RecordBatch.from_pydict({
+            schema.label: pa.array(np.asarray(labels, np.int8)),
+            **{name: pa.array(np.asarray(dense[:, j], np.int64))
+               for j, name in enumerate(schema.dense)}, **listed})
+        return [ipc_message(head.slice(lo, rows_per_message))
+                for lo in range(0, head.num_rows, rows_per_message)]
     n = int(labels.shape[0])
     dense = np.asarray(dense, dtype=np.int64)
     # Counts are small: int32 where they fit (52 of a record's ~317 bytes saved on the wire).
@@ -77,6 +90,34 @@ def encode_arrow(
         hi = min(lo + rows_per_message, n)
         batch = pa.RecordBatch.from_arrays([pa.array(c[lo:hi]) for c in columns], schema=arrow_schema)
         out.append(ipc_message(batch))
+    return out
+
+
+def sparse_columns(schema: Schema, values: np.ndarray, lengths: np.ndarray,
+                   weights: np.ndarray | None) -> dict[str, pa.Array]:
+    """A jagged batch's sparse part as Arrow columns: ``int64`` for a one-value field,
+    ``list<int64>`` for one of many (and ``list<float>`` ``<field>_weights`` for a weighted
+    one, when ``weights`` are given)."""
+    b, s = lengths.shape
+    # Value k belongs to field field_of[k]; a stable sort groups them by field keeping each
+    # record's order.
+    field_of = np.repeat(np.tile(np.arange(s), b), lengths.reshape(-1))
+    order = np.argsort(field_of, kind="stable")
+    by_field = values[order]
+    by_weight = None if weights is None else weights[order]
+    per_field = lengths.T  # [S, B]
+    ends = np.cumsum(per_field.sum(axis=1))
+    out: dict[str, pa.Array] = {}
+    for i, spec in enumerate(schema.sparse_fields):
+        lo, hi = (int(ends[i - 1]) if i else 0), int(ends[i])
+        if not spec.multi_valued:
+            out[spec.name] = pa.array(by_field[lo:hi])
+            continue
+        offsets = pa.array(np.concatenate([[0], np.cumsum(per_field[i])]).astype(np.int32))
+        out[spec.name] = pa.ListArray.from_arrays(offsets, pa.array(by_field[lo:hi]))
+        if spec.weighted and by_weight is not None:
+            out[f"{spec.name}_weights"] = pa.ListArray.from_arrays(
+                offsets, pa.array(by_weight[lo:hi]))
     return out
 
 
@@ -102,9 +143,10 @@ class ArrowDecoder:
     def __init__(self, schema: Schema, max_record_bytes: int) -> None:
         self.schema = schema
         self.max_record_bytes = max_record_bytes
-        refuse_multi_valued(schema)
         self._seeds = field_seeds(schema.tables)
         self._log1p = schema.log1p
+        self._jagged = bool(schema.multi_valued)
+        self.truncated: dict[str, int] = {}  # of the last decode: list values past max_len
 
     def decode(
         self,
@@ -118,6 +160,7 @@ class ArrowDecoder:
         The messages of a poll that share a schema (all of them, usually) are checked once and
         decoded as one table: the cost per column is paid once a poll, not once a message.
         """
+        self.truncated = {}
         # Grouped by equal schemas (compared, not hashed: hashing a schema costs a millisecond).
         Member = tuple[pa.RecordBatch, int, bytes]
         groups: list[tuple[pa.Schema, list[Member]]] = []
@@ -169,16 +212,29 @@ class ArrowDecoder:
                 raise _Unusable(RejectReason.ARROW_SCHEMA,
                                 f"dense column {name!r} is {t}, expected integers or floats")
         kinds = []
-        for name in s.sparse:
+        for spec in s.sparse_fields:
+            name = spec.name
             t = typed(name)
-            if pat.is_integer(t):
-                kinds.append("ids")
-            elif pat.is_string(t) or pat.is_binary(t) or pat.is_large_string(t) \
-                    or pat.is_large_binary(t):
-                kinds.append("values")
+            listed = pat.is_list(t) or pat.is_large_list(t)
+            if listed and not spec.multi_valued:
+                raise _Unusable(RejectReason.ARROW_SCHEMA, f"sparse column {name!r} is {t}, a "
+                                "list, and the schema gives the field one value (max_len 1)")
+            inner = t.value_type if listed else t
+            if pat.is_integer(inner):
+                kind = "ids"
+            elif _is_text(inner):
+                kind = "values"
             else:
                 raise _Unusable(RejectReason.ARROW_SCHEMA, f"sparse column {name!r} is {t}, "
-                                "expected integer ids or string values")
+                                "expected integer ids or string values (or lists of them)")
+            kinds.append(kind + ("_list" if listed else ""))
+            weights = f"{name}_weights"
+            if spec.weighted and weights in types:
+                w = types[weights]
+                if not ((pat.is_list(w) or pat.is_large_list(w)) and (
+                        pat.is_floating(w.value_type) or pat.is_integer(w.value_type))):
+                    raise _Unusable(RejectReason.ARROW_SCHEMA, f"column {weights!r} is {w}, "
+                                    "expected a list of numbers")
         return kinds
 
     def _decode_group(self, kinds: list[str], members: list[tuple[pa.RecordBatch, int, bytes]],
@@ -202,13 +258,16 @@ class ArrowDecoder:
         dense_t = np.empty((len(s.dense), n), np.float64)
         for j, name in enumerate(s.dense):
             dense_t[j] = column(name, 0)
+        bad_dense = good & ~np.isfinite(dense_t).all(axis=0)
+        if self._jagged:
+            return self._decode_lists(table, kinds, labels, good, dense_t, bad_dense, msg,
+                                      rows_of, members, meta, rejects)
         ids_t = np.empty((len(s.sparse), n), np.int64)
         for j, (name, kind) in enumerate(zip(s.sparse, kinds)):
             if kind == "ids":
                 ids_t[j] = column(name, -1)
             else:
                 ids_t[j] = np.concatenate([self._hash(c, j) for c in table.column(name).chunks])
-        bad_dense = good & ~np.isfinite(dense_t).all(axis=0)
         bad_id = good & ~bad_dense & (ids_t < 0).any(axis=0)
         keep = good & ~bad_dense & ~bad_id
         if not keep.all():
@@ -223,7 +282,7 @@ class ArrowDecoder:
                     rejects.append(Reject(reason, _one_row(members[k][0], int(r - first_row[k])),
                                           int(meta[0][m]), int(meta[1][m]), detail))
             labels, dense_t, ids_t, msg = labels[keep], dense_t[:, keep], ids_t[:, keep], msg[keep]
-        return ClickBatch(
+        return ClickBatch.of_ids(
             labels=labels.astype(np.float32),
             dense=dense_features(dense_t.T, self._log1p),
             ids=np.ascontiguousarray(ids_t.T),
@@ -231,6 +290,84 @@ class ArrowDecoder:
             offsets=meta[1][msg],
             timestamps_ms=meta[2][msg],
         )
+
+    def _decode_lists(self, table: pa.Table, kinds: list[str], labels: np.ndarray,
+                      good: np.ndarray, dense_t: np.ndarray, bad_dense: np.ndarray,
+                      msg: np.ndarray, rows_of: np.ndarray, members: list, meta: list[np.ndarray],
+                      rejects: list[Reject]) -> ClickBatch:
+        """:meth:`_decode_group` for a schema with list fields: every field's values as
+        ``(record, field, id, weight)`` entries, laid out by :func:`streaming.lists.arrange`."""
+        s, n = self.schema, table.num_rows
+        recs, flds, ids, weights, weight_ok = [], [], [], [], []
+        bad_id = np.zeros(n, dtype=bool)
+        for j, (spec, kind) in enumerate(zip(s.sparse_fields, kinds)):
+            col = table.column(spec.name).combine_chunks()
+            if kind.endswith("_list"):
+                lengths = pc.list_value_length(col).fill_null(0).to_numpy().astype(np.int64)
+                flat = pc.list_flatten(col)
+            else:
+                lengths, flat = np.ones(n, np.int64), col
+            rec = np.repeat(np.arange(n), lengths)
+            if kind.startswith("ids"):
+                got = flat.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+                bad_id[rec[got < 0]] = True
+                present = np.ones(got.size, dtype=bool)
+            else:
+                got = self._hash(flat, j)
+                # An empty or null value in a list is no value (as between two TSV commas).
+                present = (pc.binary_length(flat).fill_null(0).to_numpy() > 0
+                           if kind.endswith("_list") else np.ones(got.size, dtype=bool))
+            w = np.ones(got.size, np.float32)
+            ok = np.ones(got.size, dtype=bool)
+            name = f"{spec.name}_weights"
+            if spec.weighted and name in table.column_names:
+                wcol = table.column(name).combine_chunks()
+                wlen = pc.list_value_length(wcol).fill_null(0).to_numpy().astype(np.int64)
+                values = pc.list_flatten(wcol).fill_null(np.nan).to_numpy(
+                    zero_copy_only=False).astype(np.float64)
+                same = wlen == lengths
+                # Rows whose weights do not match their values one to one: every value bad.
+                wrec = np.repeat(np.arange(n), wlen)
+                pick = same[wrec]
+                w[same[rec]] = values[pick]
+                ok[~same[rec]] = False
+                ok[same[rec]] = np.isfinite(values[pick])
+            recs.append(rec[present])
+            flds.append(np.full(int(present.sum()), j, np.int64))
+            ids.append(got[present])
+            weights.append(w[present])
+            weight_ok.append(ok[present])
+        weighted = any(f.weighted for f in s.sparse_fields)
+        jag = arrange(np.concatenate(recs), np.concatenate(flds), np.concatenate(ids),
+                    np.concatenate(weights) if weighted else None,
+                    np.concatenate(weight_ok) if weighted else None, n, s)
+        for name, count in jag.truncated.items():
+            self.truncated[name] = self.truncated.get(name, 0) + count
+        bad_id &= good & ~bad_dense
+        too_many = jag.too_many & good & ~bad_dense & ~bad_id
+        bad_weight = jag.bad_weight & good & ~bad_dense & ~bad_id & ~too_many
+        keep = good & ~bad_dense & ~bad_id & ~too_many & ~bad_weight
+        first_row = np.concatenate([[0], np.cumsum(rows_of)[:-1]])
+        for reason, rows, detail in (
+                (RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
+                (RejectReason.BAD_DENSE, bad_dense, "dense values must be finite numbers"),
+                (RejectReason.BAD_ID, bad_id, "ids must be non-negative"),
+                (RejectReason.TOO_MANY_VALUES, too_many, "a field has more values than its max_len"),
+                (RejectReason.BAD_WEIGHT, bad_weight,
+                 "weights must be finite numbers, one a value")):
+            for r in np.flatnonzero(rows):
+                k = int(np.searchsorted(first_row, r, side="right") - 1)
+                m = msg[r]
+                rejects.append(Reject(reason, _one_row(members[k][0], int(r - first_row[k])),
+                                      int(meta[0][m]), int(meta[1][m]), detail))
+        rows = np.flatnonzero(keep)
+        kept_values, kept_lengths, kept_weights = select_rows(jag, rows)
+        msg = msg[rows]
+        return ClickBatch(labels=labels[rows].astype(np.float32),
+                          dense=dense_features(dense_t[:, rows].T, self._log1p),
+                          values=kept_values, lengths=kept_lengths, weights=kept_weights,
+                          partitions=meta[0][msg].astype(np.int32), offsets=meta[1][msg],
+                          timestamps_ms=meta[2][msg])
 
     def _hash(self, col: pa.Array, j: int) -> np.ndarray:
         """Ids of a string column, hashed from its data buffer (null = empty)."""
@@ -243,6 +380,11 @@ class ArrowDecoder:
         data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         buf = np.concatenate([data[: offsets[-1]], np.zeros(8, np.uint8)])
         return hash_spans(buf, offsets[:-1], offsets[1:], self._seeds[j : j + 1], slack=True)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pat.is_string(t) or pat.is_binary(t) or pat.is_large_string(t) or \
+        pat.is_large_binary(t)
 
 
 def _read(payload: bytes) -> pa.RecordBatch:

@@ -23,14 +23,8 @@ from typing import Literal, Sequence
 import numpy as np
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.types import (
-    ClickBatch,
-    Reject,
-    RejectReason,
-    Schema,
-    dense_features,
-    refuse_multi_valued,
-)
+from streaming.lists import DEFAULT_SEPARATOR, Jagged, jagged_ids, select_rows
+from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
 
 __all__ = ["FORMATS", "Decoder", "Decoded", "DecodeConfig"]
 
@@ -54,10 +48,19 @@ class DecodeConfig:
             batch per message, see :mod:`streaming.arrow`).
         max_record_bytes: longer records are rejected as ``too_large`` before any parsing (an
             Arrow message: more than this many bytes a record).
+        value_separator: TSV: the character between a list field's values (see
+            :mod:`streaming.lists`).
     """
 
     format: Literal["tsv", "json", "arrow"] = "tsv"
     max_record_bytes: int = 65536
+    value_separator: str = DEFAULT_SEPARATOR
+
+    def __post_init__(self) -> None:
+        sep = self.value_separator
+        if len(sep) != 1 or not sep.isascii() or sep in "\t\n\r:" or sep.isalnum():
+            raise ValueError(f"value separator {sep!r}: one ASCII character that is not a "
+                             "letter, a digit, a colon, a tab or a newline")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Decoded:
 
     batch: ClickBatch
     rejects: list[Reject] = field(default_factory=list)
+    truncated: dict[str, int] = field(default_factory=dict)  # values past max_len, by field
 
 
 @dataclass
@@ -87,8 +91,10 @@ class Decoder:
         if self.config.format not in FORMATS:
             raise ValueError(f"unknown record format {self.config.format!r} "
                              f"({', '.join(FORMATS)})")
-        refuse_multi_valued(self.schema)
         self._seeds = field_seeds(self.schema.tables)
+        self._jagged = bool(self.schema.multi_valued)
+        self._separator = ord(self.config.value_separator)
+        self._truncated: dict[str, int] = {}
         self._log1p = self.schema.log1p
         self._arrow = None
         if self.config.format == "arrow":
@@ -126,15 +132,17 @@ class Decoder:
         if not kept:
             return Decoded(ClickBatch.empty(self.schema), rejects)
         kept_idx = np.asarray(kept, dtype=np.int64)
+        self._truncated = {}
         if self._arrow is not None:
             good = [payloads[i] for i in kept]
-            return Decoded(self._arrow.decode(good, kept_idx, meta, rejects), rejects)  # type: ignore[arg-type]
+            batch = self._arrow.decode(good, kept_idx, meta, rejects)  # type: ignore[arg-type]
+            return Decoded(batch, rejects, self._arrow.truncated)
         lines = self._split([payloads[i] for i in kept], kept_idx, meta, rejects)  # type: ignore[misc]
         if self.config.format == "tsv":
             batch = self._decode_tsv(lines, meta, rejects)
         else:
             batch = self._decode_json(lines, meta, rejects)
-        return Decoded(batch, rejects)
+        return Decoded(batch, rejects, self._truncated)
 
     # -- common line handling ------------------------------------------------------------------
 
@@ -204,25 +212,45 @@ class Decoder:
                 )
             )
 
+    def _sparse(self, lines: _Lines, rows: np.ndarray, buf: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray, meta: list[np.ndarray], rejects: list[Reject],
+                separator: int | None = None) -> tuple[np.ndarray, np.ndarray | tuple[np.ndarray, np.ndarray,
+                                                          np.ndarray | None]]:
+        """The ids of ``[R, S]`` sparse spans: ``(rows kept, ids [R, S])`` for a schema of one
+        value a field, else ``(rows kept, (values, lengths, weights))``, the records over a
+        ``max_len`` that rejects or with a bad weight dead-lettered."""
+        if not self._jagged:
+            return rows, hash_spans(buf, starts, ends, self._seeds, slack=True)
+        j: Jagged = jagged_ids(buf, starts, ends, self.schema, self._seeds,
+                               self._separator if separator is None else separator, _parse_floats)
+        for name, n in j.truncated.items():
+            self._truncated[name] = self._truncated.get(name, 0) + n
+        self._reject_rows(lines, rows[j.too_many], RejectReason.TOO_MANY_VALUES, meta, rejects,
+                          "a field has more values than its max_len")
+        bad_weight = j.bad_weight & ~j.too_many
+        self._reject_rows(lines, rows[bad_weight], RejectReason.BAD_WEIGHT, meta, rejects,
+                          "weights must be finite numbers (id:weight)")
+        keep = np.flatnonzero(~(j.too_many | j.bad_weight))
+        return rows[keep], select_rows(j, keep)
+
     def _assemble(
         self,
         lines: _Lines,
         rows: np.ndarray,
         labels: np.ndarray,
         dense_raw: np.ndarray,
-        ids: np.ndarray,
+        sparse: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray | None],
         meta: list[np.ndarray],
     ) -> ClickBatch:
         msg = lines.message[rows]
         dense = dense_features(dense_raw, self._log1p)
-        return ClickBatch(
-            labels=labels.astype(np.float32),
-            dense=dense,
-            ids=ids,
-            partitions=meta[0][msg].astype(np.int32),
-            offsets=meta[1][msg],
-            timestamps_ms=meta[2][msg],
-        )
+        where = dict(partitions=meta[0][msg].astype(np.int32), offsets=meta[1][msg],
+                     timestamps_ms=meta[2][msg])
+        if isinstance(sparse, np.ndarray):
+            return ClickBatch.of_ids(labels.astype(np.float32), dense, sparse, **where)
+        values, lengths, weights = sparse
+        return ClickBatch(labels=labels.astype(np.float32), dense=dense, values=values,
+                          lengths=lengths, weights=weights, **where)
 
     # -- TSV ---------------------------------------------------------------------------------------
 
@@ -280,9 +308,13 @@ class Decoder:
         if not good.all():
             rows, f_starts, f_ends = rows[good], f_starts[good], f_ends[good]
             dense_raw, label_byte = dense_raw[good], label_byte[good]
-        ids = hash_spans(buf, f_starts[:, 1 + n_dense :], f_ends[:, 1 + n_dense :], self._seeds, slack=True)
+        kept, sparse = self._sparse(lines, rows, buf, f_starts[:, 1 + n_dense:],
+                                    f_ends[:, 1 + n_dense:], meta, rejects)
+        if kept.size < rows.size:
+            at = np.searchsorted(rows, kept)
+            dense_raw, label_byte = dense_raw[at], label_byte[at]
         labels = (label_byte - _ZERO).astype(np.float32)
-        return self._assemble(lines, rows, labels, dense_raw, ids, meta)
+        return self._assemble(lines, kept, labels, dense_raw, sparse, meta)
 
     # -- JSON lines ------------------------------------------------------------------------------
 
@@ -307,7 +339,10 @@ class Decoder:
                 if label not in (0, 1) or isinstance(label, float) and label not in (0.0, 1.0):
                     raise ValueError(f"label must be 0 or 1, got {label!r}")
                 row_dense = [_json_number(obj.get(name)) for name in schema.dense]
-                row_values = [_json_str(obj.get(name)) for name in schema.sparse]
+                row_values = [_json_str(obj.get(f.name)) if not f.multi_valued
+                              else _json_list(obj.get(f.name), obj.get(f"{f.name}_weights"),
+                                              f.weighted)
+                              for f in schema.sparse_fields]
             except (ValueError, TypeError, RecursionError) as exc:
                 # RecursionError: nesting deeper than the json module parses ('[' * 30000).
                 detail = ("nested too deeply" if isinstance(exc, RecursionError)
@@ -325,9 +360,10 @@ class Decoder:
         sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
         v_ends = np.cumsum(sizes).reshape(rows.size, len(schema.sparse))
         v_starts = v_ends - sizes.reshape(v_ends.shape)
-        vbuf = np.frombuffer(b"".join(values) or b"\0", dtype=np.uint8)
-        ids = hash_spans(vbuf, v_starts, v_ends, self._seeds)
-        return self._assemble(lines, rows, labels[rows], dense[rows], ids, meta)
+        vbuf = np.frombuffer(b"".join(values) + bytes(_SLACK), dtype=np.uint8)
+        kept, sparse = self._sparse(lines, rows, vbuf, v_starts, v_ends, meta, rejects,
+                                    _JSON_SEPARATOR)
+        return self._assemble(lines, kept, labels[kept], dense[kept], sparse, meta)
 
 
 def _json_number(v: object) -> float:
@@ -345,6 +381,28 @@ def _json_number(v: object) -> float:
     if not math.isfinite(value):
         raise ValueError(f"dense value must be finite, got {v!r}")
     return value
+
+
+# JSON list values are joined by a byte that a JSON value carries only escaped, if ever.
+_JSON_SEPARATOR = 0x1F
+
+
+def _json_list(v: object, weights: object, weighted: bool) -> bytes:
+    """A list field of a JSON record (an array of scalars, or one scalar), its values joined
+    by :data:`_JSON_SEPARATOR`; ``weights``, an array as long, appended as ``:weight``."""
+    items = [] if v is None else v if isinstance(v, list) else [v]
+    values = [_json_str(x) for x in items]
+    if any(_JSON_SEPARATOR in x for x in values):
+        raise ValueError("a list value holds the byte 0x1f")
+    if weighted and weights is not None:
+        if not isinstance(weights, list) or len(weights) != len(values):
+            raise ValueError(f"weights must be an array as long as the values ({len(values)})")
+        # A weight that is not a number stays text: the list parse dead-letters it as
+        # bad_weight, as a TSV one.
+        values = [x + b":" + (repr(float(w)) if isinstance(w, (int, float))
+                              and not isinstance(w, bool) else str(w)).encode()
+                  for x, w in zip(values, weights)]
+    return bytes([_JSON_SEPARATOR]).join(values)
 
 
 def _json_str(v: object) -> bytes:

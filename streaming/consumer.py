@@ -83,8 +83,13 @@ class ConsumerConfig:
                           "(an Arrow IPC record batch a message)"})
     schema: str = field(
         default="criteo",
-        metadata={"help": "fields: 'criteo', 'DENSE,SPARSE' counts, or 'label=y;dense=a,b;sparse=c'"},
+        metadata={"help": "fields: 'criteo', 'DENSE,SPARSE' counts, 'label=y;dense=a,b;sparse=c', "
+                          "a schema file (PATH.toml: lists, weights, shared tables, float "
+                          "features), or multi_hot / user_history (those synthetic shapes)"},
     )
+    value_separator: str = field(
+        default=",", metadata={"help": "tsv: the character between a list field's values "
+                               "(fields with max_len > 1 in a schema file)"})
     dead_letter_topic: str = field(
         default="", metadata={"help": "topic for undecodable records; empty = TOPIC.dlq, 'none' = off"}
     )
@@ -168,6 +173,7 @@ class ConsumerStats:
     records: int = 0
     bytes: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    truncated: Counter[str] = field(default_factory=Counter)  # list values past max_len, by field
     dead_lettered: int = 0
     poll_errors: int = 0
     commits: int = 0
@@ -215,7 +221,8 @@ class ClickConsumer:
         self.kafka = kafka
         self.config = config or ConsumerConfig()
         self.schema = Schema.parse(self.config.schema)
-        self.decoder = Decoder(self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes))
+        self.decoder = Decoder(self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes,
+                                                          self.config.value_separator))
         self.stats = ConsumerStats()
         self._manual = list(partitions) if partitions is not None else None
         self._clock = clock or SystemClock()
@@ -393,6 +400,7 @@ class ClickConsumer:
                                           part.timestamps_ms)
             if decoded.rejects:
                 self._dead_letter(decoded.rejects)
+            self.stats.truncated.update(decoded.truncated)
             parts.append(decoded.batch)
         return parts[0] if len(parts) == 1 else ClickBatch.concat(parts)
 

@@ -61,6 +61,12 @@ class ConsumerCollector(Collector):
         for reason, n in sorted(s.rejected.items()):
             errors.add_metric([*lb.values(), reason], n)
         yield errors
+        truncated = CounterMetricFamily(
+            "hetgmp_source_values_truncated",
+            "List values dropped past their field's max_len, by field.", labels=[*lb, "field"])
+        for name, n in sorted(s.truncated.items()):
+            truncated.add_metric([*lb.values(), name], n)
+        yield truncated
         yield _counter(
             "hetgmp_dead_lettered_records", "Records sent to the dead-letter topic.", s.dead_lettered, lb
         )

@@ -13,6 +13,7 @@ bucket holding at most ~0.1 s of records), not a chunk at a time.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import threading
@@ -61,8 +62,8 @@ class ProduceConfig:
     schema: str = field(
         default="criteo",
         metadata={"help": "fields of a Parquet or Arrow file's records, as the consumer's "
-                          "--consumer-schema: 'criteo', 'DENSE,SPARSE' counts, or "
-                          "'label=y;dense=a,b;sparse=c'"},
+                          "--consumer-schema: 'criteo', 'DENSE,SPARSE' counts, "
+                          "'label=y;dense=a,b;sparse=c', or a schema file PATH.toml"},
     )
     column_map: str = field(
         default="",
@@ -87,6 +88,9 @@ class ProduceConfig:
                           "Arrow IPC record batch a message: the synthetic source's pre-hashed "
                           "ids, or a Parquet or Arrow file's columns)"},
     )
+    value_separator: str = field(
+        default=",", metadata={"help": "tsv: the character between a list field's values "
+                               "(replayed from Parquet or Arrow list columns)"})
     records_per_message: int = field(
         default=0,
         metadata={"help": "records packed into one Kafka message; 0 = the format's default "
@@ -370,7 +374,10 @@ def _replay(config: ProduceConfig) -> Iterator[Packed]:
     log.info("replaying %s: %s records, columns %s", config.source, f"{source.count():,}",
              ", ".join(f"{f.name}<-{f.column}" if f.name != f.column else f.name
                        for f in source.fields[:8]) + (", ..." if len(source.fields) > 8 else ""))
-    encode = arrow_messages if config.format == "arrow" else tsv_messages
+    if config.format == "arrow":
+        encode = arrow_messages
+    else:
+        encode = functools.partial(tsv_messages, separator=config.value_separator)
     per_message = config.per_message
 
     def messages() -> Iterator[Packed]:
@@ -387,8 +394,13 @@ def _arrow_packed(stream: SyntheticStream, start: int, count: int, chunk: int,
 
     for i, n in _spans(start, count, chunk):
         block = stream.take(i, n)
-        payloads = encode_arrow(stream.config.schema, block.labels, block.dense,
-                                stream.block_ids(block), per_message)
+        values, lengths = stream.sparse(block)
+        if stream.lists:
+            payloads = encode_arrow(stream.config.schema, block.labels, block.dense, values,
+                                    per_message, lengths)
+        else:
+            payloads = encode_arrow(stream.config.schema, block.labels, block.dense,
+                                    values.reshape(lengths.shape), per_message)
         yield payloads, n, block.labels, block.prob
 
 

@@ -20,7 +20,17 @@ each, benchmarks must not retune them):
 
 ``shape="user_item"`` makes logs of another kind instead (a user and an item field with
 power-law degrees, a few context fields, no planted segments, preference drift): see
-:mod:`streaming.user_item`.
+:mod:`streaming.user_item`. Two shapes carry lists:
+
+* ``multi_hot``: the segments stream where field ``f`` holds a bag of MLPerf DLRM-DCNv2's
+  multi-hot size for it (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27,
+  10, 3, 1, 1 values; sum pooling), each value drawn as a one-value field's is;
+* ``user_history``: the user-item stream with a ``history`` field after the item, the user's
+  last ``history_len`` items (drawn as the item field is, from the user's taste and the items'
+  popularity), looking up the item field's table, pooled by mean.
+
+A list field is a bag of fixed size (its slots); a missing one is an empty bag. Each slot's
+ground-truth weight counts ``1 / size`` of its bag, so a bag weighs as one value does.
 
 Categorical values are rendered as 8 hex digits like Criteo's (a 32-bit scramble of the value's
 index), so the same decoder and the same feature-id hash serve real and synthetic logs.
@@ -35,9 +45,14 @@ import numpy as np
 
 from runtime import fmix64
 from streaming.hashing import field_seeds, hash_spans
-from streaming.types import Schema
+from streaming.types import Schema, SparseField
 
-__all__ = ["SyntheticConfig", "SyntheticStream", "SyntheticBlock", "BLOCK", "auc"]
+__all__ = ["SyntheticConfig", "SyntheticStream", "SyntheticBlock", "BLOCK", "MLPERF_BAGS",
+           "SHAPES", "auc"]
+
+SHAPES = ("segments", "user_item", "multi_hot", "user_history")
+# Values a record carries in each of the 26 fields of MLPerf DLRM-DCNv2's multi-hot Criteo.
+MLPERF_BAGS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
 
 BLOCK = 4096
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -69,11 +84,13 @@ class SyntheticConfig:
     """Parameters of the synthetic stream (see the module docstring for their meaning)."""
 
     seed: int = field(default=0, metadata={"help": "seed: same seed, same bytes"})
-    shape: Literal["segments", "user_item"] = field(
+    shape: Literal["segments", "user_item", "multi_hot", "user_history"] = field(
         default="segments",
         metadata={"help": "segments: 26 fields drawn from 64 communities' hot sets; user_item: "
                   "a user and an item field with power-law degrees and a few context fields, "
-                  "no communities (see streaming.user_item)"})
+                  "no communities (see streaming.user_item); multi_hot: segments with "
+                  "MLPerf DLRM-DCNv2's bag sizes (lists); user_history: user_item with a "
+                  "history list of the user's last items, sharing the item table"})
     n_dense: int = field(default=13, metadata={"help": "integer features per record"})
     n_sparse: int = field(
         default=0, metadata={"help": "categorical fields per record (0: the shape's, 26 for "
@@ -116,16 +133,23 @@ class SyntheticConfig:
                                "user's own value (a user's country, device)"})
     context_max: int = field(
         default=1_000, metadata={"help": "user_item: largest context vocabulary"})
+    history_len: int = field(
+        default=20, metadata={"help": "user_history: items in a record's history list"})
 
     def __post_init__(self) -> None:
-        if self.shape not in ("segments", "user_item"):
-            raise ValueError(f"shape {self.shape!r}: segments or user_item")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape {self.shape!r}: one of {', '.join(SHAPES)}")
         if self.n_sparse == 0:
-            object.__setattr__(self, "n_sparse", 26 if self.shape == "segments" else 8)
-        if self.shape == "user_item":
-            if self.n_sparse < 2 or self.users < 1 or self.items < 1 or self.taste_size < 1:
-                raise ValueError("user_item needs n_sparse >= 2 (user, item, contexts) and "
+            object.__setattr__(self, "n_sparse", {"segments": 26, "multi_hot": 26,
+                                                  "user_item": 8, "user_history": 9}[self.shape])
+        if self.shape in ("user_item", "user_history"):
+            least = 2 if self.shape == "user_item" else 3
+            if self.n_sparse < least or self.users < 1 or self.items < 1 or self.taste_size < 1:
+                raise ValueError(f"{self.shape} needs n_sparse >= {least} (user, item, "
+                                 f"{'' if least == 2 else 'history, '}contexts) and "
                                  "users, items, taste_size >= 1")
+            if self.history_len < 1:
+                raise ValueError("history_len must be >= 1")
             if not 0.0 <= self.taste_prob <= 1.0 or not 0.0 <= self.context_user_prob <= 1.0:
                 raise ValueError("taste_prob and context_user_prob must lie in [0, 1]")
         if not 0 < self.vocab_min <= self.vocab_max:
@@ -138,9 +162,27 @@ class SyntheticConfig:
             raise ValueError("drift_every must be >= 1")
 
     @property
+    def bags(self) -> tuple[int, ...]:
+        """Values of each sparse field (1: one value; more: a list of that many)."""
+        if self.shape == "multi_hot":
+            return tuple(MLPERF_BAGS[f % len(MLPERF_BAGS)] for f in range(self.n_sparse))
+        if self.shape == "user_history":
+            return (1, 1, self.history_len) + (1,) * (self.n_sparse - 3)
+        return (1,) * self.n_sparse
+
+    @property
     def schema(self) -> Schema:
-        """The Criteo-style schema of the generated records."""
-        return Schema.from_counts(self.n_dense, self.n_sparse)
+        """The schema of the generated records: Criteo-style names, with lists (and the
+        history's shared table) for the list shapes."""
+        plain = Schema.from_counts(self.n_dense, self.n_sparse)
+        if self.shape not in ("multi_hot", "user_history"):
+            return plain
+        sparse = [SparseField(name, max_len=size) if size > 1 else SparseField(name)
+                  for name, size in zip(plain.sparse, self.bags)]
+        if self.shape == "user_history":  # C3, the history, looks up C2's rows (the items)
+            sparse[2] = SparseField(plain.sparse[2], table=plain.sparse[1],
+                                    max_len=self.history_len, pooling="mean")
+        return Schema.of(plain.label, plain.dense_fields, sparse)
 
 
 @dataclass(frozen=True)
@@ -148,8 +190,9 @@ class SyntheticBlock:
     """Records ``start .. start+len-1`` of the stream, as arrays.
 
     Attributes:
-        values: uint32 ``[B, S]`` value index of each field (its rank in the field's vocabulary).
-        missing: bool ``[B, S]`` sparse field left empty.
+        values: uint32 ``[B, T]`` value index of each slot (its rank in the field's
+            vocabulary); a field has one slot a value (``T = S`` without lists).
+        missing: bool ``[B, S]`` sparse field left empty (a list: an empty bag).
         dense: int64 ``[B, D]`` integer features, -1 where missing.
         labels: int8 ``[B]``.
         prob: float64 ``[B]`` ground-truth click probability.
@@ -175,7 +218,7 @@ class SyntheticStream:
         self.config = c = config or SyntheticConfig()
         self.schema = c.schema
         self._user_item = None
-        if c.shape == "user_item":
+        if c.shape in ("user_item", "user_history"):
             from streaming.user_item import UserItemShape
 
             self._user_item = UserItemShape(c)
@@ -194,6 +237,15 @@ class SyntheticStream:
         self._seeds = field_seeds(self.schema.tables)
         salt_rng = np.random.default_rng([c.seed, 0x5A17])
         self._field_salt = salt_rng.integers(0, 2**63, size=c.n_sparse, dtype=np.uint64)
+        # Slots: a field of a list has one per value. A slot renders and weighs its value as
+        # the first field of its table does (a history's item is the item field's item).
+        self.bags = np.array(c.bags, np.int64)
+        self.slot_field = np.repeat(np.arange(c.n_sparse), self.bags)
+        tables = self.schema.tables
+        owner = np.array([tables.index(t) for t in tables], np.int64)
+        self._slot_salt = self._field_salt[owner[self.slot_field]]
+        self._slot_scale = 1.0 / self.bags[self.slot_field]
+        self.lists = bool((self.bags > 1).any())
         self._dense_mu = salt_rng.uniform(0.0, 4.0, size=c.n_dense)
         self._dense_w = salt_rng.normal(0.0, 0.15, size=c.n_dense)
 
@@ -241,10 +293,11 @@ class SyntheticStream:
         seg_rank = np.searchsorted(self._segment_cdf, rng.random(BLOCK), side="right")
         seg_rank = np.minimum(seg_rank, c.segments - 1)
         segment = np.empty(BLOCK, np.int32)
-        hot_pick = np.empty((BLOCK, c.n_sparse), np.uint32)
-        # One uniform per (record, field) decides hot vs global and, rescaled, picks the value:
+        slots = self.slot_field.size
+        hot_pick = np.empty((BLOCK, slots), np.uint32)
+        # One uniform per (record, slot) decides hot vs global and, rescaled, picks the value:
         # half the random numbers of drawing each decision separately.
-        u = rng.random((BLOCK, c.n_sparse))
+        u = rng.random((BLOCK, slots))
         use_hot = u < c.hot_prob
         slot = np.minimum((u / max(c.hot_prob, 1e-12) * c.hot_size).astype(np.int64), c.hot_size - 1)
         u_global = (u - c.hot_prob) / max(1.0 - c.hot_prob, 1e-12)
@@ -252,16 +305,17 @@ class SyntheticStream:
             rows = np.flatnonzero(epoch == e)
             hot, order = self._epoch(int(e))
             segment[rows] = order[seg_rank[rows]]
-            hot_pick[rows] = hot[segment[rows, None], np.arange(c.n_sparse), slot[rows]]
+            hot_pick[rows] = hot[segment[rows, None], self.slot_field, slot[rows]]
         values = hot_pick
         # Global Zipf draws of every field in one search: field f's CDF is stored shifted by f in
         # one concatenated table, so (f + u) lands inside field f's segment of it.
         rows, cols = np.nonzero(~use_hot)
-        pos = np.searchsorted(self._cdf_all, cols + u_global[rows, cols], side="right")
-        rank = np.minimum(pos - self._cdf_start[cols], self.vocab[cols] - 1)
+        fields = self.slot_field[cols]
+        pos = np.searchsorted(self._cdf_all, fields + u_global[rows, cols], side="right")
+        rank = np.minimum(pos - self._cdf_start[fields], self.vocab[fields] - 1)
         # Scatter ranks over the vocabulary with a fixed affine bijection (7919 is prime), so
         # popular global values are not simply the smallest indices.
-        values[rows, cols] = (rank * 7919 + 13) % self.vocab[cols]
+        values[rows, cols] = (rank * 7919 + 13) % self.vocab[fields]
         return self._finish(rng, start, values, segment, None)
 
     def _finish(self, rng: np.random.Generator, start: int, values: np.ndarray,
@@ -284,14 +338,17 @@ class SyntheticStream:
         return SyntheticBlock(start, values, missing, dense, labels, prob, segment)
 
     def _weights(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        """Ground-truth weight of each (field, value): a hash mapped to a symmetric distribution."""
+        """Ground-truth weight of each slot's (table, value): a hash mapped to a symmetric
+        distribution, ``1 / size`` of it in a bag of ``size``."""
         c = self.config
-        h = fmix64(values.astype(np.uint64) ^ self._field_salt[None, :])
+        h = fmix64(values.astype(np.uint64) ^ self._slot_salt[None, :])
         # Sum of two uniforms in [-1, 1): a triangular weight, mean 0, no heavy tails.
         a = (h & np.uint64(0xFFFFFFFF)).astype(np.float64) / 2**32
         b = (h >> np.uint64(32)).astype(np.float64) / 2**32
         w = (a + b - 1.0) * c.weight_scale * 2.0
-        return np.where(missing, 0.0, w)
+        if self.lists:
+            w = w * self._slot_scale
+        return np.where(missing[:, self.slot_field], 0.0, w)
 
     def blocks(self, start: int, count: int):
         """Yield ``(block, rows)`` pairs covering records ``start .. start+count-1``."""
@@ -321,25 +378,47 @@ class SyntheticStream:
     # -- rendering -----------------------------------------------------------------------------
 
     def _hex(self, block: SyntheticBlock) -> np.ndarray:
-        """uint8 ``[B, S, 8]``: each value's 8 hex digits (a 32-bit scramble of its index)."""
-        scrambled = fmix64(block.values.astype(np.uint64) ^ self._field_salt[None, :])
+        """uint8 ``[B, T, 8]``: each slot's 8 hex digits (a 32-bit scramble of its index)."""
+        scrambled = fmix64(block.values.astype(np.uint64) ^ self._slot_salt[None, :])
         word = (scrambled & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         # Two lookups of four hex digits each (high half first) instead of eight nibble shifts.
         halves = np.stack([_HEX16[word >> np.uint32(16)], _HEX16[word & np.uint32(0xFFFF)]], axis=-1)
         return halves.view(np.uint8).reshape(*word.shape, 8)
 
     def feature_ids(self, start: int, count: int) -> np.ndarray:
-        """int64 ``[count, S]``: the feature ids a decoder computes for these records."""
+        """int64 ``[count, S]``: the feature ids a decoder computes for these records (a
+        shape without lists; see :meth:`sparse`)."""
         return self.block_ids(self.take(start, count))
 
     def block_ids(self, block: SyntheticBlock) -> np.ndarray:
-        """int64 ``[len(block), S]``: the feature ids of a block already generated."""
+        """int64 ``[len(block), S]``: the feature ids of a block already generated (a shape
+        without lists)."""
+        if self.lists:
+            raise ValueError(f"the {self.config.shape} shape has lists: read sparse()")
+        return self._slot_ids(block)
+
+    def _slot_ids(self, block: SyntheticBlock) -> np.ndarray:
+        """int64 ``[len(block), T]``: each slot's id (a missing one-value field's: the empty
+        value's, as the decoder gives it)."""
         digits = self._hex(block)
-        n, s = block.values.shape
+        n, t = block.values.shape
         buf = np.ascontiguousarray(digits).reshape(-1)
-        starts = (np.arange(n * s, dtype=np.int64) * 8).reshape(n, s)
-        ends = np.where(block.missing, starts, starts + 8)
-        return hash_spans(buf, starts, ends, self._seeds)
+        starts = (np.arange(n * t, dtype=np.int64) * 8).reshape(n, t)
+        ends = np.where(block.missing[:, self.slot_field], starts, starts + 8)
+        return hash_spans(buf, starts, ends, self._seeds[self.slot_field])
+
+    def sparse(self, block: SyntheticBlock) -> tuple[np.ndarray, np.ndarray]:
+        """``(values [nnz], lengths [B, S])``: the jagged ids a decoder computes for a block
+        (``ClickBatch.values`` and ``lengths``); a missing list is an empty bag."""
+        ids = self._slot_ids(block)
+        n = len(block)
+        lengths = np.broadcast_to(self.bags, (n, self.bags.size)).astype(np.int32)
+        listed = self.bags > 1
+        if not listed.any():
+            return ids.reshape(-1), lengths
+        empty = block.missing & listed  # bags that hold nothing
+        lengths = np.where(empty, 0, lengths).astype(np.int32)
+        return ids[~empty[:, self.slot_field]], lengths
 
     def lines(self, start: int, count: int) -> list[bytes]:
         """Criteo TSV lines (no trailing newline) of records ``start .. start+count-1``."""
@@ -371,10 +450,15 @@ class SyntheticStream:
             n, c.n_dense * 9
         )
         hexd = self._hex(block)[rows]
-        hexd = np.where(block.missing[rows][..., None], 0, hexd).astype(np.uint8)
-        sparse_block = np.concatenate([np.full((n, c.n_sparse, 1), 9, np.uint8), hexd], axis=2).reshape(
-            n, c.n_sparse * 9
-        )
+        missing = block.missing[rows][:, self.slot_field]
+        hexd = np.where(missing[..., None], 0, hexd).astype(np.uint8)
+        # A field's first slot follows a tab, the others of a list a comma (dropped with its
+        # digits when the list is empty).
+        first = np.concatenate([[True], self.slot_field[1:] != self.slot_field[:-1]])
+        lead = np.where(first, 9, 44).astype(np.uint8)
+        lead = np.where(missing & ~first, 0, lead).astype(np.uint8)
+        slots = self.slot_field.size
+        sparse_block = np.concatenate([lead[..., None], hexd], axis=2).reshape(n, slots * 9)
         label = (block.labels[rows].astype(np.uint8) + 48)[:, None]
         matrix = np.concatenate([label, dense_block, sparse_block, np.full((n, 1), 10, np.uint8)], axis=1)
         data = matrix[matrix != 0].tobytes()

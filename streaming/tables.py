@@ -94,7 +94,7 @@ def _format_of(files: list[Path], paths: list[str]) -> str:
 class _Field:
     name: str  # the schema's
     column: str  # the file's
-    kind: str  # label, dense, sparse
+    kind: str  # label, dense, sparse, list (a multi-valued sparse field), weights
 
 
 class TableSource:
@@ -120,7 +120,12 @@ class TableSource:
         mapping = column_map or {}
         self.fields = [_Field(schema.label, mapping.get(schema.label, schema.label), "label")]
         self.fields += [_Field(n, mapping.get(n, n), "dense") for n in schema.dense]
-        self.fields += [_Field(n, mapping.get(n, n), "sparse") for n in schema.sparse]
+        for f in schema.sparse_fields:
+            column = mapping.get(f.name, f.name)
+            self.fields.append(_Field(f.name, column, "list" if f.multi_valued else "sparse"))
+            weights = f"{column}_weights"
+            if f.weighted and weights in self.dataset.schema.names:
+                self.fields.append(_Field(f"{f.name}_weights", weights, "weights"))
         self._check(self.dataset.schema)
 
     def _check(self, have: pa.Schema) -> None:
@@ -136,13 +141,19 @@ class TableSource:
                               f"--schema gives other fields")
         for f in self.fields:
             t = have.field(f.column).type
+            listed = pat.is_list(t) or pat.is_large_list(t)
+            inner = t.value_type if listed else t
             ok = {"label": pat.is_integer(t) or pat.is_boolean(t) or pat.is_floating(t),
                   "dense": pat.is_integer(t) or pat.is_floating(t),
-                  "sparse": pat.is_integer(t) or pat.is_string(t) or pat.is_large_string(t)
-                  or pat.is_binary(t) or pat.is_large_binary(t)}[f.kind]
+                  "sparse": _is_value(t),
+                  "list": _is_value(inner),
+                  "weights": listed and (pat.is_integer(inner) or pat.is_floating(inner))
+                  }[f.kind]
             if not ok:
                 want = {"label": "a number or boolean (0/1)", "dense": "numbers",
-                        "sparse": "integer or string values"}[f.kind]
+                        "sparse": "integer or string values (a list is for max_len > 1)",
+                        "list": "integer or string values, or lists of them",
+                        "weights": "lists of numbers"}[f.kind]
                 raise ColumnError(f"column {f.column!r} (the schema's {f.kind} field {f.name!r}) "
                                   f"in {where} is {t}; the consumer reads {want}")
 
@@ -168,11 +179,36 @@ class TableSource:
         arrays, fields = [], []
         for f in self.fields:
             a = raw.column(f.column)
-            if f.kind == "sparse" and pat.is_integer(a.type):
+            if f.kind in ("sparse", "list") and pat.is_integer(a.type):
                 a = pc.cast(a, pa.string())  # a raw value, hashed by the consumer per field
+            elif f.kind == "list" and (pat.is_list(a.type) or pat.is_large_list(a.type)) \
+                    and pat.is_integer(a.type.value_type):
+                a = pc.cast(a, pa.list_(pa.string()))
+            elif f.kind == "weights":
+                a = pc.cast(a, pa.list_(pa.float32()))
             arrays.append(a)
             fields.append(pa.field(f.name, a.type))
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _is_value(t: pa.DataType) -> bool:
+    return pat.is_integer(t) or pat.is_string(t) or pat.is_large_string(t) or \
+        pat.is_binary(t) or pat.is_large_binary(t)
+
+
+def _joined(values: pa.Array, weights: pa.Array | None, separator: str) -> pa.Array:
+    """A list column as TSV text: its values joined by ``separator`` (``id:weight`` with
+    weights; a row whose weights do not match its values one to one is sent as it is, for the
+    consumer to dead-letter)."""
+    flat = pc.cast(pc.list_flatten(values), pa.string())
+    lengths = pc.fill_null(pc.list_value_length(values), 0)
+    if weights is not None:
+        same = pc.equal(pc.fill_null(pc.list_value_length(weights), 0), lengths)
+        if pc.all(same).as_py():
+            flat = pc.binary_join_element_wise(
+                flat, pc.cast(pc.list_flatten(weights), pa.string()), ":")
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths.to_numpy())]).astype(np.int32))
+    return pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(offsets, flat), separator), "")
 
 
 def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
@@ -181,11 +217,20 @@ def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
             for lo in range(0, batch.num_rows, per_message)]
 
 
-def tsv_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
+def tsv_messages(batch: pa.RecordBatch, per_message: int, separator: str = ",") -> list[bytes]:
     """Criteo TSV lines (label, dense..., sparse..., tab separated; null = empty field), joined
-    ``per_message`` to a message by newlines."""
+    ``per_message`` to a message by newlines. A list column's values are joined by
+    ``separator``, each ``id:weight`` when a ``<name>_weights`` column comes with it."""
     texts = []
+    names = batch.schema.names
     for i, a in enumerate(batch.columns):
+        name = names[i]
+        if name.endswith("_weights") and name[:-len("_weights")] in names:
+            continue  # written with its values
+        if pat.is_list(a.type) or pat.is_large_list(a.type):
+            weights = batch.column(f"{name}_weights") if f"{name}_weights" in names else None
+            texts.append(_joined(a, weights, separator))
+            continue
         if i == 0 and pat.is_boolean(a.type):
             a = pc.cast(a, pa.int8())
         elif i == 0 and pat.is_floating(a.type):

@@ -16,7 +16,6 @@ __all__ = [
     "Reject",
     "RejectReason",
     "dense_features",
-    "refuse_multi_valued",
 ]
 
 
@@ -144,11 +143,16 @@ class Schema:
 
     @classmethod
     def parse(cls, spec: str) -> Schema:
-        """Parse ``"13,26"`` (counts), ``"label=y;dense=a,b;sparse=c,d,e"`` (names) or the path
-        of a schema file (``*.toml``, see :mod:`streaming.schema_file`)."""
+        """Parse ``"13,26"`` (counts), ``"label=y;dense=a,b;sparse=c,d,e"`` (names), the path
+        of a schema file (``*.toml``, see :mod:`streaming.schema_file`), or the name of a
+        synthetic shape with lists (``multi_hot``, ``user_history``: its default schema)."""
         spec = spec.strip()
         if not spec or spec.lower() == "criteo":
             return cls()
+        if spec in ("multi_hot", "user_history"):
+            from streaming.synthetic import SyntheticConfig
+
+            return SyntheticConfig(shape=spec).schema  # type: ignore[arg-type]
         if spec.endswith(".toml"):
             from streaming.schema_file import load_schema
 
@@ -181,15 +185,6 @@ class Schema:
         return 1 + len(self.dense) + len(self.sparse)
 
 
-def refuse_multi_valued(schema: Schema) -> None:
-    """Raise unless every sparse field of ``schema`` carries exactly one unweighted value: the
-    decoders do not read lists and weights yet (docs/schemas.md, the plan)."""
-    if schema.multi_valued:
-        raise ValueError(f"fields {', '.join(schema.multi_valued)}: lists and weights "
-                         f"(max_len > 1, weighted) are not read yet; shared tables and dense "
-                         f"transforms are")
-
-
 def dense_features(raw: np.ndarray, log1p: np.ndarray | None = None) -> np.ndarray:
     """A batch's dense features ``[B, D]`` from the raw values: float32 ``log(1 + max(x, 0))``
     (missing values arrive as 0 or negative) for the fields ``log1p`` marks (all by default),
@@ -205,66 +200,150 @@ def dense_features(raw: np.ndarray, log1p: np.ndarray | None = None) -> np.ndarr
 class ClickBatch:
     """A columnar batch of decoded click records (numpy arrays, one row per record).
 
+    The sparse values are jagged, as in TorchRec's ``KeyedJaggedTensor`` but ordered by sample
+    (samples are what gets sliced, routed and held back): sample ``b``'s values of field ``s``
+    are the next ``lengths[b, s]`` of ``values``, sample after sample, field after field. A
+    Criteo-shaped log is the case where every length is 1 (:meth:`of_ids`, :attr:`ids`).
+
     Attributes:
         labels: float32 ``[B]``, 0 or 1.
-        dense: float32 ``[B, D]``, ``log(1 + max(x, 0))`` of the integer features (missing = 0).
-        ids: int64 ``[B, S]`` feature ids (see :mod:`streaming.hashing`), non-negative.
+        dense: float32 ``[B, D]``, the dense features after their transforms (missing = 0).
+        values: int64 ``[nnz]`` feature ids (see :mod:`streaming.hashing`), non-negative.
+        lengths: int32 ``[B, S]`` values of each (sample, field); 0 is an empty bag.
         partitions: int32 ``[B]`` Kafka partition of each record (-1 when not from Kafka).
         offsets: int64 ``[B]`` Kafka offset of the message holding each record (-1 if none).
         timestamps_ms: int64 ``[B]`` Kafka append time of that message (-1 if unknown).
+        weights: float32 ``[nnz]`` per-value weights, or None (every weight 1).
     """
 
     labels: np.ndarray
     dense: np.ndarray
-    ids: np.ndarray
+    values: np.ndarray
+    lengths: np.ndarray
     partitions: np.ndarray
     offsets: np.ndarray
     timestamps_ms: np.ndarray
+    weights: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
     @classmethod
+    def of_ids(cls, labels: np.ndarray, dense: np.ndarray, ids: np.ndarray,
+               partitions: np.ndarray | None = None, offsets: np.ndarray | None = None,
+               timestamps_ms: np.ndarray | None = None) -> ClickBatch:
+        """A batch of one value a field: ``ids`` int64 ``[B, S]`` (positions default to -1)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        n = ids.shape[0]
+        unknown = np.full(n, -1, np.int64)
+        return cls(labels=labels, dense=dense, values=ids.reshape(-1),
+                   lengths=np.ones(ids.shape, np.int32),
+                   partitions=unknown.astype(np.int32) if partitions is None else partitions,
+                   offsets=unknown if offsets is None else offsets,
+                   timestamps_ms=unknown if timestamps_ms is None else timestamps_ms)
+
+    @classmethod
     def empty(cls, schema: Schema) -> ClickBatch:
         """A batch with no rows and the schema's widths."""
-        return cls(
-            labels=np.zeros(0, np.float32),
-            dense=np.zeros((0, len(schema.dense)), np.float32),
-            ids=np.zeros((0, len(schema.sparse)), np.int64),
-            partitions=np.zeros(0, np.int32),
-            offsets=np.zeros(0, np.int64),
-            timestamps_ms=np.zeros(0, np.int64),
-        )
+        return cls.of_ids(np.zeros(0, np.float32), np.zeros((0, len(schema.dense)), np.float32),
+                          np.zeros((0, len(schema.sparse)), np.int64))
+
+    @property
+    def fields(self) -> int:
+        """Sparse fields ``S``."""
+        return int(self.lengths.shape[1])
+
+    @property
+    def one_value(self) -> bool:
+        """Whether every (sample, field) carries exactly one unweighted value."""
+        return (self.weights is None and self.values.size == self.lengths.size
+                and bool((self.lengths == 1).all()))
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int64 ``[B, S]``: the values of a one-value batch (a view). Raises on a batch with
+        lists or weights, whose values do not make a rectangle."""
+        if not self.one_value:
+            raise ValueError("this batch has lists or weights: read values and lengths")
+        return self.values.reshape(self.lengths.shape)
+
+    @property
+    def indptr(self) -> np.ndarray:
+        """int64 ``[B + 1]``: sample ``b``'s values are ``values[indptr[b]:indptr[b + 1]]``
+        (the batch as a CSR matrix of samples by rows, for routing and the window)."""
+        out = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(self.lengths.sum(axis=1, dtype=np.int64), out=out[1:])
+        return out
 
     @classmethod
     def concat(cls, batches: list[ClickBatch]) -> ClickBatch:
         """Rows of several batches, in order (at least one batch)."""
         if len(batches) == 1:
             return batches[0]
-        return cls(*(np.concatenate([getattr(b, f) for b in batches]) for f in cls.__dataclass_fields__))
+        weighted = any(b.weights is not None for b in batches)
+        joined = {f: np.concatenate([getattr(b, f) for b in batches])
+                  for f in _PER_SAMPLE_AND_VALUE}
+        return cls(**joined, weights=np.concatenate([b.value_weights() for b in batches])
+                   if weighted else None)
+
+    def value_weights(self) -> np.ndarray:
+        """float32 ``[nnz]``: the weights, ones when the batch has none."""
+        return self.weights if self.weights is not None else np.ones(self.values.size, np.float32)
 
     def take(self, rows: np.ndarray | slice) -> ClickBatch:
-        """A batch of the selected rows."""
-        return ClickBatch(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
+        """A batch of the selected rows (a slice, indices or a mask), in that order."""
+        picked = {f: getattr(self, f)[rows] for f in _PER_SAMPLE}
+        if self.one_value:
+            return ClickBatch(values=self.ids[rows].reshape(-1), **picked)
+        if isinstance(rows, slice) and rows.step in (None, 1):
+            lo, hi, _ = rows.indices(len(self))
+            indptr = self.indptr
+            positions: np.ndarray | slice = slice(int(indptr[lo]), int(indptr[max(hi, lo)]))
+        else:
+            positions = _segments(self.indptr, np.arange(len(self))[rows])
+        return ClickBatch(values=self.values[positions],
+                          weights=None if self.weights is None else self.weights[positions],
+                          **picked)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the batch's arrays."""
-        return sum(int(getattr(self, f).nbytes) for f in self.__dataclass_fields__)
+        arrays = [getattr(self, f) for f in _PER_SAMPLE_AND_VALUE]
+        return sum(int(a.nbytes) for a in arrays) + (
+            0 if self.weights is None else int(self.weights.nbytes))
 
     def to_arrow(self, schema: Schema):  # -> pyarrow.RecordBatch (import kept lazy: it is heavy)
-        """The batch as a ``pyarrow.RecordBatch`` with one column per schema field."""
+        """The batch as a ``pyarrow.RecordBatch`` with one column per schema field: an int64
+        column for a one-value field, ``list<int64>`` (and ``list<float>`` weights, named
+        ``<field>_weights``) for a field of many."""
         import pyarrow as pa
 
-        columns = {
-            schema.label: pa.array(self.labels),
-            **{name: pa.array(self.dense[:, i]) for i, name in enumerate(schema.dense)},
-            **{name: pa.array(self.ids[:, i]) for i, name in enumerate(schema.sparse)},
-            "kafka_partition": pa.array(self.partitions),
-            "kafka_offset": pa.array(self.offsets),
-            "kafka_timestamp_ms": pa.array(self.timestamps_ms),
-        }
+        from streaming.arrow import sparse_columns
+
+        columns = {schema.label: pa.array(self.labels),
+                   **{name: pa.array(self.dense[:, i]) for i, name in enumerate(schema.dense)},
+                   **sparse_columns(schema, self.values, self.lengths, self.weights)}
+        columns.update({"kafka_partition": pa.array(self.partitions),
+                        "kafka_offset": pa.array(self.offsets),
+                        "kafka_timestamp_ms": pa.array(self.timestamps_ms)})
         return pa.RecordBatch.from_pydict(columns)
+
+
+_PER_SAMPLE = ("labels", "dense", "lengths", "partitions", "offsets", "timestamps_ms")
+_PER_SAMPLE_AND_VALUE = ("labels", "dense", "values", "lengths", "partitions", "offsets",
+                         "timestamps_ms")
+
+
+def _segments(indptr: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Positions of the values of samples ``index`` (in that order) in a CSR of ``indptr``."""
+    starts = indptr[index]
+    sizes = indptr[index + 1] - starts
+    total = int(sizes.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    # Each output position is its segment's start plus its place within the segment.
+    first = np.cumsum(sizes) - sizes
+    return np.repeat(starts - first, sizes) + np.arange(total, dtype=np.int64)
 
 
 class RejectReason(str, Enum):
@@ -280,6 +359,8 @@ class RejectReason(str, Enum):
     BAD_ARROW = "bad_arrow"
     ARROW_SCHEMA = "arrow_schema"
     BAD_ID = "bad_id"
+    BAD_WEIGHT = "bad_weight"
+    TOO_MANY_VALUES = "too_many_values"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,12 @@ such logs, so that a placement is measured on both kinds (issue 29):
   ``taste_bonus`` on the logit when the item came from the user's taste.
 
 Record ``i`` is a pure function of ``(config, i)``, as for the segmented shape.
+
+``shape="user_history"`` adds field 2, the history: ``history_len`` items, each drawn as the
+item field's (from the user's taste with probability ``taste_prob``, else from the global
+popularity), so a user's history tells its taste; the item field's ground truth is unchanged.
+The history is drawn after everything else of a block, so the other fields of a record are those
+of the same record of ``user_item``.
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ __all__ = ["UserItemShape", "context_vocab"]
 
 
 def context_vocab(config: SyntheticConfig) -> np.ndarray:
-    """Vocabulary of every field: users, items, then the context fields."""
-    contexts = config.n_sparse - 2
+    """Vocabulary of every field: users, items (the history's too), then the context fields."""
+    history = [config.items] if config.shape == "user_history" else []
+    contexts = config.n_sparse - 2 - len(history)
     sizes = np.round(np.geomspace(config.vocab_min, max(config.context_max, config.vocab_min),
                                   max(contexts, 1))).astype(np.int64)[:contexts]
-    return np.concatenate([[config.users, config.items], sizes]).astype(np.int64)
+    return np.concatenate([[config.users, config.items], history, sizes]).astype(np.int64)
 
 
 class UserItemShape:
@@ -53,8 +60,11 @@ class UserItemShape:
         self._user_order = rng.permutation(c.users)
         self._user_cdf = _zipf_cdf(c.users, c.user_zipf)
         self._item_cdf = _zipf_cdf(c.items, c.item_zipf)
-        self._ctx_cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab[2:]]
-        self._ctx_salt = rng.integers(0, 2**63, size=max(c.n_sparse - 2, 1), dtype=np.uint64)
+        self._history = c.history_len if c.shape == "user_history" else 0
+        self._first_ctx = 3 if self._history else 2  # the first context field
+        contexts = c.n_sparse - self._first_ctx
+        self._ctx_cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab[self._first_ctx:]]
+        self._ctx_salt = rng.integers(0, 2**63, size=max(contexts, 1), dtype=np.uint64)
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _epoch(self, e: int) -> tuple[np.ndarray, np.ndarray]:
@@ -88,11 +98,13 @@ class UserItemShape:
 
     def values(self, rng: np.random.Generator, index: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
-        """uint32 ``[B, fields]`` value indexes of records ``index`` and the logit bonus of
-        each (``taste_bonus`` where the item came from the user's taste)."""
+        """uint32 ``[B, slots]`` value indexes of records ``index`` (a slot per field, the
+        history's ``history_len``) and the logit bonus of each (``taste_bonus`` where the item
+        came from the user's taste)."""
         c = self.config
         n = index.size
-        values = np.empty((n, c.n_sparse), np.uint32)
+        values = np.empty((n, c.n_sparse + max(self._history - 1, 0)), np.uint32)
+        ctx = self._first_ctx + max(self._history - 1, 0)  # the first context slot
         rank = np.minimum(np.searchsorted(self._user_cdf, rng.random(n), side="right"),
                           c.users - 1)
         user = self._user_order[rank]
@@ -107,11 +119,22 @@ class UserItemShape:
             popularity, taste = self._epoch(int(e))
             values[rows, 1] = np.where(from_taste[rows], taste[user[rows], pick[rows]],
                                        popularity[global_rank[rows]])
-        own = rng.random((n, max(c.n_sparse - 2, 0))) < c.context_user_prob
+        own = rng.random((n, max(c.n_sparse - self._first_ctx, 0))) < c.context_user_prob
         for j, cdf in enumerate(self._ctx_cdf):
-            vocab = int(self.vocab[2 + j])
+            vocab = int(self.vocab[self._first_ctx + j])
             fixed = (fmix64(user.astype(np.uint64) ^ self._ctx_salt[j]) % np.uint64(vocab))
             drawn = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), vocab - 1)
-            values[:, 2 + j] = np.where(own[:, j], fixed.astype(np.int64), drawn)
+            values[:, ctx + j] = np.where(own[:, j], fixed.astype(np.int64), drawn)
+        if self._history:
+            k = self._history
+            tasted = rng.random((n, k)) < c.taste_prob
+            picks = rng.integers(0, c.taste_size, (n, k))
+            ranks = np.minimum(np.searchsorted(self._item_cdf, rng.random((n, k)), side="right"),
+                               c.items - 1)
+            for e in np.unique(epoch):
+                rows = np.flatnonzero(epoch == e)
+                popularity, taste = self._epoch(int(e))
+                values[rows, 2:2 + k] = np.where(tasted[rows], taste[user[rows, None], picks[rows]],
+                                                 popularity[ranks[rows]])
         return values, np.where(from_taste, c.taste_bonus, 0.0)
 

@@ -2,8 +2,10 @@
 
 Two views of the recent stream, both with memory bounded whatever the stream's length:
 
-* a ring buffer of the last ``capacity`` samples' feature ids (``capacity x fields`` int64), which
-  the partitioner reads as a CSR sample -> ids graph (:meth:`AccessWindow.csr`);
+* the last samples' feature ids, which the partitioner reads as a CSR sample -> ids graph
+  (:meth:`AccessWindow.csr`). Its size is counted in ids (the graph's edges), not samples:
+  room for ``capacity`` samples of ``fields`` ids, so a sample with a 100-value history takes
+  the room of 100 one-value fields, and the memory is bounded whatever the samples' lengths;
 * decayed per-id access counts (half-life measured in samples), capped at ``max_ids`` ids: when
   the cap is passed the ids with the smallest decayed counts are dropped.
 
@@ -16,6 +18,7 @@ sample is a few vector operations (about 1 µs per 26-id sample on the 2-core de
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +30,9 @@ __all__ = ["AccessWindow", "WindowConfig"]
 class WindowConfig:
     """Settings of :class:`AccessWindow`."""
 
-    capacity: int = field(default=200_000, metadata={"help": "samples kept in the window (W)"})
+    capacity: int = field(default=200_000, metadata={
+        "help": "samples kept in the window (W), of one id a field: the window holds W x fields "
+                "ids, fewer samples when they carry lists"})
     max_ids: int = field(default=2_000_000, metadata={"help": "cap on ids with tracked access counts"})
     half_life: float = field(
         default=100_000.0, metadata={"help": "samples after which an access counts half"}
@@ -36,15 +41,18 @@ class WindowConfig:
 
 
 class AccessWindow:
-    """Ring buffer of recent samples' ids plus decayed per-id access counts."""
+    """Recent samples' ids (at most ``capacity * fields`` of them) plus decayed per-id access
+    counts."""
 
     def __init__(self, fields: int, config: WindowConfig | None = None) -> None:
         self.config = c = config or WindowConfig()
-        if c.capacity < 1 or c.max_ids < 1 or c.half_life <= 0:
-            raise ValueError("capacity, max_ids and half_life must be positive")
+        if c.capacity < 1 or c.max_ids < 1 or c.half_life <= 0 or fields < 1:
+            raise ValueError("capacity, max_ids, half_life and fields must be positive")
         self.fields = fields
-        self._ring = np.zeros((c.capacity, fields), dtype=np.int64)
-        self._head = 0  # next slot to write
+        self.edge_capacity = c.capacity * fields
+        # The samples held, oldest first, in the chunks they came in: (ids per sample, ids).
+        self._chunks: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
+        self._edges = 0
         self._size = 0
         self.samples_seen = 0
         self._log_g = np.log(2.0) / c.half_life
@@ -65,26 +73,29 @@ class AccessWindow:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the window's arrays (ring, counts and the update buffer)."""
+        """Bytes held by the window's arrays (samples, counts and the update buffer)."""
         buffered = sum(b.nbytes for b in self._buffer) + sum(c.nbytes for _, c in self._buffer_counts)
-        return self._ring.nbytes + self._ids.nbytes + self._stored.nbytes + buffered
+        held = sum(n.nbytes + v.nbytes for n, v in self._chunks)
+        return held + self._ids.nbytes + self._stored.nbytes + buffered
 
-    def add(self, ids: np.ndarray) -> None:
-        """Append samples (int64 ``[B, fields]``); the oldest fall out past ``capacity``."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.ndim != 2 or ids.shape[1] != self.fields:
-            raise ValueError(f"expected ids of shape [B, {self.fields}], got {ids.shape}")
-        b = ids.shape[0]
+    def add(self, samples: np.ndarray | tuple[np.ndarray, np.ndarray]) -> None:
+        """Append samples: int64 ``[B, fields]``, or ``(indptr, ids)`` for samples of any
+        length; the oldest fall out past ``capacity * fields`` ids."""
+        if isinstance(samples, tuple):
+            indptr, ids = (np.asarray(a, dtype=np.int64) for a in samples)
+            sizes = np.diff(indptr)
+        else:
+            dense = np.asarray(samples, dtype=np.int64)
+            if dense.ndim != 2 or dense.shape[1] != self.fields:
+                raise ValueError(f"expected ids of shape [B, {self.fields}], got {dense.shape}")
+            ids, sizes = dense.reshape(-1), np.full(dense.shape[0], self.fields, np.int64)
+        b = sizes.size
         if b == 0:
             return
-        cap = self.config.capacity
-        keep = ids[-cap:]
-        k = keep.shape[0]
-        first = min(k, cap - self._head)
-        self._ring[self._head : self._head + first] = keep[:first]
-        self._ring[: k - first] = keep[first:]
-        self._head = (self._head + k) % cap
-        self._size = min(self._size + k, cap)
+        self._chunks.append((sizes, ids))
+        self._edges += ids.size
+        self._size += b
+        self._trim()
         # Every access of one add() call is stamped with the call's last sample: decay at batch
         # granularity, exact to within one batch. Each call is reduced to (unique ids, counts)
         # at once, which shrinks the buffer several-fold on a skewed stream.
@@ -131,17 +142,38 @@ class AccessWindow:
         scale = np.exp(-(now - self._offset) * self._log_g)
         return self._ids.copy(), self._stored * scale
 
+    def _trim(self) -> None:
+        """Drop the oldest samples until the ids held fit ``edge_capacity``."""
+        while self._edges > self.edge_capacity:
+            sizes, ids = self._chunks[0]
+            over = self._edges - self.edge_capacity
+            if ids.size <= over:
+                self._chunks.popleft()
+                self._edges -= ids.size
+                self._size -= sizes.size
+                continue
+            # Drop the fewest leading samples that free ``over`` ids.
+            drop = int(np.searchsorted(np.cumsum(sizes), over)) + 1
+            freed = int(sizes[:drop].sum())
+            self._chunks[0] = (sizes[drop:], ids[freed:])
+            self._edges -= freed
+            self._size -= drop
+
     def samples(self) -> np.ndarray:
-        """The window's samples, oldest first: int64 ``[len(self), fields]`` (a copy)."""
-        if self._size < self.config.capacity:
-            return self._ring[: self._size].copy()
-        return np.concatenate([self._ring[self._head :], self._ring[: self._head]])
+        """The window's samples, oldest first, when each has ``fields`` ids: int64
+        ``[len(self), fields]`` (a copy)."""
+        indptr, indices = self.csr()
+        if indices.size != len(self) * self.fields or not (np.diff(indptr) == self.fields).all():
+            raise ValueError("the window holds samples of other lengths: read csr()")
+        return indices.reshape(len(self), self.fields)
 
     def csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """The window as a CSR sample -> ids graph: ``(indptr [n+1], indices [n*fields])``."""
-        samples = self.samples()
-        indptr = np.arange(0, samples.size + 1, self.fields, dtype=np.int64)
-        return indptr, samples.reshape(-1)
+        """The window as a CSR sample -> ids graph: ``(indptr [n+1], indices)`` (a copy)."""
+        indptr = np.zeros(self._size + 1, np.int64)
+        if not self._chunks:
+            return indptr, np.zeros(0, np.int64)
+        np.cumsum(np.concatenate([n for n, _ in self._chunks]), out=indptr[1:])
+        return indptr, np.concatenate([v for _, v in self._chunks])
 
 
 def _unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -84,7 +84,7 @@ class StreamSource(Source):
         self._next += 1
         self._handed.append({p: int(offsets[partitions == p].max()) + 1
                              for p in range(self._parts) if (partitions == p).any()})
-        return ClickBatch(b.labels, b.dense, b.ids, partitions, offsets, stamps)
+        return ClickBatch.of_ids(b.labels, b.dense, b.ids, partitions, offsets, stamps)
 
     def mark_trained(self) -> None:
         if self._handed:

@@ -41,7 +41,7 @@ def test_the_ledger_account_sees_a_skip_a_replay_and_the_distinct_records(tmp_pa
         parts = [p for p, _, n in rows for _ in range(n)]
         offs = [o for _, o, n in rows for _ in range(n)]
         n = len(parts)
-        batch = ClickBatch(np.zeros(n, np.float32), np.zeros((n, 13), np.float32),
+        batch = ClickBatch.of_ids(np.zeros(n, np.float32), np.zeros((n, 13), np.float32),
                            np.zeros((n, 26), np.int64), np.array(parts, np.int32),
                            np.array(offs, np.int64), np.zeros(n, np.int64))
         with Ledger(tmp_path / f"run-{run:03d}", rank) as ledger:
@@ -68,7 +68,7 @@ def test_the_ledger_charges_a_replay_to_the_crash_that_threw_the_records_away(tm
 
     def step(run: int, offsets: list[int]) -> None:
         n = 16 * len(offsets)
-        batch = ClickBatch(np.zeros(n, np.float32), np.zeros((n, 13), np.float32),
+        batch = ClickBatch.of_ids(np.zeros(n, np.float32), np.zeros((n, 13), np.float32),
                            np.zeros((n, 26), np.int64), np.zeros(n, np.int32),
                            np.repeat(np.array(offsets, np.int64), 16), np.zeros(n, np.int64))
         with Ledger(tmp_path / f"run-{run:03d}", 0) as ledger:

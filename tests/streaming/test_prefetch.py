@@ -126,7 +126,7 @@ class _Consumer:
         self.polled += 1
         self.stats.messages += 1
         self.stats.records += 1
-        return ClickBatch(labels=np.ones(1, np.float32), dense=np.zeros((1, 1), np.float32),
+        return ClickBatch.of_ids(labels=np.ones(1, np.float32), dense=np.zeros((1, 1), np.float32),
                           ids=np.full((1, 1), self.polled, np.int64),
                           partitions=np.zeros(1, np.int32),
                           offsets=np.array([self.polled - 1], np.int64),

@@ -10,7 +10,7 @@ import pytest
 
 from streaming.codec import Decoder
 from streaming.hashing import feature_id
-from streaming.types import DenseField, Schema, SparseField
+from streaming.types import DenseField, Schema
 
 SHARED = """\
 label = "click"
@@ -92,15 +92,3 @@ def test_errors_name_the_file_the_line_and_the_field(tmp_path: Path, text: str,
 def test_a_missing_schema_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="schema file .*nowhere.toml"):
         Schema.parse(str(tmp_path / "nowhere.toml"))
-
-
-def test_lists_and_weights_are_refused_by_the_decoders_until_they_read_them(
-        tmp_path: Path) -> None:
-    schema = Schema.of("label", [], [SparseField("item"), SparseField("history", "item", 20),
-                                      SparseField("tags", weighted=True)])
-    assert schema.multi_valued == ("history", "tags")
-    for fmt in ("tsv", "arrow"):
-        from streaming.codec import DecodeConfig
-
-        with pytest.raises(ValueError, match="fields history, tags: lists and weights"):
-            Decoder(schema, DecodeConfig(format=fmt))  # type: ignore[arg-type]

@@ -39,7 +39,7 @@ def test_a_user_an_item_and_six_context_fields_by_default(stream, block) -> None
     assert (block.segment == -1).all()  # no planted communities
     with pytest.raises(ValueError, match="n_sparse >= 2"):
         SyntheticConfig(shape="user_item", n_sparse=1)
-    with pytest.raises(ValueError, match="segments or user_item"):
+    with pytest.raises(ValueError, match="one of segments, user_item, multi_hot, user_history"):
         SyntheticConfig(shape="graph")  # type: ignore[arg-type]
 
 

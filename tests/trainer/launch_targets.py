@@ -151,7 +151,7 @@ def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
     placement = Placement(0, 2, ids, owners, (np.array([5, 6]), np.array([1, 2])))
     trainer = Trainer(comm, placement, 2, 1, model=ModelConfig(embed_dim=4, hidden=(8,)),
                       train=TrainConfig(staleness=5, global_batch=8, route="off"))
-    batch = ClickBatch(labels=np.array([1, 0, 1, 0], np.float32),
+    batch = ClickBatch.of_ids(labels=np.array([1, 0, 1, 0], np.float32),
                        dense=np.ones((4, 1), np.float32), ids=ids.reshape(4, 2),
                        partitions=np.zeros(4, np.int32), offsets=np.arange(4, dtype=np.int64),
                        timestamps_ms=np.zeros(4, np.int64))

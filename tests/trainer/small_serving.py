@@ -42,5 +42,5 @@ def small_batch() -> ClickBatch:
     ids = np.stack([IDS[:16], IDS[16:32], IDS[::-1][:16]], axis=1)
     dense = np.linspace(0, 1, 32, dtype=np.float32).reshape(16, 2)
     none = np.full(16, -1, np.int64)
-    return ClickBatch(labels=np.zeros(16, np.float32), dense=dense, ids=ids,
+    return ClickBatch.of_ids(labels=np.zeros(16, np.float32), dense=dense, ids=ids,
                       partitions=none.astype(np.int32), offsets=none, timestamps_ms=none)

@@ -175,7 +175,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     torch.set_num_threads(1)
     service = Service(None, None, schema, cfg.format, cfg.max_record_bytes, cfg.max_records,
-                      cfg.threads, cfg.max_inflight_bytes)
+                      cfg.threads, cfg.max_inflight_bytes, value_separator=cfg.value_separator)
     try:
         return asyncio.run(_serve(service, cfg, kafka))
     finally:

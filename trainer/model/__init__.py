@@ -12,17 +12,22 @@ if TYPE_CHECKING:
     from trainer.model.config import ModelConfig
     from trainer.model.dense import DenseOptimizer, FlatParameters
     from trainer.model.models import build_model
+    from trainer.model.pooling import Bags, pool_bags
 
 __all__ = [
+    "Bags",
     "DenseOptimizer",
     "FlatParameters",
     "ModelConfig",
     "build_model",
+    "pool_bags",
 ]
 
 __getattr__ = lazy_exports(__name__, {
+    "Bags": "trainer.model.pooling",
     "DenseOptimizer": "trainer.model.dense",
     "FlatParameters": "trainer.model.dense",
     "ModelConfig": "trainer.model.config",
     "build_model": "trainer.model.models",
+    "pool_bags": "trainer.model.pooling",
 })

@@ -9,9 +9,36 @@ one value a record is a bag of one: pooling leaves its row as it is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
-__all__ = ["pool_bags"]
+__all__ = ["Bags", "pool_bags"]
+
+
+@dataclass(frozen=True)
+class Bags:
+    """How a log's sparse fields make one vector each.
+
+    Attributes:
+        mean: Per sparse field, whether its values are averaged (else summed); empty: all sum.
+        jagged: Whether a record may carry other than one value a field (lists or weights):
+            batches then travel with their lengths.
+        weighted: Whether some field carries per-value weights.
+    """
+
+    mean: tuple[bool, ...] = ()
+    jagged: bool = False
+    weighted: bool = False
+
+    @classmethod
+    def of(cls, schema: Any) -> Bags:
+        """The bags of a :class:`streaming.Schema` (its sparse fields' settings)."""
+        fields = schema.sparse_fields
+        return cls(mean=tuple(f.pooling == "mean" for f in fields),
+                   jagged=bool(schema.multi_valued),
+                   weighted=any(f.weighted for f in fields))
 
 
 def pool_bags(rows: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None,

@@ -267,7 +267,7 @@ class OnlineLoop:
         """Account for a trained step: window samples, freshness, history, metrics."""
         tr = self.trainer
         if self.placements.feeding:
-            self.window.offer(batch.ids, tr.last_routed_in, tr.last_dest)
+            self.window.offer(batch, tr.last_routed_in, tr.last_dest)
         newest = int(batch.timestamps_ms.max()) if len(batch) else -1
         self._last = Proposal(records=len(batch), rows_not_held=c.rows_not_held,
                               samples=c.samples_trained,

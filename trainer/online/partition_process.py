@@ -46,7 +46,7 @@ class PartitionerProcess:
         self._proc.start()
         child.close()
 
-    def partition(self, parts: list[np.ndarray], current: Placement | None,
+    def partition(self, parts: list[tuple[np.ndarray, np.ndarray]], current: Placement | None,
                   version: int) -> tuple[Placement, float, str, PassReport | None]:
         """Roll ``parts`` into the window and place it: (placement, seconds, kind, and what an
         incremental pass moved)."""

@@ -97,7 +97,7 @@ class Repartitioner:
         self.drift.observe(remote_rows_per_sample,
                            settled=self.computed and not migrating and not self.busy)
 
-    def start(self, parts: list[np.ndarray], current: Placement, records: int,
+    def start(self, parts: list[tuple[np.ndarray, np.ndarray]], current: Placement, records: int,
               now: float) -> str:
         """Roll ``parts`` into the window and compute the next placement beside training;
         the kind of partition started."""

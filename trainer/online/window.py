@@ -16,38 +16,66 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from streaming import ClickBatch
 from trainer.dist import Comm
 
 __all__ = ["WindowFeed", "pack", "unpack"]
 
+Csr = tuple[np.ndarray, np.ndarray]
+"""Samples as ``(indptr, ids)``: sample ``b`` read ``ids[indptr[b]:indptr[b + 1]]``."""
 
-def pack(ids: np.ndarray) -> np.ndarray:
-    """Samples' ids ``[n, fields]`` as one int64 message: ``n``, the number ``u`` of distinct
-    ids, the ``u`` ids, then the ``n * fields`` positions (uint16, or uint32 past 65,536 ids)
-    packed into int64 words. An empty batch is an empty message."""
-    n = ids.shape[0]
+
+def pack(samples: Csr, fields: int) -> np.ndarray:
+    """Samples as one int64 message: ``n``, the number ``u`` of distinct ids, ``fields`` when
+    every sample has that many ids (else -1), the ``u`` ids, each sample's id count (uint32,
+    only with -1), then each id's position among the distinct ones (uint16, or uint32 past
+    65,536 ids). An empty batch is an empty message."""
+    indptr, ids = samples
+    n = indptr.size - 1
     if n == 0:
         return np.zeros(0, np.int64)
+    sizes = np.diff(indptr)
+    uniform = ids.size == n * fields and bool((sizes == fields).all())
     distinct, inverse = np.unique(ids, return_inverse=True)
-    positions = inverse.astype(_position_type(distinct.size)).ravel()
-    raw = positions.tobytes()
-    raw += b"\0" * (-len(raw) % 8)
-    return np.concatenate([np.array([n, distinct.size], np.int64), distinct,
-                           np.frombuffer(raw, np.int64)])
+    parts = [np.array([n, distinct.size, fields if uniform else -1], np.int64), distinct]
+    if not uniform:
+        parts.append(_as_words(sizes.astype(np.uint32)))
+    parts.append(_as_words(inverse.astype(_position_type(distinct.size)).ravel()))
+    return np.concatenate(parts)
 
 
-def unpack(message: np.ndarray, fields: int) -> np.ndarray:
-    """The ids ``[n, fields]`` a :func:`pack` message holds."""
+def unpack(message: np.ndarray, fields: int) -> Csr:
+    """The samples a :func:`pack` message holds."""
     if message.size == 0:
-        return np.zeros((0, fields), np.int64)
-    n, u = int(message[0]), int(message[1])
-    distinct = message[2:2 + u]
-    positions = np.ascontiguousarray(message[2 + u:]).view(_position_type(u))[:n * fields]
-    return distinct[positions].reshape(n, fields)
+        return np.zeros(1, np.int64), np.zeros(0, np.int64)
+    n, u, width = (int(x) for x in message[:3])
+    distinct = message[3:3 + u]
+    at = 3 + u
+    indptr = np.zeros(n + 1, np.int64)
+    if width >= 0:
+        indptr[1:] = np.arange(1, n + 1, dtype=np.int64) * width
+    else:
+        words = -(-n // 2)
+        np.cumsum(np.ascontiguousarray(message[at:at + words]).view(np.uint32)[:n],
+                  out=indptr[1:])
+        at += words
+    nnz = int(indptr[-1])
+    positions = np.ascontiguousarray(message[at:]).view(_position_type(u))[:nnz]
+    return indptr, distinct[positions]
+
+
+def _as_words(values: np.ndarray) -> np.ndarray:
+    raw = values.tobytes()
+    raw += b"\0" * (-len(raw) % 8)
+    return np.frombuffer(raw, np.int64)
 
 
 def _position_type(distinct: int) -> type[np.unsignedinteger]:
     return np.uint16 if distinct <= 1 << 16 else np.uint32
+
+
+def _edges(samples: Csr) -> int:
+    return int(samples[1].size)
 
 
 class WindowFeed:
@@ -55,8 +83,9 @@ class WindowFeed:
 
     Args:
         comm: Collectives of the job.
-        fields: Ids per sample.
-        window: Most samples rank 0 keeps waiting for the partitioner.
+        fields: Sparse fields per sample.
+        window: Rank 0 keeps at most ``window * fields`` ids of samples waiting for the
+            partitioner (``window`` one-value samples; fewer when they carry lists).
         sample: Fraction of the samples sent (1: all).
         seed: Seed of the sampling.
     """
@@ -65,7 +94,7 @@ class WindowFeed:
                  seed: int = 0) -> None:
         self.comm, self.fields, self.window, self.sample = comm, fields, window, sample
         self._out = np.zeros(0, np.int64)  # the next message to rank 0 (:func:`pack`)
-        self._parts: list[np.ndarray] = []
+        self._parts: list[Csr] = []
         self._rng = np.random.default_rng(seed + 7919 * comm.rank)
 
     @property
@@ -75,22 +104,22 @@ class WindowFeed:
 
     @property
     def held(self) -> int:
-        """Samples rank 0 holds for the next partition (less than ``window`` plus one step's)."""
-        return sum(p.shape[0] for p in self._parts)
+        """Samples rank 0 holds for the next partition (about a window plus one step's)."""
+        return sum(p[0].size - 1 for p in self._parts)
 
-    def offer(self, ids: np.ndarray, routed_in: np.ndarray, dest: np.ndarray | None) -> None:
-        """A step was trained: ``ids`` of the samples this rank read, ``routed_in`` those other
+    def offer(self, batch: ClickBatch, routed_in: ClickBatch, dest: np.ndarray | None) -> None:
+        """A step was trained: ``batch`` the samples this rank read, ``routed_in`` those other
         ranks routed here, ``dest`` the rank each sample read here went to (None: unrouted)."""
         self._out = self._out[:0]
         if self.comm.rank == 0:
-            mine = [self._sampled(ids), self._sampled(routed_in)]
-            self._parts += [m for m in mine if m.shape[0]]
+            mine = [self._sampled(batch), self._sampled(routed_in)]
+            self._parts += [m for m in mine if m[0].size > 1]
             # Trimmed here too: when no other rank sends samples (one without partitions), no
             # window exchange runs to trim them.
             self._trim()
-        elif ids.shape[0]:
-            keep = dest != 0 if dest is not None else slice(None)
-            self._out = pack(self._sampled(ids[keep]))
+        elif len(batch):
+            kept = batch.take(dest != 0) if dest is not None else batch
+            self._out = pack(self._sampled(kept), self.fields)
 
     def exchange(self, window_words: np.ndarray) -> None:
         """Send what :meth:`offer` kept to rank 0 (collective: every rank calls it when the
@@ -114,17 +143,18 @@ class WindowFeed:
         self._out = self._out[:0]
         self._parts = []
 
-    def take(self) -> list[np.ndarray]:
+    def take(self) -> list[Csr]:
         """Rank 0: the samples gathered since the last call, oldest first."""
         parts, self._parts = self._parts, []
         return parts
 
-    def _sampled(self, ids: np.ndarray) -> np.ndarray:
-        if self.sample >= 1.0 or ids.shape[0] == 0:
-            return ids
-        return ids[self._rng.random(ids.shape[0]) < self.sample]
+    def _sampled(self, batch: ClickBatch) -> Csr:
+        if self.sample < 1.0 and len(batch):
+            batch = batch.take(self._rng.random(len(batch)) < self.sample)
+        return batch.indptr, batch.values
 
     def _trim(self) -> None:
-        held = self.held
-        while self._parts and held - self._parts[0].shape[0] >= self.window:
-            held -= self._parts.pop(0).shape[0]
+        held = sum(_edges(p) for p in self._parts)
+        room = self.window * self.fields
+        while self._parts and held - _edges(self._parts[0]) >= room:
+            held -= _edges(self._parts.pop(0))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
+from partitioner import FullPartitioner, PartitionConfig, Placement, Samples, WindowGraph, as_csr
 from runtime import Clock
 from streaming import ClickBatch, SyntheticStream
 from trainer import checkpoint as ckpt
@@ -40,12 +40,13 @@ class Start:
     info: dict[str, object] = field(default_factory=dict)
 
 
-def graph_placement(ids: np.ndarray, world: int, train: TrainConfig, seed: int = 0) -> Placement:
-    """The graph placement (METIS partition plus replicas) of an access window ``[n, F]``."""
+def graph_placement(ids: Samples, world: int, train: TrainConfig, seed: int = 0) -> Placement:
+    """The graph placement (METIS partition plus replicas) of an access window (``[n, F]``, or
+    ``(indptr, ids)`` for samples of any length)."""
     config = PartitionConfig(num_workers=world, global_batch=train.global_batch,
                              replica_fraction=train.replica_fraction,
                              replica_basis=train.replica_basis, seed=seed)
-    return FullPartitioner(config).partition(WindowGraph.from_dense(ids), None)
+    return FullPartitioner(config).partition(WindowGraph(*as_csr(ids)), None)
 
 
 def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
@@ -79,18 +80,26 @@ def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
 
 
 def _window_ids(job: Job, comm: Comm, source: Source,
-                buffered: list[ClickBatch]) -> np.ndarray | None:
+                buffered: list[ClickBatch]) -> Samples | None:
     """Rank 0: the access window's ids; the first ``warmup`` records read go to ``buffered``."""
     if job.window is not None:
         w = job.window
-        return SyntheticStream(w.config).feature_ids(w.start, w.records) if comm.rank == 0 \
-            else None
+        if comm.rank != 0:
+            return None
+        stream = SyntheticStream(w.config)
+        values, lengths = stream.sparse(stream.take(w.start, w.records))
+        return np.concatenate([[0], np.cumsum(lengths.sum(axis=1))]).astype(np.int64), values
     share = math.ceil(job.train.warmup / comm.world)
     got = 0
     while got < share and not source.exhausted and not comm.stop_requested():
         batch = source.next_batch()
         buffered.append(batch)
         got += len(batch)
-    local = ClickBatch.concat(buffered).ids if buffered else np.zeros((0, 0), np.int64)
-    gathered = comm.all_gather_object(local)
-    return np.concatenate([g for g in gathered if g.size]) if comm.rank == 0 else None
+    read = ClickBatch.concat(buffered) if buffered else None
+    local = (np.diff(read.indptr), read.values) if read is not None else None
+    gathered = [g for g in comm.all_gather_object(local) if g is not None]
+    if comm.rank != 0:
+        return None
+    sizes = np.concatenate([g[0] for g in gathered]) if gathered else np.zeros(0, np.int64)
+    values = np.concatenate([g[1] for g in gathered]) if gathered else np.zeros(0, np.int64)
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), values

@@ -26,6 +26,7 @@ from runtime import Clock, SystemClock
 from streaming import ClickBatch
 from trainer import checkpoint as ckpt
 from trainer.dist import KINDS, Comm, StepCounters, Totals
+from trainer.model import Bags
 from trainer.online import (
     Observer,
     Observers,
@@ -62,9 +63,11 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             max_records=job.online.max_records))
         start = initial_placement(job, comm, source, clock, manifest)
         schema = source.schema
+        bags = Bags.of(schema)
         trainer = Trainer(comm, start.placement, len(schema.sparse), len(schema.dense),
-                          model=job.model, store=job.store, train=job.train, clock=clock)
-        shape = model_shape(job, len(schema.sparse), len(schema.dense))
+                          model=job.model, store=job.store, train=job.train, bags=bags,
+                          clock=clock)
+        shape = model_shape(job, len(schema.sparse), len(schema.dense), bags)
         if manifest is not None:
             check_compatible(manifest, shape, source.topic)
             rows = restore(trainer, manifest)
@@ -268,13 +271,16 @@ def find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
     return None if path is None else ckpt.read_manifest(Path(path))
 
 
-def model_shape(job: Job, n_fields: int, n_dense: int) -> dict[str, Any]:
+def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None
+                ) -> dict[str, Any]:
     """The settings a checkpoint must share with the run that loads it (and what a serving
     process needs to rebuild the model: the rows' initial values come from their seed and
-    scale)."""
+    scale; the fields pooled by mean, when some are)."""
     m = job.model
-    return {"model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
-            "cross_layers": m.cross_layers, "dtype": m.dtype, "fields": n_fields,
+    pooled = {"mean": list(bags.mean)} if bags is not None and any(bags.mean) else {}
+    return {**pooled, "model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
+            "cross_layers": m.cross_layers, "cross_rank": m.cross_rank,
+            "bottom": list(m.bottom), "dtype": m.dtype, "fields": n_fields,
             "dense": n_dense, "row_optimizer": job.store.optimizer,
             "dense_optimizer": job.train.dense_optimizer, "row_seed": job.store.seed,
             "row_init_scale": job.store.init_scale}

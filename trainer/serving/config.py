@@ -26,8 +26,11 @@ class ServeConfig:
     format: Literal["tsv", "json"] = field(default="tsv", metadata={
         "help": "record format of a request that names no Content-Type"})
     schema: str = field(default="criteo", metadata={
-        "help": "field names, as the consumer's --consumer-schema ('criteo', '13,26' or "
-                "'label=y;dense=a,b;sparse=c,d')"})
+        "help": "fields, as the consumer's --consumer-schema ('criteo', '13,26', "
+                "'label=y;dense=a,b;sparse=c,d', a schema file PATH.toml, multi_hot or "
+                "user_history)"})
+    value_separator: str = field(default=",", metadata={
+        "help": "tsv: the character between a list field's values (as the consumer's)"})
     max_body_bytes: int = field(default=8 << 20, metadata={
         "help": "largest request body (bigger ones get 413)"})
     max_records: int = field(default=65536, metadata={"help": "most records in one request"})

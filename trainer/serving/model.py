@@ -27,7 +27,7 @@ from partitioner import IdIndex
 from streaming import ClickBatch
 from trainer import checkpoint as ckpt
 from trainer.embedding import initial_rows
-from trainer.model import FlatParameters, ModelConfig, build_model
+from trainer.model import FlatParameters, ModelConfig, build_model, pool_bags
 from trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
 
 __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
@@ -48,9 +48,13 @@ def model_config(shape: dict[str, Any]) -> ModelConfig:
     try:
         kind = shape["model"]
         first = 1 if kind in ("widedeep", "deepfm") else 0
+        defaults = ModelConfig()
         return ModelConfig(model=kind, embed_dim=int(shape["row_dim"]) - first,
                            hidden=tuple(int(h) for h in shape["hidden"]),
-                           cross_layers=int(shape["cross_layers"]), dtype="float32")
+                           cross_layers=int(shape["cross_layers"]),
+                           cross_rank=int(shape.get("cross_rank", defaults.cross_rank)),
+                           bottom=tuple(int(h) for h in shape.get("bottom", defaults.bottom)),
+                           dtype="float32")
     except (KeyError, TypeError, ValueError) as exc:
         raise ckpt.CheckpointError(f"the checkpoint does not describe its model: {exc!r}") from None
 
@@ -197,6 +201,8 @@ class ServingModel:
         self.shape = shape
         self.config = model_config(shape)
         self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
+        mean = shape.get("mean")
+        self._mean = torch.tensor([bool(m) for m in mean]) if mean else None
         self.table = ServingTable(self.config.row_dim, int(shape.get("row_seed", 0)),
                                   float(shape.get("row_init_scale", 0.01)))
         self.lineage = lineage
@@ -411,18 +417,22 @@ class ServingModel:
     @torch.no_grad()
     def score(self, batch: ClickBatch) -> np.ndarray:
         """Click probabilities of ``batch``'s records (float64 ``[n]``)."""
-        if batch.ids.shape[1:] != (self.fields,) or batch.dense.shape[1:] != (self.n_dense,):
-            raise ValueError(f"records of {batch.ids.shape[1:]} sparse and "
+        if batch.fields != self.fields or batch.dense.shape[1:] != (self.n_dense,):
+            raise ValueError(f"records of {batch.fields} sparse and "
                              f"{batch.dense.shape[1:]} dense fields; the model takes "
                              f"{self.fields} and {self.n_dense}")
-        uniq, inverse = np.unique(batch.ids, return_inverse=True)
+        uniq, inverse = np.unique(batch.values, return_inverse=True)
         with self._lock:
             rows, unknown = self.table.gather(uniq)
             model = self._model[0]
         self.unknown_ids += unknown
         emb = torch.from_numpy(rows)[torch.from_numpy(inverse.reshape(-1))]
-        logits = model(emb.view(len(batch), self.fields, -1),
-                       torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)))
+        if batch.one_value:
+            pooled = emb.view(len(batch), self.fields, -1)
+        else:  # as the trainer pools (Trainer.pool)
+            weights = None if batch.weights is None else torch.from_numpy(batch.weights)
+            pooled = pool_bags(emb, torch.from_numpy(batch.lengths), weights, self._mean)
+        logits = model(pooled, torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)))
         return torch.sigmoid(logits).numpy().astype(np.float64)
 
     def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -172,12 +172,14 @@ class Service:
     max_inflight_bytes: int = 64 << 20
     waiting_for: str = ""
     failed: str = ""
+    value_separator: str = ","
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry()
         self.metrics = ServeMetrics(self.registry, self)
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="score")
-        self._decoders = {f: Decoder(self.schema, DecodeConfig(f, self.max_record_bytes))
+        self._decoders = {f: Decoder(self.schema, DecodeConfig(f, self.max_record_bytes,
+                                                               self.value_separator))
                           for f in ("tsv", "json")}
         self.inflight_bytes = 0  # changed on the event loop only
         self._trimmed = 0.0

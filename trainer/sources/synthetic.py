@@ -23,11 +23,11 @@ _GEN_CHUNK = 65_536
 def synthetic_batch(stream: SyntheticStream, start: int, count: int) -> ClickBatch:
     """Records ``start .. start+count-1`` of the synthetic stream as the decoder would give them."""
     block = stream.take(start, count)
-    ids = stream.feature_ids(start, count)
     dense = np.log1p(np.maximum(block.dense, 0).astype(np.float64)).astype(np.float32)
-    none = np.full(count, -1, np.int64)
-    return ClickBatch(block.labels.astype(np.float32), dense, ids, none.astype(np.int32), none,
-                      none)
+    values, lengths = stream.sparse(block)
+    unknown = np.full(count, -1, np.int64)
+    return ClickBatch(block.labels.astype(np.float32), dense, values, lengths,
+                      unknown.astype(np.int32), unknown, unknown.copy())
 
 
 def shard_bounds(batch_size: int, rank: int, world: int) -> tuple[int, int]:

@@ -35,7 +35,7 @@ from runtime import Clock, SystemClock
 from streaming import ClickBatch
 from trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
 from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreConfig, unique_padded
-from trainer.model import DenseOptimizer, FlatParameters, ModelConfig, build_model
+from trainer.model import Bags, DenseOptimizer, FlatParameters, ModelConfig, build_model, pool_bags
 from trainer.step.config import TrainConfig
 
 __all__ = ["Trainer", "ModelState"]
@@ -69,27 +69,77 @@ def to_device(array: np.ndarray, device: torch.device,
     return t.to(device=device, dtype=t.dtype if dtype is None else dtype)
 
 
-def _pack(batch: ClickBatch) -> np.ndarray:
-    """int64 ``[B, F + W]``: ids, then label and dense float32 bits (routing message)."""
+def _floats(batch: ClickBatch) -> np.ndarray:
+    """int64 ``[B, W]``: each sample's label and dense features, float32 bits two a word."""
     floats = np.concatenate([batch.labels[:, None], batch.dense], axis=1).astype(np.float32)
-    if floats.shape[1] % 2:
-        floats = np.concatenate([floats, np.zeros((floats.shape[0], 1), np.float32)], axis=1)
-    packed = np.concatenate([batch.ids, np.ascontiguousarray(floats).view(np.int64)], axis=1)
-    return np.ascontiguousarray(packed)
+    return _words(floats)
+
+
+def _words(columns: np.ndarray) -> np.ndarray:
+    """A ``[B, K]`` array of 4-byte values as int64 ``[B, ceil(K / 2)]`` (padded with zeros)."""
+    if columns.shape[1] % 2:
+        columns = np.concatenate([columns, np.zeros((columns.shape[0], 1), columns.dtype)], axis=1)
+    return np.ascontiguousarray(columns).view(np.int64)
+
+
+def _pack(batch: ClickBatch) -> np.ndarray:
+    """A one-value batch as int64 ``[B, S + W]``: ids, then the floats (routing message)."""
+    return np.ascontiguousarray(np.concatenate([batch.ids, _floats(batch)], axis=1))
 
 
 def _unpack(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
     ids = np.ascontiguousarray(packed[:, :n_fields])
     floats = np.ascontiguousarray(packed[:, n_fields:]).view(np.float32)
-    n = packed.shape[0]
-    return ClickBatch(
-        labels=floats[:, 0].copy(),
-        dense=floats[:, 1:1 + n_dense].copy(),
-        ids=ids,
-        partitions=np.full(n, -1, np.int32),
-        offsets=np.full(n, -1, np.int64),
-        timestamps_ms=np.full(n, -1, np.int64),
-    )
+    return ClickBatch.of_ids(floats[:, 0].copy(), floats[:, 1:1 + n_dense].copy(), ids)
+
+
+def _pack_jagged(batch: ClickBatch, weighted: bool) -> np.ndarray:
+    """A batch with lists as one int64 message: per sample its lengths (int32, two a word)
+    and floats, ``[B, L + W]`` flattened; then its values; then their weights (float32, two
+    a word) when ``weighted``. A block of consecutive samples reads back alone
+    (:func:`_unpack_jagged`)."""
+    rows = np.concatenate([_words(batch.lengths), _floats(batch)], axis=1).reshape(-1)
+    parts = [rows, batch.values]
+    if weighted:
+        parts.append(_words(batch.value_weights()[None, :]).reshape(-1))
+    return np.concatenate(parts)
+
+
+def _pack_blocks(batch: ClickBatch, counts: np.ndarray, weighted: bool
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_pack_jagged` of each rank's consecutive ``counts`` samples, one after the other:
+    the message and the words of each rank's block."""
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    blocks = [_pack_jagged(batch.take(slice(int(lo), int(hi))), weighted)
+              for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return np.concatenate(blocks), np.array([b.size for b in blocks], np.int64)
+
+
+def _unpack_jagged(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_fields: int,
+                   n_dense: int, weighted: bool) -> ClickBatch:
+    """The batch of the blocks of ``words``: block ``i`` holds ``samples[i]`` samples in
+    ``sizes[i]`` words."""
+    lwords, fwords = -(-n_fields // 2), -(-(1 + n_dense) // 2)
+    parts, start = [], 0
+    for n, size in zip(samples.tolist(), sizes.tolist()):
+        block = words[start:start + size]
+        start += size
+        rows = block[:n * (lwords + fwords)].reshape(n, lwords + fwords)
+        lengths = np.ascontiguousarray(rows[:, :lwords]).view(np.int32)[:, :n_fields]
+        floats = np.ascontiguousarray(rows[:, lwords:]).view(np.float32)
+        nnz = int(lengths.sum())
+        at = n * (lwords + fwords)
+        values = block[at:at + nnz]
+        weights = (np.ascontiguousarray(block[at + nnz:]).view(np.float32)[:nnz]
+                   if weighted else None)
+        parts.append(ClickBatch(labels=floats[:, 0].copy(),
+                                dense=floats[:, 1:1 + n_dense].copy(),
+                                values=values.copy(), lengths=lengths.copy(),
+                                partitions=np.full(n, -1, np.int32),
+                                offsets=np.full(n, -1, np.int64),
+                                timestamps_ms=np.full(n, -1, np.int64),
+                                weights=None if weights is None else weights.copy()))
+    return ClickBatch.concat(parts)
 
 
 @dataclass
@@ -103,6 +153,7 @@ class _Prepared:
 
     dest: np.ndarray | None = None
     packed: np.ndarray | None = None
+    words: np.ndarray | None = None  # jagged: int64 words of each rank's block of ``packed``
 
 
 class Trainer:
@@ -118,6 +169,7 @@ class Trainer:
         model: ModelConfig | None = None,
         store: StoreConfig | None = None,
         train: TrainConfig | None = None,
+        bags: Bags | None = None,
         clock: Clock | None = None,
     ) -> None:
         """Build the rank's state; every rank of a job must construct it with equal arguments.
@@ -130,6 +182,8 @@ class Trainer:
             model: Model settings.
             store: Embedding store settings.
             train: Loop settings (staleness, routing, dense optimizer).
+            bags: How the sparse fields pool (``Bags.of(schema)``); default: one value a
+                field, summed.
             clock: Time source of the per-phase step timings.
         """
         self.comm = comm
@@ -138,6 +192,10 @@ class Trainer:
         self.model_config = mc = model or ModelConfig()
         self.train_config = tc = train or TrainConfig()
         self.n_fields, self.n_dense = n_fields, n_dense
+        self.bags = bags = bags or Bags()
+        if bags.mean and len(bags.mean) != n_fields:
+            raise ValueError(f"pooling given for {len(bags.mean)} fields, the model has {n_fields}")
+        self._mean = torch.tensor(bags.mean, device=comm.device) if any(bags.mean) else None
         self.dtype = torch.float64 if mc.dtype == "float64" else torch.float32
         device = comm.device
         self.model: nn.Module = build_model(mc, n_fields, n_dense).to(device)
@@ -169,7 +227,9 @@ class Trainer:
         self.last_logits = torch.zeros(0)
         self.last_labels = np.zeros(0, np.float32)
         self.last_dest: np.ndarray | None = None
-        self.last_routed_in = np.zeros((0, n_fields), np.int64)
+        self.last_routed_in = ClickBatch.of_ids(np.zeros(0, np.float32),
+                                                np.zeros((0, n_dense), np.float32),
+                                                np.zeros((0, n_fields), np.int64))
         # The last step's dense all-reduce, left running, and its buffer (see finish_step).
         self._dense_pending: tuple[Pending, torch.Tensor] | None = None
         # The last step's summed loss and its samples, read back with the next step's counts
@@ -213,8 +273,8 @@ class Trainer:
             return None if routed is None else c
         local, global_n = routed
         t1 = tick()
-        ids = to_device(local.ids, self.store.device)
-        padded, inverse, count = unique_padded(ids.reshape(-1))
+        ids = to_device(local.values, self.store.device)
+        padded, inverse, count = unique_padded(ids)
         pending = self._loss_pending
         plan = self.exchange.read(padded, count, self.step_index, c,
                                   None if pending is None else pending[0])
@@ -269,20 +329,29 @@ class Trainer:
         distinct row's gradient, the dense parameters' gradients)."""
         # The batch's rows are the leaf: its gradient is each row's gradient summed over its
         # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
-        emb = values.index_select(0, inverse).view(*local.ids.shape, values.shape[1])
-        emb.requires_grad_(True)
+        rows = values.index_select(0, inverse)
+        rows.requires_grad_(True)
         with self.model_autocast():
-            logits = self.train_forward(emb, self._dense_tensor(local.dense))
+            logits = self.train_forward(self.pool(rows, local), self._dense_tensor(local.dense))
         logits = logits.to(self.dtype)
         labels = to_device(local.labels, self.comm.device, self.dtype)
         loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
         loss = loss_sum / global_n
-        grads = torch.autograd.grad(loss, [emb, *self.dense.params], allow_unused=True)
+        grads = torch.autograd.grad(loss, [rows, *self.dense.params], allow_unused=True)
         row_grads = torch.zeros_like(values)
         if grads[0] is not None:
-            row_grads.index_add_(0, inverse, grads[0].reshape(-1, values.shape[1]))
+            row_grads.index_add_(0, inverse, grads[0])
         self.last_logits = logits.detach()
         return loss_sum, row_grads, grads[1:]
+
+    def pool(self, rows: torch.Tensor, batch: ClickBatch) -> torch.Tensor:
+        """The model's input ``[B, S, R]`` from the batch's looked-up rows ``[nnz, R]`` (in
+        the order of ``batch.values``): each (sample, field)'s bag pooled; a one-value batch's
+        rows as they are."""
+        if batch.one_value:
+            return rows.view(len(batch), batch.fields, rows.shape[1])
+        weights = None if batch.weights is None else to_device(batch.weights, rows.device)
+        return pool_bags(rows, to_device(batch.lengths, rows.device), weights, self._mean)
 
     def model_autocast(self) -> torch.autocast:
         """The model's forward under bf16 autocast with ``--autocast bf16`` (else disabled)."""
@@ -358,13 +427,19 @@ class Trainer:
                              f"share of the global batch ({self._share} of "
                              f"{self.train_config.global_batch})")
         tc = self.train_config
+        samples = (batch.indptr, batch.values)
         if n and tc.route_rounds:
-            dest = route_batch(batch.ids, self.placement, tc.route_epsilon, tc.route_rounds)
+            dest = route_batch(samples, self.placement, tc.route_epsilon, tc.route_rounds)
         elif n:
-            dest = route(batch.ids, self.placement, tc.route_epsilon)
+            dest = route(samples, self.placement, tc.route_epsilon)
         else:
             dest = np.zeros(0, dtype=np.int32)
-        return _Prepared(dest=dest, packed=_pack(batch.take(np.argsort(dest, kind="stable"))))
+        ordered = batch.take(np.argsort(dest, kind="stable"))
+        if not self.bags.jagged:
+            return _Prepared(dest=dest, packed=_pack(ordered))
+        packed, words = _pack_blocks(ordered, np.bincount(dest, minlength=self.comm.world),
+                                     self.bags.weighted)
+        return _Prepared(dest=dest, packed=packed, words=words)
 
     def _route(
         self, batch: ClickBatch, exhausted: bool, c: StepCounters, prep: _Prepared
@@ -374,10 +449,14 @@ class Trainer:
         n = len(batch)
         dest = prep.dest if prep.dest is not None else np.full(n, me, dtype=np.int32)
         counts = np.bincount(dest, minlength=world).astype(np.int64)
-        header = np.stack([counts, np.full(world, n), np.full(world, int(exhausted))], axis=1)
+        columns = [counts, np.full(world, n), np.full(world, int(exhausted))]
+        if self.bags.jagged:  # and the words of each rank's block
+            columns.append(prep.words if prep.words is not None else np.zeros(world, np.int64))
+        header = np.stack(columns, axis=1)
         packed = prep.packed
         received = None
-        if packed is not None and self._whole_batches:
+        # Blocks of a fixed size (one collective) hold one-value samples only.
+        if packed is not None and self._whole_batches and not self.bags.jagged:
             heard, received = self._send_with_header(header, packed)
         else:
             heard = comm.exchange_counts(header, "header")
@@ -391,11 +470,16 @@ class Trainer:
         if packed is None:
             c.samples_trained = n
             self.last_dest = None
-            self.last_routed_in = self.last_routed_in[:0]
+            self.last_routed_in = self.last_routed_in.take(slice(0, 0))
             return batch, global_n
-        if received is None:
-            received = comm.host_all_to_all(packed, counts, heard[:, 0], "route")
-        local = _unpack(received, self.n_fields, self.n_dense)
+        if prep.words is not None:  # jagged
+            received = comm.host_all_to_all(packed, prep.words, heard[:, 3], "route")
+            local = _unpack_jagged(received, heard[:, 0], heard[:, 3], self.n_fields,
+                                   self.n_dense, self.bags.weighted)
+        else:
+            if received is None:
+                received = comm.host_all_to_all(packed, counts, heard[:, 0], "route")
+            local = _unpack(received, self.n_fields, self.n_dense)
         c.samples_trained = len(local)
         # Which of the samples read here went to rank 0, and the ids of those other ranks
         # routed here: rank 0 holds these already (the online loop's window need not resend).
@@ -403,7 +487,7 @@ class Trainer:
         bounds = np.concatenate([[0], np.cumsum(heard[:, 0])])
         mine = np.zeros(len(local), dtype=bool)
         mine[bounds[me]:bounds[me + 1]] = True
-        self.last_routed_in = local.ids[~mine]
+        self.last_routed_in = local.take(~mine)
         return local, global_n
 
     def _send_with_header(
@@ -493,11 +577,10 @@ class Trainer:
                 include every update.
         """
         self.finish_step()
-        uniq, inverse = np.unique(batch.ids, return_inverse=True)
+        uniq, inverse = np.unique(batch.values, return_inverse=True)
         rows = self.exchange.read_only(uniq, replicas=local_view)
         index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
-        logits = self.model(rows[index].view(*batch.ids.shape, self.store.dim),
-                            self._dense_tensor(batch.dense))
+        logits = self.model(self.pool(rows[index], batch), self._dense_tensor(batch.dense))
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
 
     def state(self) -> ModelState:

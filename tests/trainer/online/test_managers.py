@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from streaming import ClickBatch
 from trainer.dist import ThreadComm, run_threads
 from trainer.online.budget import RecordBudget
 from trainer.online.control import Proposal, decode, encode, width
@@ -99,6 +100,11 @@ def test_freshness_percentiles_stay_close_in_bounded_memory() -> None:
     assert np.isnan(FreshnessHistogram().percentile(50))
 
 
+def _samples(ids: np.ndarray) -> ClickBatch:
+    n = ids.shape[0]
+    return ClickBatch.of_ids(np.zeros(n, np.float32), np.zeros((n, 1), np.float32), ids)
+
+
 def _feed(comm: ThreadComm, _: None) -> tuple[list[int], list[np.ndarray]]:
     feed = WindowFeed(comm, fields=2, window=25)
     held = []
@@ -107,7 +113,7 @@ def _feed(comm: ThreadComm, _: None) -> tuple[list[int], list[np.ndarray]]:
         ids[:, 1] = 7 * np.arange(4) + 1_000 * comm.rank + step
         dest = np.array([0, 1, 1, 0])  # rank 1's samples 0 and 3 were routed to rank 0
         routed_in = np.full((2, 2), -1) if comm.rank == 0 else np.zeros((0, 2), np.int64)
-        feed.offer(ids, routed_in, dest if comm.rank else None)
+        feed.offer(_samples(ids), _samples(routed_in), dest if comm.rank else None)
         window_words = np.array([0, feed.outgoing])  # what the control vector would say
         window_words = np.sum(comm.all_gather_object(window_words), axis=0)
         feed.exchange(window_words)
@@ -123,8 +129,8 @@ def test_the_window_feed_brings_each_sample_to_rank_0_once_and_trims() -> None:
     assert held1 == [0] * 6
     # Rank 1's samples arrive whole and in their order (packed on the way), the last step's
     # two after rank 0's own.
-    got = parts[-1]
-    assert got.tolist() == [[105, 1012], [105, 1019]]
+    indptr, got = parts[-1]
+    assert indptr.tolist() == [0, 2, 4] and got.tolist() == [105, 1012, 105, 1019]
 
 
 @pytest.mark.parametrize("distinct", [1, 300, 70_000])
@@ -132,9 +138,22 @@ def test_a_packed_window_message_holds_the_ids_and_is_smaller(distinct: int) -> 
     rng = np.random.default_rng(distinct)
     ids = rng.integers(-2**63, 2**63 - 1, distinct, dtype=np.int64)[
         rng.integers(0, distinct, (40_000, 26))]
-    message = pack(ids)
-    assert np.array_equal(unpack(message, 26), ids)
-    # 16-bit positions up to 65,536 distinct ids, 32-bit past: a quarter or half of the ids'.
+    indptr = np.arange(ids.shape[0] + 1, dtype=np.int64) * 26
+    message = pack((indptr, ids.reshape(-1)), 26)
+    back_indptr, back = unpack(message, 26)
+    assert np.array_equal(back_indptr, indptr) and np.array_equal(back, ids.reshape(-1))
+    # 16-bit positions up to 65,536 distinct ids, 32-bit past: a quarter or half of the ids';
+    # samples of one id a field need no lengths.
     positions = 2 if distinct <= 1 << 16 else 4
-    assert message.nbytes == 16 + 8 * np.unique(ids).size + ids.size * positions
-    assert pack(ids[:0]).size == 0 and unpack(pack(ids[:0]), 26).shape == (0, 26)
+    assert message.nbytes == 24 + 8 * np.unique(ids).size + ids.size * positions
+    empty = unpack(pack((indptr[:1], ids[:0].reshape(-1)), 26), 26)
+    assert pack((indptr[:1], ids[:0].reshape(-1)), 26).size == 0 and empty[0].tolist() == [0]
+
+
+def test_a_packed_window_message_carries_samples_of_any_length() -> None:
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(0, 60, 1_001)  # lists, empty ones among them
+    indptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ids = rng.integers(0, 5_000, int(indptr[-1]), dtype=np.int64)
+    back_indptr, back = unpack(pack((indptr, ids), 26), 26)
+    assert np.array_equal(back_indptr, indptr) and np.array_equal(back, ids)

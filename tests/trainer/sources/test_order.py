@@ -28,7 +28,7 @@ SCHEMA = Schema.from_counts(1, 1)
 
 def records(partition: int, offsets, times) -> ClickBatch:
     n = len(offsets)
-    return ClickBatch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 1), np.float32),
+    return ClickBatch.of_ids(labels=np.zeros(n, np.float32), dense=np.zeros((n, 1), np.float32),
                       ids=np.zeros((n, 1), np.int64), partitions=np.full(n, partition, np.int32),
                       offsets=np.asarray(offsets, np.int64),
                       timestamps_ms=np.asarray(times, np.int64))

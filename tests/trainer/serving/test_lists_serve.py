@@ -1,0 +1,70 @@
+"""Serving a log with lists: the serving model scores TSV lists and JSON arrays with the
+trainer's own scores, for every model, with the pooling the schema gives."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from partitioner import Placement
+from streaming.codec import DecodeConfig, Decoder
+from streaming.synthetic import SyntheticConfig, SyntheticStream
+from trainer.dist import LocalComm
+from trainer.embedding import StoreConfig
+from trainer.model import Bags, ModelConfig
+from trainer.run import Job
+from trainer.run.rank import model_shape
+from trainer.serving import ServingModel, log_version
+from trainer.sources import SyntheticSpec, synthetic_batch
+from trainer.step import TrainConfig, Trainer
+
+SYN = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6, n_sparse=5,
+                      seed=9)
+BATCH = 256
+
+
+@pytest.mark.parametrize("kind", ["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"])
+def test_served_scores_of_lists_are_the_trainers(kind: str) -> None:
+    torch.set_num_threads(1)
+    stream = SyntheticStream(SYN)
+    schema = SYN.schema
+    model = ModelConfig(model=kind, embed_dim=8, hidden=(16,), cross_layers=2, cross_rank=4,
+                        bottom=(8,))
+    store = StoreConfig(optimizer="adagrad", lr=0.05)
+    train = TrainConfig(global_batch=BATCH, log_every=0)
+    bags = Bags.of(schema)
+    assert bags.jagged and bags.mean == (False, False, True, False, False)
+    trainer = Trainer(LocalComm(), Placement.hash(1), len(schema.sparse), len(schema.dense),
+                      model=model, store=store, train=train, bags=bags)
+    for step in range(6):
+        trainer.step(synthetic_batch(stream, step * BATCH, BATCH))
+    trainer.flush()
+    state = trainer.state()
+    job = Job(SyntheticSpec(SYN, 0, BATCH), model, store, train)
+    shape = model_shape(job, len(schema.sparse), len(schema.dense), bags)
+    version = log_version(1, 1)
+    served = ServingModel(shape, trainer.dense.flat.detach().numpy().astype(np.float32),
+                          lineage="0123456789abcdef", version=version, world=1, step=6)
+    served.table.upsert(state.ids, state.rows.numpy().astype(np.float32), version)
+    # Records after the trained ones: their rows, and rows nobody trained (initial values).
+    lines = stream.lines(6 * BATCH, 64)
+    tsv = Decoder(schema).decode([b"\n".join(lines)]).batch
+    assert not tsv.one_value and tsv.lengths[:, 2].max() == SYN.history_len
+    expected = trainer.predict(tsv)
+    np.testing.assert_allclose(served.score(tsv), expected, rtol=0, atol=1e-5)
+    # The same records as JSON lines with arrays: the same batch, the same scores.
+    records = []
+    for line in lines:
+        fields = line.decode().split("\t")
+        record: dict[str, object] = {"label": int(fields[0])}
+        record |= {n: int(v) for n, v in zip(schema.dense, fields[1:14]) if v}
+        sparse = fields[14:]
+        record |= {f.name: (v.split(",") if v else []) if f.multi_valued else v
+                   for f, v in zip(schema.sparse_fields, sparse)}
+        records.append(json.dumps(record).encode())
+    as_json = Decoder(schema, DecodeConfig(format="json")).decode([b"\n".join(records)]).batch
+    assert np.array_equal(as_json.values, tsv.values)
+    np.testing.assert_allclose(served.score(as_json), expected, rtol=0, atol=1e-5)
