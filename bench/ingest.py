@@ -2,7 +2,9 @@
 
 For each format (``tsv1``: one TSV record a Kafka message, as log producers in the field write;
 ``tsv16``: 16 a message, the TSV producer's default; ``arrow``: an Arrow record batch of 1,024
-a message) the same topic is read by
+a message; ``tsv_lists`` and ``arrow_lists``: the same two layouts of the ``multi_hot`` shape,
+MLPerf DLRM-DCNv2's 26 lists of 214 values a record, as comma-separated TSV fields and Arrow
+``list<int64>`` columns) the same topic is read by
 
 * ``raw``: a plain ``KafkaConsumer`` that iterates the messages and counts them (the baseline:
   what any Python consumer pays before doing anything with the data), and
@@ -14,7 +16,9 @@ the best of ``--repeats`` is kept for each. The producer's rate is measured whil
 topic from the synthetic generator, and again replaying the same records from files at rest (a
 TSV text file for the TSV formats, a Parquet file for Arrow), which takes the generator out of
 the figure. The last line is a JSON summary with a row per (client, format); its top-level figures
-are those of ``tsv1``.
+are those of the first format. A row's ``decoded_ids_per_s`` counts the ids the decoder made
+(a list's values each): a record of lists costs what its ids do, and
+``ids_ratio_<format>_over_arrow`` compares it with the one-value Arrow format's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from streaming.synthetic import SyntheticConfig, SyntheticStream
 __all__ = ["build_parser", "main", "parse_args"]
 
 
-FORMATS = {"tsv1": ("tsv", 1), "tsv16": ("tsv", 16), "arrow": ("arrow", 1024)}
+# name: (message format, records a message, synthetic shape)
+FORMATS = {"tsv1": ("tsv", 1, "segments"), "tsv16": ("tsv", 16, "segments"),
+           "arrow": ("arrow", 1024, "segments"), "tsv_lists": ("tsv", 16, "multi_hot"),
+           "arrow_lists": ("arrow", 1024, "multi_hot")}
 
 
 def _raw_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int,
@@ -90,9 +97,9 @@ def _raw_confluent(kafka: KafkaSettings, topic: str, records: int, partitions: i
 
 
 def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions: int,
-                     fmt: str, client: str) -> float:
+                     fmt: str, client: str, schema: str = "criteo") -> float:
     cfg = ConsumerConfig(topic=topic, group_id="", dead_letter_topic="none", format=fmt,  # type: ignore[arg-type]
-                         client=client)  # type: ignore[arg-type]
+                         client=client, schema=schema)  # type: ignore[arg-type]
     with ClickConsumer(kafka, cfg, partitions=list(range(partitions))) as consumer:
         got = 0
         t0 = time.perf_counter()  # after start(): connected, assigned, positions resolved
@@ -104,63 +111,77 @@ def _decoded_consume(kafka: KafkaSettings, topic: str, records: int, partitions:
 RAW = {"kafka-python": _raw_consume, "confluent": _raw_confluent}
 
 
-def _write_files(records: int, seed: int, where: Path) -> dict[str, Path]:
-    """The synthetic records as a TSV text file and as a Parquet file (sparse values as text)."""
+def _write_files(records: int, seed: int, where: Path, shape: str = "segments"
+                 ) -> dict[str, Path]:
+    """The synthetic records as a TSV text file and as a Parquet file (sparse values as text,
+    a list field's as a list of them)."""
     import io
 
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    from streaming.types import Schema
-
-    lines, _, _ = SyntheticStream(SyntheticConfig(seed=seed)).lines_with_truth(0, records)
+    config = SyntheticConfig(seed=seed, shape=shape)  # type: ignore[arg-type]
+    lines, _, _ = SyntheticStream(config).lines_with_truth(0, records)
     text = b"\n".join(lines) + b"\n"
-    tsv = where / "records.tsv"
+    tsv = where / f"records-{shape}.tsv"
     tsv.write_bytes(text)
-    schema = Schema()
+    schema = config.schema
     names = [schema.label, *schema.dense, *schema.sparse]
     table = pcsv.read_csv(
         io.BytesIO(text), read_options=pcsv.ReadOptions(column_names=names),
         parse_options=pcsv.ParseOptions(delimiter="\t"),
         convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in schema.sparse}))
-    parquet = where / "records.parquet"
+    for f in schema.sparse_fields:
+        if f.multi_valued:  # "a,b,c" -> ["a", "b", "c"]; an empty field -> []
+            col = pc.fill_null(table.column(f.name), "")
+            split = pc.split_pattern(col, ",")
+            empty = pc.equal(col, "")
+            lists = pc.if_else(empty, pa.scalar([], pa.list_(pa.string())), split)
+            table = table.set_column(table.schema.get_field_index(f.name), f.name, lists)
+    parquet = where / f"records-{shape}.parquet"
     pq.write_table(table, parquet)
     return {"tsv": tsv, "arrow": parquet}
 
 
 def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str,
-            files: dict[str, Path]) -> list[dict[str, Any]]:
+            files: dict[str, dict[str, Path]]) -> list[dict[str, Any]]:
     """One row per client: its producer's rate (each fills a topic of its own), its raw and its
     decoded consumption of the same topic, alternating runs."""
-    fmt, per_message = FORMATS[name]
+    fmt, per_message, shape = FORMATS[name]
+    records = args.records if shape == "segments" else args.list_records
+    synthetic = SyntheticConfig(seed=args.seed, shape=shape)  # type: ignore[arg-type]
+    schema = "criteo" if shape == "segments" else shape
+    lengths = SyntheticStream(synthetic).sparse(SyntheticStream(synthetic).take(0, records))[1]
+    ids_per_record = float(lengths.sum()) / records
     reports, topics = {}, {}
     for client in args.clients:
         topics[client] = f"bench-ingest-{name}-{client}-{int(time.time() * 1000)}"
         reports[client] = produce(
             kafka,
-            ProduceConfig(topic=topics[client], count=args.records, partitions=args.partitions,
+            ProduceConfig(topic=topics[client], count=records, partitions=args.partitions,
                           records_per_message=per_message, format=fmt,  # type: ignore[arg-type]
-                          client=client),  # type: ignore[arg-type]
-            SyntheticConfig(seed=args.seed),
+                          client=client, schema=schema),  # type: ignore[arg-type]
+            synthetic,
         )
     replayed = {}
     for client in args.clients:
         replayed[client] = produce(
             kafka,
-            ProduceConfig(topic=f"{topics[client]}-file", source=f"file:{files[fmt]}",
+            ProduceConfig(topic=f"{topics[client]}-file", source=f"file:{files[shape][fmt]}",
                           partitions=args.partitions, records_per_message=per_message,
-                          format=fmt, client=client),  # type: ignore[arg-type]
+                          format=fmt, client=client, schema=schema),  # type: ignore[arg-type]
         )
     topic = topics[args.clients[0]]
     raw: dict[str, list[float]] = {c: [] for c in args.clients}
     decoded: dict[str, list[float]] = {c: [] for c in args.clients}
     for _ in range(args.repeats):
         for client in args.clients:
-            raw[client].append(RAW[client](kafka, topic, args.records, args.partitions,
+            raw[client].append(RAW[client](kafka, topic, records, args.partitions,
                                            per_message))
-            decoded[client].append(_decoded_consume(kafka, topic, args.records,
-                                                    args.partitions, fmt, client))
+            decoded[client].append(_decoded_consume(kafka, topic, records,
+                                                    args.partitions, fmt, client, schema))
     rows = []
     for client in args.clients:
         report = reports[client]
@@ -172,6 +193,9 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str,
             "producer_file_records_per_s": round(replayed[client].records_per_s),
             "raw_records_per_s": round(max(raw[client])),
             "decoded_records_per_s": round(max(decoded[client])),
+            "shape": shape,
+            "ids_per_record": round(ids_per_record, 2),
+            "decoded_ids_per_s": round(max(decoded[client]) * ids_per_record),
         }
         row["ratio"] = round(row["decoded_records_per_s"] / row["raw_records_per_s"], 3)
         # Bytes a record on the wire: the broker's fetch ceiling, in MB/s, bounds records/s.
@@ -181,7 +205,8 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str,
             f"{client:<12} {name:<6} | produce {row['producer_records_per_s']:>9,}/s "
             f"(file {row['producer_file_records_per_s']:>9,}/s) | "
             f"raw consume {row['raw_records_per_s']:>9,}/s ({row['raw_mb_per_s']:.0f} MB/s) | "
-            f"consume+decode {row['decoded_records_per_s']:>9,}/s | ratio {row['ratio']:.3f}",
+            f"consume+decode {row['decoded_records_per_s']:>9,}/s "
+            f"({row['decoded_ids_per_s'] / 1e6:.1f}M ids/s) | ratio {row['ratio']:.3f}",
             flush=True,
         )
         rows.append(row)
@@ -200,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The benchmark's flags (``hetgmp bench all`` reads them to hand each benchmark its own)."""
     p = argparse.ArgumentParser(prog="hetgmp bench ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=200_000, help="records per layout")
+    p.add_argument("--list-records", type=int, default=0,
+                   help="records per layout of lists (tsv_lists, arrow_lists; 0: --records / 8, "
+                        "as a multi_hot record carries 8 times a Criteo one's ids)")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--clients", default="kafka-python,confluent",
                    help="comma-separated client libraries (confluent where installed)")
@@ -231,6 +259,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.clients = [c for c in args.clients if c != "confluent"] or ["kafka-python"]
     if args.quick:
         args.records, args.repeats = min(args.records, 50_000), min(args.repeats, 2)
+    args.list_records = args.list_records or max(args.records // 8, 1)
     return args
 
 
@@ -249,10 +278,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.partitions} partitions, best of {args.repeats}",
             flush=True,
         )
-        files = _write_files(args.records, args.seed,
-                             Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        where = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        shapes = {FORMATS[name][2] for name in args.formats}
+        files = {shape: _write_files(args.records if shape == "segments" else args.list_records,
+                                     args.seed, where, shape) for shape in sorted(shapes)}
         rows = [row for name in args.formats for row in _layout(kafka, args, name, files)]
     first = rows[0]
+    ratios = {}
+    for client in args.clients:
+        by = {r["format"]: r for r in rows if r["client"] == client}
+        for name in ("arrow_lists", "tsv_lists"):
+            if name in by and "arrow" in by:
+                key = f"ids_ratio_{name}_over_arrow" + ("" if client == args.clients[0]
+                                                        else f"_{client}")
+                ratios[key] = round(by[name]["decoded_ids_per_s"]
+                                    / max(by["arrow"]["decoded_ids_per_s"], 1), 3)
+    for k, v in ratios.items():
+        print(f"{k}: {v}", flush=True)
     summary = {
         "bench": "ingest",
         "raw_records_per_s": first["raw_records_per_s"],
@@ -260,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": first["ratio"],
         "producer_records_per_s": max(r["producer_records_per_s"] for r in rows),
         "producer_file_records_per_s": max(r["producer_file_records_per_s"] for r in rows),
+        "ratios": ratios,
         "rows": rows,
     }
     print(json.dumps(summary), flush=True)

@@ -33,7 +33,10 @@ Protocol (one run, every strategy on the same records):
 * ``--oracle`` adds ``segments``, a reference that is not a strategy an online system could
   run: it reads the generator's own community label of every window sample, sends each
   segment whole to a worker (largest first to the least loaded), owns each id where its
-  samples went, then balances rows and picks replicas as the others do. It is scored like
+  samples went, then balances rows and picks replicas as the others do. The user shapes
+  (``user_item``, ``user_history``) have no communities: there the label is the sample's
+  user, so the oracle keeps each user's samples, and the items of its taste and history,
+  together. It is scored like
   the others, on the next period (with ``--offline``: on the records themselves, once per
   budget), and shows how far placement quality alone can go on this stream (its rows go to
   ``"ceiling"`` in the JSON, not ``"rows"``).
@@ -65,7 +68,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -88,11 +90,60 @@ from partitioner import (
 from partitioner.assemble import build_placement
 from partitioner.graph import compact, per_worker_counts
 from partitioner.types import REPLICA_BASES, find_sorted
+from streaming.synthetic import SHAPES, SyntheticBlock, SyntheticStream
 
 __all__ = ["build_parser", "main", "parse_args"]
 
 STRATEGIES = ("hash", "static", "full", "incremental")
 ORACLE = "segments"
+
+
+@dataclass(frozen=True)
+class _Records:
+    """Records' ids as a CSR (sample ``i`` reads ``values[indptr[i]:indptr[i + 1]]``): a
+    record of lists reads many."""
+
+    indptr: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, stream: SyntheticStream, block: SyntheticBlock) -> _Records:
+        values, lengths = stream.sparse(block)
+        sizes = lengths.sum(axis=1, dtype=np.int64)
+        return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), values)
+
+    @classmethod
+    def of_dense(cls, ids: np.ndarray) -> _Records:
+        """One id a field: ``ids`` ``[n, F]``."""
+        n, f = ids.shape
+        return cls(np.arange(n + 1, dtype=np.int64) * f, ids.reshape(-1))
+
+    def __len__(self) -> int:
+        return int(self.indptr.size - 1)
+
+    def __getitem__(self, rows: slice) -> _Records:
+        lo, hi, _ = rows.indices(len(self))
+        hi = max(hi, lo)
+        first = self.indptr[lo]
+        return _Records(self.indptr[lo:hi + 1] - first, self.values[first:self.indptr[hi]])
+
+    @property
+    def csr(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.indptr, self.values
+
+    def graph(self, start: int | None = None) -> WindowGraph:
+        return WindowGraph(self.indptr, self.values, start=start)
+
+    @property
+    def ids_per_record(self) -> float:
+        return self.values.size / max(len(self), 1)
+
+
+def _labels(stream: SyntheticStream, block: SyntheticBlock) -> np.ndarray:
+    """What the oracle groups by: the planted community, or the user where there is none."""
+    if stream.config.shape in ("user_item", "user_history"):
+        return block.values[:, 0].astype(np.int64)
+    return block.segment.astype(np.int64)
 
 
 @dataclass
@@ -146,10 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offline-passes", type=int, default=3,
                         help="incremental passes over the records after the static partition "
                              "(--offline only)")
-    parser.add_argument("--shape", choices=["segments", "user_item"], default="segments",
+    parser.add_argument("--shape", choices=list(SHAPES), default="segments",
                         help="the synthetic stream's shape: segments (26 fields, planted "
-                             "communities) or user_item (user, item and context fields, "
-                             "power-law degrees, no communities)")
+                             "communities), user_item (user, item and context fields, "
+                             "power-law degrees, no communities), multi_hot (segments with "
+                             "MLPerf's bags of 214 values a record) or user_history (user_item "
+                             "with a history list of 20 items sharing the item table)")
     parser.add_argument("--route-rounds", type=int, default=0,
                         help="batch-aware routing: rounds of moves after routing each global "
                              "batch (partitioner.batch_routing; 0: the trainer's default "
@@ -177,6 +230,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--offline runs both replica bases itself")
     if args.scale and (args.offline or args.oracle):
         parser.error("--scale is a protocol of its own: not with --offline or --oracle")
+    if args.scale and args.shape not in ("segments", "user_item"):
+        parser.error("--scale runs the shapes of one value a field (segments, user_item)")
     args.replica_basis = args.replica_basis or PartitionConfig.replica_basis
     if args.quick:
         args.window, args.period_records, args.periods = 50_000, 25_000, 4
@@ -187,8 +242,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--records must be positive and --replica-fraction in [0, 1]")
     if args.offline_passes < 0 or args.route_rounds < 0:
         parser.error("--offline-passes and --route-rounds must be >= 0")
-    if args.oracle and args.shape != "segments":
-        parser.error("--oracle reads the segments the user_item shape does not have")
     if args.periods < 1 or args.window < 1 or args.period_records < 1:
         parser.error("--periods, --window and --period-records must be positive")
     try:
@@ -202,7 +255,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _score(records: np.ndarray, placement: Placement, global_batch: int,
+def _score(records: _Records, placement: Placement, global_batch: int,
            split_in_order: bool, seen: tuple[np.ndarray, np.ndarray] | None = None,
            rounds: int = 0) -> tuple[float, int, float, np.ndarray]:
     """Remote rows summed over the period, samples, the worst step sample imbalance, and the
@@ -211,20 +264,20 @@ def _score(records: np.ndarray, placement: Placement, global_batch: int,
     n = placement.num_workers
     total, worst = 0.0, 1.0
     classes = np.zeros(3, dtype=np.int64)
-    for lo in range(0, records.shape[0], global_batch):
+    for lo in range(0, len(records), global_batch):
         batch = records[lo:lo + global_batch]
         if split_in_order:
-            workers = (np.arange(batch.shape[0]) * n // batch.shape[0]).astype(np.int32)
+            workers = (np.arange(len(batch)) * n // len(batch)).astype(np.int32)
         elif rounds:
-            workers = route_batch(batch, placement, rounds=rounds)
+            workers = route_batch(batch.csr, placement, rounds=rounds)
         else:
-            workers = route(batch, placement)
-        missing = remote_ids(batch, workers, placement)
+            workers = route(batch.csr, placement)
+        missing = remote_ids(batch.csr, workers, placement)
         total += float(sum(ids.size for ids in missing))
         worst = max(worst, imbalance(np.bincount(workers, minlength=n)))
         if seen is not None:
             classes += _seen_classes(np.concatenate(missing), *seen)
-    return total, records.shape[0], worst, classes
+    return total, len(records), worst, classes
 
 
 def _seen_classes(ids: np.ndarray, window_ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -250,7 +303,7 @@ def _oracle(window: WindowGraph, segments: np.ndarray, config: PartitionConfig) 
     return build_placement(cw, owner.astype(np.int32), None, config, version=1)
 
 
-def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
+def _run_workers(n: int, ids: _Records, args: argparse.Namespace,
                  segments: np.ndarray | None = None) -> dict[str, _Track]:
     w, p = args.window, args.period_records
     config = PartitionConfig(num_workers=n, global_batch=args.global_batch, seed=args.seed,
@@ -269,7 +322,7 @@ def _run_workers(n: int, ids: np.ndarray, args: argparse.Namespace,
     print(header)
     for t in range(args.periods):
         start = w + t * p
-        window = WindowGraph.from_dense(ids[start - w:start], start=start - w)
+        window = ids[start - w:start].graph(start=start - w)
         records = ids[start:start + p]
         seen = np.unique(window.indices, return_counts=True)
         cells = []
@@ -383,7 +436,7 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
     return rows
 
 
-def _offline_row(ids: np.ndarray, placement: Placement, graph: WindowGraph,
+def _offline_row(ids: _Records, placement: Placement, graph: WindowGraph,
                  args: argparse.Namespace, strategy: str, basis: str, hash_rate: float,
                  seconds: float, label: str = "", peak: float | None = None
                  ) -> dict[str, object]:
@@ -404,14 +457,14 @@ def _offline_row(ids: np.ndarray, placement: Placement, graph: WindowGraph,
             "seconds": round(seconds, 3), "replicas_per_worker": copies, "peak_mem_mb": peak}
 
 
-def _offline(ids: np.ndarray, args: argparse.Namespace, segments: np.ndarray | None = None
+def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | None = None
              ) -> list[dict[str, object]]:
     """HET-GMP's protocol: one partition of all the records, scored on those same records.
 
     With ``segments`` (``--oracle``), each budget also scores the generator's communities as a
     placement (``_oracle``), strategy ``segments``, before the partitioner's own.
     """
-    graph = WindowGraph.from_dense(ids)
+    graph = ids.graph()
     rows: list[dict[str, object]] = []
     print(f"{'workers':>7} {'strategy':>11} {'budget of':>9} {'mean replicas':>15} "
           f"{'rr/sample':>9} {'vs hash':>8} {'imbalance':>9} {'seconds':>8} {'peak MB':>8}")
@@ -466,11 +519,7 @@ def _offline(ids: np.ndarray, args: argparse.Namespace, segments: np.ndarray | N
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     args = parse_args(argv)
-    try:
-        from streaming.synthetic import SyntheticConfig, SyntheticStream
-    except ImportError as exc:  # the generator is part of this project; say what is missing
-        print(f"bench partition needs streaming.synthetic: {exc}", file=sys.stderr)
-        return 2
+    from streaming.synthetic import SyntheticConfig
     if args.scale:
         from bench.partition_scale import run as run_scale
 
@@ -485,11 +534,11 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         stream = SyntheticStream(static)
         block = stream.take(0, args.records)
-        ids = stream.block_ids(block)
-        segments = block.segment if args.oracle else None
+        ids = _Records.of(stream, block)
+        segments = _labels(stream, block) if args.oracle else None
         del block
         print(f"offline (HET-GMP's protocol): {args.records} records of a static stream x "
-              f"{ids.shape[1]} fields in {time.perf_counter() - began:.1f} s, global batch "
+              f"{ids.ids_per_record:.1f} ids in {time.perf_counter() - began:.1f} s, global batch "
               f"{args.global_batch}, replicas {args.replica_fraction:.1%} per worker, one full "
               f"partition then {args.offline_passes} incremental passes, scored on the records "
               f"they were computed from")
@@ -511,10 +560,10 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     stream = SyntheticStream(stream_config)
     block = stream.take(0, total)
-    ids = stream.block_ids(block)
-    segments = block.segment if args.oracle else None
+    ids = _Records.of(stream, block)
+    segments = _labels(stream, block) if args.oracle else None
     del block
-    print(f"generated {total} records x {ids.shape[1]} fields in "
+    print(f"generated {total} records x {ids.ids_per_record:.1f} ids in "
           f"{time.perf_counter() - began:.1f} s (drift every {stream_config.drift_every})")
     rows: list[dict[str, object]] = []
     for n in args.worker_counts:

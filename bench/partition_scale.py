@@ -38,7 +38,7 @@ from typing import Literal, cast
 import numpy as np
 
 from bench.memory import peak_mb, reset_peak
-from bench.partition import _score
+from bench.partition import _Records, _score
 from partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
 
 __all__ = ["run"]
@@ -81,7 +81,7 @@ def _one_window(ids: np.ndarray, w: int, args: argparse.Namespace, n: int
                              replica_basis=args.replica_basis)
 
     def scored(placement: Placement, end: int) -> tuple[float, float]:
-        records = ids[end:end + p]
+        records = _Records.of_dense(ids[end:end + p])
         hashed, samples, _, _ = _score(records, Placement.hash(n), args.global_batch,
                                        split_in_order=True)
         remote, _, _, _ = _score(records, placement, args.global_batch, split_in_order=False)

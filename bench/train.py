@@ -2,7 +2,10 @@
 
 Protocol (one run, every configuration on the same records and the same model):
 
-* The stream is ``streaming.synthetic.SyntheticStream`` with its default shape (``--seed`` only).
+* The stream is ``streaming.synthetic.SyntheticStream`` with its default shape (``--seed`` only);
+  ``--shape`` names others, each run through every configuration in turn (``multi_hot`` and
+  ``user_history`` carry lists: their rows' ``rows_per_s``, values looked up a second before
+  deduplication, is what their cost follows, and is compared with the first shape's).
   Records ``W .. W+T-1`` are trained on in global batches of ``--global-batch``; records
   ``W+T .. W+T+H-1`` are held out. The graph placement (``FullPartitioner``: METIS plus
   replicas, computed once in this process) is fitted by default to the records trained, as
@@ -65,12 +68,12 @@ import numpy as np
 
 from partitioner import Placement
 from runtime import env_value
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from streaming.synthetic import SHAPES, SyntheticConfig, SyntheticStream
 from trainer.dist import KINDS, PHASES, LaunchConfig, Totals
 from trainer.dist.comm import Comm
 from trainer.dist.launcher import launch, resolve_device
 from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
+from trainer.model import Bags, ModelConfig
 from trainer.run import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
 from trainer.sources import SyntheticSpec, open_source
 from trainer.step import TrainConfig, Trainer
@@ -119,7 +122,7 @@ def run_paired(comm: Comm, jobs: list[Job], chunk: int) -> list[PairedRun]:
         source = open_source(job.source, job.train.global_batch, comm.rank, comm.world)
         trainer = Trainer(comm, job.placement, len(source.schema.sparse),
                           len(source.schema.dense), model=job.model, store=job.store,
-                          train=job.train)
+                          train=job.train, bags=Bags.of(source.schema))
         runs.append((source, trainer, PairedRun([], [], Totals())))
     done = [False, False]
     rnd = 0
@@ -179,7 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs much longer than 100 steps)")
     p.add_argument("--workers", type=int, default=2, help="ranks of the distributed runs")
     p.add_argument("--staleness", default="0,10,100", help="bounds of the graph runs")
-    p.add_argument("--model", default="deepfm", choices=["widedeep", "deepfm", "dcn"])
+    p.add_argument("--shape", default="segments",
+                   help="synthetic shapes, comma separated, each trained in every "
+                        f"configuration ({', '.join(SHAPES)}); shapes after the first get "
+                        "their ratios suffixed with their name, and rows_per_s ratios against "
+                        "the first (multi_hot and user_history carry lists)")
+    p.add_argument("--model", default="deepfm",
+                   choices=["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"])
     p.add_argument("--embed-dim", type=int, default=64, help="embedding dimension")
     p.add_argument("--hidden", default="256,128", help="hidden layer sizes")
     p.add_argument("--replica-fraction", type=float, default=0.05,
@@ -225,6 +234,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.window, args.records, args.heldout = 50_000, 100_000, 20_000
     args.bounds = [int(x) for x in str(args.staleness).split(",") if x.strip()]
+    args.shapes = [x.strip() for x in str(args.shape).split(",") if x.strip()]
+    if not args.shapes or any(x not in SHAPES for x in args.shapes):
+        p.error(f"--shape: one or more of {', '.join(SHAPES)}")
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
     if args.paired_chunk < 0:
@@ -236,14 +248,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _row(config: str, r: RankResult) -> dict[str, Any]:
+def _row(config: str, r: RankResult, shape: str, ids_per_sample: float) -> dict[str, Any]:
     t = r.job_totals
     rows_not_held = t.counts["remote_rows"] + t.counts["replica_refreshes"]
     by_kind = {k: t.traffic.sent[KINDS.index(k)] for k in
                ("route", "header", "request", "response", "gradient", "flush")}
     return {
         "config": config,
+        "shape": shape,
         "samples_per_s": round(r.samples_per_s, 1),
+        # Rows looked up: every value of every sample trained (before deduplication).
+        "rows_per_s": round(r.samples_per_s * ids_per_sample, 1),
+        "ids_per_sample": round(ids_per_sample, 2),
         "bytes_per_sample": round(t.per_sample(t.embedding_bytes), 1),
         "remote_rows_per_sample": round(t.per_sample(rows_not_held), 3),
         "auc": round(float(r.heldout_auc or 0.0), 5),
@@ -307,8 +323,33 @@ def _side_by_side(args: argparse.Namespace, jobs: list[Job],
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a line per configuration, ratios and the JSON summary."""
     args = parse_args(argv)
+    # bench/link.sh names the rate it shaped the ranks' loopback to; otherwise it is loopback.
+    link = env_value("HETGMP_LINK") or "loopback"
+    rows: list[dict[str, Any]] = []
+    ratios: dict[str, float] = {}
+    for i, shape in enumerate(args.shapes):
+        shape_rows, shape_ratios = _run_shape(args, shape, link)
+        rows += shape_rows
+        suffix = "" if i == 0 else f"_{shape}"
+        ratios.update({f"{k}{suffix}": v for k, v in shape_ratios.items()})
+        if i:  # the cost follows rows, not samples: rows looked up a second against the first
+            first = {r["config"]: r for r in rows if r["shape"] == args.shapes[0]}
+            for r in shape_rows:
+                if r["config"] in ("hash", "graph_s10") and r["config"] in first:
+                    ratios[f"rows_per_s_{shape}_over_{args.shapes[0]}_{r['config']}"] = round(
+                        r["rows_per_s"] / max(first[r["config"]]["rows_per_s"], 1e-9), 3)
+    for k, v in ratios.items():
+        print(f"{k}: {v}", flush=True)
+    print(json.dumps({"bench": "train", "link": link, "device": args.device, "rows": rows,
+                      "ratios": ratios}), flush=True)
+    return 0
+
+
+def _run_shape(args: argparse.Namespace, shape: str, link: str
+               ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Every configuration on one synthetic shape: its rows and ratios."""
     w, t, h = args.window, args.records, args.heldout
-    syn = SyntheticConfig(seed=args.seed)
+    syn = SyntheticConfig(seed=args.seed, shape=shape)  # type: ignore[arg-type]
     model = ModelConfig(model=args.model, embed_dim=args.embed_dim, seed=args.seed,
                         hidden=tuple(int(x) for x in args.hidden.split(",") if x.strip()))
     train = TrainConfig(global_batch=args.global_batch, replica_fraction=args.replica_fraction,
@@ -316,24 +357,31 @@ def main(argv: list[str] | None = None) -> int:
                         log_every=0)
     base = dict(source=SyntheticSpec(syn, w, t), model=model, store=StoreConfig(seed=args.seed),
                 heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
-    # bench/link.sh names the rate it shaped the ranks' loopback to; otherwise it is loopback.
-    link = env_value("HETGMP_LINK") or "loopback"
-    print(f"== train bench: {args.model}, dim {args.embed_dim}, window {w:,}, train {t:,}, "
-          f"held-out {h:,} records, global batch {args.global_batch}, {args.workers} ranks, "
-          f"link between ranks: {link}, device {args.device}", flush=True)
+    print(f"== train bench: {args.model}, dim {args.embed_dim}, shape {shape}, window {w:,}, "
+          f"train {t:,}, held-out {h:,} records, global batch {args.global_batch}, "
+          f"{args.workers} ranks, link between ranks: {link}, device {args.device}", flush=True)
 
     t0 = time.perf_counter()
     fit_start, fit_count = (w, t) if args.placement_from == "train" else (0, w)
-    ids = SyntheticStream(syn).feature_ids(fit_start, fit_count)
-    graph = graph_placement(ids, args.workers, train, args.seed)
+    stream = SyntheticStream(syn)
+    values, lengths = stream.sparse(stream.take(fit_start, fit_count))
+    sizes = lengths.sum(axis=1, dtype=np.int64)
+    graph = graph_placement((np.concatenate([[0], np.cumsum(sizes)]), values), args.workers,
+                            train, args.seed)
+    trained_lengths = lengths if fit_start == w else stream.sparse(stream.take(w, t))[1]
+    ids_per_sample = float(trained_lengths.sum()) / max(trained_lengths.shape[0], 1)
     print(f"graph placement fitted to records {fit_start:,}..{fit_start + fit_count - 1:,} "
           f"({args.placement_from}): {graph.ids.size:,} ids placed, replicas per rank "
-          f"{graph.replica_counts().tolist()}, {time.perf_counter() - t0:.1f}s", flush=True)
+          f"{graph.replica_counts().tolist()}, {time.perf_counter() - t0:.1f}s; "
+          f"{ids_per_sample:.1f} ids a sample", flush=True)
+
+    def row(config: str, result: RankResult) -> dict[str, Any]:
+        return _row(config, result, shape, ids_per_sample)
 
     # The single process runs in this process, set up as one-rank training is (threads,
     # allocator): the launcher's one-rank path.
     single = Job(**base, placement=Placement.hash(1), train=train)
-    rows = [_row("single", launch(run_rank, single, LaunchConfig(
+    rows = [row("single", launch(run_rank, single, LaunchConfig(
         workers=1, device=args.device, keep_freed_memory=args.keep_freed_memory))[0])]
     _print(rows[-1])
     hash_job = Job(**base, placement=Placement.hash(args.workers),
@@ -361,13 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         # in every run, the records and placement being the same); only the first run scored
         # the held-out records.
         best = max(results_of, key=lambda r: r.samples_per_s)
-        row = _row(name, best)
-        scored = _row(name, results_of[0])
+        out = row(name, best)
+        scored = row(name, results_of[0])
         for key in ("auc", "logloss", "auc_local_view", "logloss_local_view"):
-            row[key] = scored[key]
-        row["samples_per_s_runs"] = [round(r.samples_per_s, 1) for r in results_of]
-        rows.append(row)
-        _print(row)
+            out[key] = scored[key]
+        out["samples_per_s_runs"] = [round(r.samples_per_s, 1) for r in results_of]
+        rows.append(out)
+        _print(out)
 
     by = {r["config"]: r for r in rows}
     ratios: dict[str, float] = {}
@@ -387,16 +435,15 @@ def main(argv: list[str] | None = None) -> int:
             ratios["speed_graph_s10_over_hash"] = round(ratio, 3)
             ratios["speed_graph_s10_over_hash_ci95"] = round(half, 3)
             ratios["speed_graph_s10_over_hash_sequential"] = sequential
+        if "graph_s0" in by:
+            ratios["auc_loss_s10_vs_s0"] = round(
+                float(by["graph_s0"]["auc"]) - float(g["auc"]), 5)
     if "graph_s0" in by and "graph_s100" in by:
         ratios["auc_loss_s100_vs_s0"] = round(
             float(by["graph_s0"]["auc"]) - float(by["graph_s100"]["auc"]), 5)
     ratios["auc_single_minus_graph_s0"] = round(
         float(by["single"]["auc"]) - float(by.get("graph_s0", by["single"])["auc"]), 5)
-    for k, v in ratios.items():
-        print(f"{k}: {v}", flush=True)
-    print(json.dumps({"bench": "train", "link": link, "device": args.device, "rows": rows,
-                      "ratios": ratios}), flush=True)
-    return 0
+    return rows, ratios
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from partitioner.routing import Samples, as_csr
 from partitioner.types import MigrationPlan, Placement
 
 __all__ = [
@@ -21,12 +22,12 @@ __all__ = [
 ]
 
 
-def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
+def remote_rows(batch_ids: Samples, worker_of_sample: np.ndarray,
                 placement: Placement) -> np.ndarray:
     """Remote rows of each worker for one step: unique ids of its batch it does not hold.
 
     Args:
-        batch_ids: int64 ``[B, F]`` ids of the global batch.
+        batch_ids: The global batch's ids: ``[B, F]``, or a CSR of any number a sample.
         worker_of_sample: int ``[B]`` worker that trains each sample.
         placement: The placement in force.
 
@@ -38,18 +39,15 @@ def remote_rows(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
                     dtype=np.int64)
 
 
-def remote_ids(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
+def remote_ids(batch_ids: Samples, worker_of_sample: np.ndarray,
                placement: Placement) -> list[np.ndarray]:
     """The ids :func:`remote_rows` counts: per worker, sorted distinct ids of its samples that
     it neither owns nor replicates."""
-    dense = np.asarray(batch_ids, dtype=np.int64)
-    if dense.ndim != 2:
-        raise ValueError("batch_ids must be [B, F]")
+    indptr, flat = as_csr(batch_ids)
     workers = np.asarray(worker_of_sample)
-    if workers.shape != (dense.shape[0],):
+    if workers.shape != (indptr.size - 1,):
         raise ValueError("worker_of_sample needs one entry per sample")
-    flat = dense.ravel()
-    entry_worker = np.repeat(workers, dense.shape[1])
+    entry_worker = np.repeat(workers, np.diff(indptr))
     held = placement.held_by(entry_worker, placement.holders(flat))
     missing_ids = flat[~held]
     missing_workers = entry_worker[~held]
@@ -57,10 +55,10 @@ def remote_ids(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
             for worker in range(placement.num_workers)]
 
 
-def remote_rows_per_sample(batch_ids: np.ndarray, worker_of_sample: np.ndarray,
+def remote_rows_per_sample(batch_ids: Samples, worker_of_sample: np.ndarray,
                            placement: Placement) -> float:
     """HET-GMP's measure for one step: remote rows summed over workers, divided by samples."""
-    samples = np.asarray(batch_ids).shape[0]
+    samples = as_csr(batch_ids)[0].size - 1
     if samples == 0:
         return 0.0
     return float(remote_rows(batch_ids, worker_of_sample, placement).sum()) / samples

@@ -161,5 +161,11 @@ def _csr_graph(cw: CompactWindow, keep: np.ndarray, samples: np.ndarray, kept_id
                                weight_of_kept[by_id_id - samples.size]]).astype(np.int64)
     vweights = np.zeros(n_vertices, dtype=np.int64)
     sw = cw.sample_weight[samples]
+    # A sample weighs its rows: what a step computes and fetches follows them, so a sample of
+    # a 100-value history weighs as 100 one-value fields. Samples of equal lengths (one value a
+    # field) keep the weights they had, bit for bit.
+    rows = np.diff(cw.indptr)[samples]
+    if rows.size and rows.min() != rows.max():
+        sw = sw * rows
     vweights[: samples.size] = np.maximum(1, np.round(sw / max(float(sw.mean()), 1e-12) * 16))
     return xadj, adjncy, vweights, eweights

@@ -95,9 +95,24 @@ def test_offline_protocol_scores_one_partition_on_its_own_records(
 
 
 def test_offline_refuses_the_flags_it_would_ignore() -> None:
-    for extra in (["--replica-basis", "window"], ["--oracle", "--shape", "user_item"]):
+    for extra in (["--replica-basis", "window"], ["--scale", "--shape", "multi_hot"]):
         with pytest.raises(SystemExit):
             main(["--offline", "--records", "100", *extra])
+
+
+def test_a_shape_with_lists_is_scored_with_the_users_as_the_oracles_communities(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--shape", "user_history", "--oracle", "--workers", "4", "--window", "4000",
+                 "--period-records", "2000", "--periods", "2", "--global-batch", "1024"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {r["strategy"]: r for r in summary["rows"]}
+    assert set(rows) == {"hash", "static", "full", "incremental"}
+    assert summary["shape"] == "user_history" and rows["hash"]["remote_rows_per_sample"] > 1
+    # Scored on the same records: the graph placements fetch fewer rows than hash.
+    assert rows["incremental"]["reduction_vs_hash"] > 0
+    [oracle] = summary["ceiling"]
+    assert oracle["strategy"] == "segments" and oracle["reduction_vs_hash"] > 0
 
 
 @pytest.mark.slow

@@ -54,7 +54,31 @@ def test_train_bench_prints_one_row_per_configuration(
     assert set(ratios) == {"bytes_graph_s10_over_hash", "speed_graph_s10_over_hash",
                            "speed_graph_s10_over_hash_by_means", "speed_graph_s10_over_hash_ci95",
                            "speed_graph_s10_over_hash_sequential", "auc_loss_s100_vs_s0",
-                           "auc_single_minus_graph_s0"}
+                           "auc_loss_s10_vs_s0", "auc_single_minus_graph_s0"}
+    assert {r["shape"] for r in rows.values()} == {"segments"}
+    assert rows["hash"]["rows_per_s"] == pytest.approx(rows["hash"]["samples_per_s"] * 26, rel=0.05)
+
+
+def test_a_shape_with_lists_runs_beside_the_first_and_compares_rows_looked_up(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--shape", "segments,user_history", "--window", "3000", "--records", "4096",
+                 "--heldout", "1000", "--embed-dim", "8", "--hidden", "16",
+                 "--global-batch", "1024", "--staleness", "0,10", "--paired-chunk", "0"])
+    assert code == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {(r["shape"], r["config"]): r for r in last["rows"]}
+    assert set(rows) == {(s, c) for s in ("segments", "user_history")
+                         for c in ("single", "hash", "graph_s0", "graph_s10")}
+    history = rows[("user_history", "hash")]
+    # A history of 20 items, missing ones aside: far more rows than samples.
+    assert 20 < history["ids_per_sample"] < 28 and history["rows_per_s"] > history["samples_per_s"]
+    ratios = last["ratios"]
+    assert {"bytes_graph_s10_over_hash", "bytes_graph_s10_over_hash_user_history",
+            "rows_per_s_user_history_over_segments_hash",
+            "rows_per_s_user_history_over_segments_graph_s10"} <= set(ratios)
+    assert ratios["rows_per_s_user_history_over_segments_hash"] == pytest.approx(
+        history["rows_per_s"] / rows[("segments", "hash")]["rows_per_s"], abs=1e-3)
 
 
 def test_the_one_store_needs_no_flag_of_its_own() -> None:
