@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.routing import Samples, as_csr, capacity, route
+from partitioner.routing import Samples, as_csr, capacity_of, route, sample_sizes
 from partitioner.types import Placement
 
 __all__ = ["fetched_rows", "refine_routing", "route_batch"]
@@ -42,7 +42,8 @@ def route_batch(batch_ids: Samples, placement: Placement, capacity_epsilon: floa
 
     Returns:
         int32 ``[B]`` worker of each sample, at most ``capacity(B, N, capacity_epsilon)`` a
-        worker, never more rows fetched in all than :func:`route`'s answer.
+        worker (rows, when samples differ in length), never more rows fetched in all than
+        :func:`route`'s answer.
     """
     start = route(batch_ids, placement, capacity_epsilon)
     return refine_routing(batch_ids, placement, start, capacity_epsilon, rounds)
@@ -68,7 +69,9 @@ def refine_routing(batch_ids: Samples, placement: Placement, workers: np.ndarray
     n, b = placement.num_workers, indptr.size - 1
     if n < 2 or b < 2 or rounds < 1:
         return assigned.astype(np.int32)
-    cap = capacity(b, n, capacity_epsilon)
+    sizes = sample_sizes(indptr)
+    cap = capacity_of(sizes, b, n, capacity_epsilon)
+    weight = np.ones(b, np.int64) if sizes is None else sizes
     inverse, need = _needs(values, placement)
     sample = _sample_of(indptr)  # the sample of each entry
     best, users = _tally(inverse, need, assigned[sample])
@@ -83,12 +86,20 @@ def refine_routing(batch_ids: Samples, placement: Placement, workers: np.ndarray
             fetched_new = need[w][inverse] & (users[w][inverse] == 0)
             gain[:, w] = alone - np.bincount(sample, fetched_new, minlength=b).astype(np.int64)
         gain[samples, assigned] = np.iinfo(np.int64).min // 2
-        moved = _moves(assigned, gain, n, cap)
+        moved = _moves(assigned, gain, n, cap, weight)
         total, moved_users = _tally(inverse, need, moved[sample])
-        if total >= best:
+        if total >= best or (sizes is not None and _over(moved, assigned, weight, n, cap)):
             break
         best, users, assigned = total, moved_users, moved
     return assigned.astype(np.int32)
+
+
+def _over(moved: np.ndarray, assigned: np.ndarray, weight: np.ndarray, n: int,
+          cap: int) -> bool:
+    """Whether trades of samples of different lengths took a worker past the cap (or past its
+    load before the round, where that was over already): such a round is not kept."""
+    before = np.bincount(assigned, weights=weight, minlength=n)
+    return bool((np.bincount(moved, weights=weight, minlength=n) > np.maximum(cap, before)).any())
 
 
 def _sample_of(indptr: np.ndarray) -> np.ndarray:
@@ -115,8 +126,10 @@ def _tally(inverse: np.ndarray, need: np.ndarray, worker_of_entry: np.ndarray
     return int(np.count_nonzero(users)), users
 
 
-def _moves(assigned: np.ndarray, gain: np.ndarray, n: int, cap: int) -> np.ndarray:
-    """One round of trades and moves into free room, each pair of workers in turn."""
+def _moves(assigned: np.ndarray, gain: np.ndarray, n: int, cap: int,
+           weight: np.ndarray) -> np.ndarray:
+    """One round of trades and moves into free room, each pair of workers in turn (room and
+    ``cap`` in ``weight``: 1 a sample, or its rows)."""
     out = assigned.copy()
     for a in range(n):
         for b in range(a + 1, n):
@@ -130,8 +143,8 @@ def _moves(assigned: np.ndarray, gain: np.ndarray, n: int, cap: int) -> np.ndarr
             trade = int(np.count_nonzero(g_ab[:k] + g_ba[:k] > 0))
             out[ab[:trade]], out[ba[:trade]] = b, a
             ab, g_ab, ba, g_ba = ab[trade:], g_ab[trade:], ba[trade:], g_ba[trade:]
-            room = cap - int(np.count_nonzero(out == b))
-            out[ab[g_ab > 0][:max(room, 0)]] = b
-            room = cap - int(np.count_nonzero(out == a))
-            out[ba[g_ba > 0][:max(room, 0)]] = a
+            for src, dst, gains in ((ab, b, g_ab), (ba, a, g_ba)):
+                room = cap - int(weight[out == dst].sum())
+                movers = src[gains > 0]
+                out[movers[np.cumsum(weight[movers]) <= room]] = dst
     return out

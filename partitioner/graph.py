@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioner.routing import assign_with_capacity, capacity
+from partitioner.routing import assign_with_capacity, capacity_of, sample_sizes
 from partitioner.types import WindowGraph
 
 __all__ = [
@@ -221,4 +221,6 @@ def route_compact(cw: CompactWindow, owner: np.ndarray, replica: np.ndarray | No
                   num_workers: int, epsilon: float) -> np.ndarray:
     """Route every window sample as ``routing.route`` would, with capacity over the window."""
     scores = local_counts_compact(cw, owner, replica, num_workers)
-    return assign_with_capacity(scores, capacity(cw.num_samples, num_workers, epsilon))
+    sizes = sample_sizes(cw.indptr)
+    return assign_with_capacity(scores, capacity_of(sizes, cw.num_samples, num_workers, epsilon),
+                                sizes)

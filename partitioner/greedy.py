@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from partitioner.graph import CompactWindow, per_worker_counts, sample_scores, soft_batches
-from partitioner.routing import assign_with_capacity, capacity
+from partitioner.routing import assign_with_capacity, capacity_of, sample_sizes
 from partitioner.types import PartitionConfig
 
 __all__ = ["alternate", "edge_cost"]
@@ -59,7 +59,8 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
     # Ids that may not move weigh nothing in the routing: a zero cost drops their entries.
     cost = edge_cost(cw.degree, cw.num_samples, config.global_batch) * placeable
     weighted = not bool(np.all(cw.sample_weight == 1.0))
-    cap = capacity(cw.num_samples, n, config.epsilon)
+    sizes = sample_sizes(cw.indptr)  # samples of lists weigh their rows
+    cap = capacity_of(sizes, cw.num_samples, n, config.epsilon)
     worker = np.zeros(cw.num_samples, dtype=np.int64)
     counts: np.ndarray
     first = cost if known is None else cost * known
@@ -67,7 +68,7 @@ def alternate(cw: CompactWindow, owner: np.ndarray, placeable: np.ndarray,
         held = sample_scores(cw, owner, n, weight_of_id=first if done == 0 else cost)
         if weighted:
             held *= cw.sample_weight[:, None]
-        worker = assign_with_capacity(held, cap).astype(np.int64)
+        worker = assign_with_capacity(held, cap, sizes).astype(np.int64)
         del held
         counts = per_worker_counts(cw, worker, n)
         loads = np.bincount(worker, minlength=n)

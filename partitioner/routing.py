@@ -13,9 +13,11 @@ __all__ = [
     "as_csr",
     "assign_with_capacity",
     "capacity",
+    "capacity_of",
     "local_counts",
     "route",
     "route_window",
+    "sample_sizes",
 ]
 
 
@@ -25,6 +27,22 @@ def capacity(num_samples: int, num_workers: int, epsilon: float) -> int:
         raise ValueError("num_workers must be positive and epsilon non-negative")
     mean = num_samples / num_workers
     return max(math.ceil(mean), math.floor((1.0 + epsilon) * mean))
+
+
+def sample_sizes(indptr: np.ndarray) -> np.ndarray | None:
+    """Rows of each sample of a CSR, or None when every sample has as many (one value a field):
+    then capacity counts samples, as it always did, and the answers stay what they were."""
+    sizes = np.diff(np.asarray(indptr, dtype=np.int64))
+    return None if sizes.size == 0 or sizes.min() == sizes.max() else sizes
+
+
+def capacity_of(sizes: np.ndarray | None, num_samples: int, num_workers: int,
+                epsilon: float) -> int:
+    """:func:`capacity` in rows when samples have ``sizes`` (never below the largest sample, so
+    each fits somewhere), in samples when they all weigh alike."""
+    if sizes is None:
+        return capacity(num_samples, num_workers, epsilon)
+    return max(capacity(int(sizes.sum()), num_workers, epsilon), int(sizes.max()))
 
 
 def local_counts(indptr: np.ndarray, indices: np.ndarray, placement: Placement) -> np.ndarray:
@@ -42,21 +60,26 @@ def local_counts(indptr: np.ndarray, indices: np.ndarray, placement: Placement) 
     return scores
 
 
-def assign_with_capacity(scores: np.ndarray, cap: int) -> np.ndarray:
-    """Give each row of ``scores`` a column, best first, at most ``cap`` rows per column.
+def assign_with_capacity(scores: np.ndarray, cap: int, sizes: np.ndarray | None = None
+                         ) -> np.ndarray:
+    """Give each row of ``scores`` a column, best first, at most ``cap`` rows per column (with
+    ``sizes``: at most ``cap`` of the rows' sizes, a sample weighing its ids).
 
-    Requires ``cap * columns >= rows``.
+    Requires ``cap * columns >= rows`` (the sizes' sum).
 
     Deferred acceptance in at most N vectorised rounds: every unplaced sample proposes to its
     next-best worker; a worker keeps the proposers that would lose most by going elsewhere (the
     gap to their next choice) up to its remaining room. Total room >= samples, so N rounds place
     every sample (a sample refused by all N workers would mean all of them are full).
     Two workers with integer scores (local counts) take a closed form of the same rounds (see
-    ``_assign_two``).
+    ``_assign_two``). With sizes a worker keeps the prefix of its proposers that fits its room;
+    room left in pieces can refuse a sample everywhere, and the few so refused after N rounds
+    go to the workers with the most room left (a worker may then pass ``cap`` by less than one
+    sample).
     """
-    if scores.shape[1] == 2 and np.issubdtype(scores.dtype, np.integer):
+    if sizes is None and scores.shape[1] == 2 and np.issubdtype(scores.dtype, np.integer):
         return _assign_two(scores, cap)
-    return _assign_rounds(scores, cap)
+    return _assign_rounds(scores, cap, sizes)
 
 
 def _assign_two(scores: np.ndarray, cap: int) -> np.ndarray:
@@ -82,7 +105,7 @@ def _assign_two(scores: np.ndarray, cap: int) -> np.ndarray:
     return first
 
 
-def _assign_rounds(scores: np.ndarray, cap: int) -> np.ndarray:
+def _assign_rounds(scores: np.ndarray, cap: int, sizes: np.ndarray | None = None) -> np.ndarray:
     """Deferred acceptance for any number of workers (see ``assign_with_capacity``).
 
     Whole windows come through here (500k samples x 8 workers: 32 MB for each float64
@@ -115,11 +138,23 @@ def _assign_rounds(scores: np.ndarray, cap: int) -> np.ndarray:
         order = np.lexsort((open_rows, -gaps[open_rows, rnd], choice))
         sorted_choice = choice[order]
         starts = np.searchsorted(sorted_choice, np.arange(n))
-        rank = np.arange(order.size) - starts[sorted_choice]
-        accept = rank < room[sorted_choice]
+        if sizes is None:
+            rank = np.arange(order.size) - starts[sorted_choice]
+            accept = rank < room[sorted_choice]
+        else:  # the prefix of each worker's proposers whose sizes fit its room
+            weight = sizes[open_rows[order]]
+            running = np.cumsum(weight)
+            before = np.concatenate([[0], running])[starts][sorted_choice]
+            accept = running - before <= room[sorted_choice]
         taken = open_rows[order[accept]]
         assigned[taken] = sorted_choice[accept]
-        room -= np.bincount(sorted_choice[accept], minlength=n)
+        room -= np.bincount(sorted_choice[accept], minlength=n,
+                            weights=None if sizes is None else sizes[taken]).astype(np.int64)
+    if sizes is not None:
+        for row in np.flatnonzero(assigned < 0):  # refused everywhere: the most room left
+            worker = int(np.argmax(room))
+            assigned[row] = worker
+            room[worker] -= sizes[row]
     return assigned
 
 
@@ -129,8 +164,9 @@ def _route_csr(indptr: np.ndarray, indices: np.ndarray, placement: Placement,
     if num_samples == 0:
         return np.zeros(0, dtype=np.int32)
     scores = local_counts(indptr, indices, placement)
-    cap = capacity(num_samples, placement.num_workers, capacity_epsilon)
-    return assign_with_capacity(scores, cap)
+    sizes = sample_sizes(indptr)
+    cap = capacity_of(sizes, num_samples, placement.num_workers, capacity_epsilon)
+    return assign_with_capacity(scores, cap, sizes)
 
 
 Samples = np.ndarray | tuple[np.ndarray, np.ndarray]
@@ -155,8 +191,9 @@ def route(batch_ids: Samples, placement: Placement,
     """Destination worker of each sample of a batch.
 
     Each sample goes to the worker holding (owning or replicating) most of its ids; no worker
-    takes more than ``capacity(B, N, capacity_epsilon)`` samples, samples that would lose least
-    are the ones sent to their next choice.
+    takes more than ``capacity(B, N, capacity_epsilon)`` samples (samples of different lengths:
+    rows, see :func:`capacity_of`), samples that would lose least are the ones sent to their
+    next choice.
 
     Args:
         batch_ids: The batch's ids (:data:`Samples`: ``[B, F]`` or a CSR).

@@ -70,3 +70,31 @@ def test_one_worker_or_no_rounds_leave_the_assignment_alone() -> None:
     assert refine_routing(batch, placement, start, 1.0, rounds=0).tolist() == start.tolist()
     single = Placement.hash(1)
     assert refine_routing(batch, single, np.zeros(4, np.int32)).tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_samples_of_lists_are_capped_by_rows_and_one_value_ones_by_samples(workers) -> None:
+    # A user_history-like batch whose lengths vary a lot: a third of the samples carry 40
+    # rows, the rest 4. Capped by samples, a worker could take all the long ones.
+    stream = SyntheticStream(SyntheticConfig(shape="user_history", seed=6, missing_prob=0.3))
+    values, lengths = stream.sparse(stream.take(0, 24_000))
+    indptr = np.concatenate([[0], np.cumsum(lengths.sum(axis=1))]).astype(np.int64)
+    window = WindowGraph(indptr[:20_001], values[:indptr[20_000]])
+    placement = FullPartitioner(PartitionConfig(num_workers=workers, global_batch=4096)
+                                ).partition(window, None)
+    lo, hi = 20_000, 22_000
+    batch = (indptr[lo:hi + 1] - indptr[lo], values[indptr[lo]:indptr[hi]])
+    sizes = np.diff(batch[0])
+    assert sizes.min() < sizes.max()
+    cap = max(capacity(int(sizes.sum()), workers, 0.05), int(sizes.max()))
+    plain = route(batch, placement, 0.05)
+    aware = refine_routing(batch, placement, plain, 0.05)
+    for answer in (plain, aware):
+        rows = np.bincount(answer, weights=sizes, minlength=workers)
+        assert rows.max() <= cap, (rows, cap)
+    assert fetched_rows(batch, aware, placement) <= fetched_rows(batch, plain, placement)
+    # The same samples as [B, F] ids and as a CSR of equal lengths: the same answer.
+    ids = SyntheticStream(SyntheticConfig(seed=4)).feature_ids(0, 2_000)
+    csr = (np.arange(2_001, dtype=np.int64) * ids.shape[1], ids.reshape(-1))
+    p26 = Placement.hash(workers)
+    assert np.array_equal(route(ids, p26, 0.05), route(csr, p26, 0.05))

@@ -95,14 +95,24 @@ def _unpack(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
 
 def _pack_jagged(batch: ClickBatch, weighted: bool) -> np.ndarray:
     """A batch with lists as one int64 message: per sample its lengths (int32, two a word)
-    and floats, ``[B, L + W]`` flattened; then its values; then their weights (float32, two
+    and floats, ``[B, L + W]`` flattened; then the number ``u`` of distinct values, the ``u``
+    values, and each value's position among them (uint16, or uint32 past 65,536: a block
+    repeats hot rows, so this is 2-3x smaller than the values); then the weights (float32, two
     a word) when ``weighted``. A block of consecutive samples reads back alone
     (:func:`_unpack_jagged`)."""
     rows = np.concatenate([_words(batch.lengths), _floats(batch)], axis=1).reshape(-1)
-    parts = [rows, batch.values]
+    distinct, inverse = np.unique(batch.values, return_inverse=True)
+    positions = inverse.reshape(-1).astype(_position_type(distinct.size))
+    raw = positions.tobytes()
+    raw += b"\0" * (-len(raw) % 8)
+    parts = [rows, np.array([distinct.size], np.int64), distinct, np.frombuffer(raw, np.int64)]
     if weighted:
         parts.append(_words(batch.value_weights()[None, :]).reshape(-1))
     return np.concatenate(parts)
+
+
+def _position_type(distinct: int) -> type[np.unsignedinteger]:
+    return np.uint16 if distinct <= 1 << 16 else np.uint32
 
 
 def _pack_blocks(batch: ClickBatch, counts: np.ndarray, weighted: bool
@@ -129,8 +139,15 @@ def _unpack_jagged(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_
         floats = np.ascontiguousarray(rows[:, lwords:]).view(np.float32)
         nnz = int(lengths.sum())
         at = n * (lwords + fwords)
-        values = block[at:at + nnz]
-        weights = (np.ascontiguousarray(block[at + nnz:]).view(np.float32)[:nnz]
+        u = int(block[at]) if block.size > at else 0
+        distinct = block[at + 1:at + 1 + u]
+        at += 1 + u
+        kind = _position_type(u)
+        words_of_positions = -(-nnz * np.dtype(kind).itemsize // 8)
+        positions = np.ascontiguousarray(block[at:at + words_of_positions]).view(kind)[:nnz]
+        values = distinct[positions]
+        at += words_of_positions
+        weights = (np.ascontiguousarray(block[at:]).view(np.float32)[:nnz]
                    if weighted else None)
         parts.append(ClickBatch(labels=floats[:, 0].copy(),
                                 dense=floats[:, 1:1 + n_dense].copy(),
