@@ -17,6 +17,9 @@
 
 Fields keep the file's order. ``dense = ["I1", "I2"]`` and ``sparse = ["C1", "C2"]`` name plain
 fields in one line. Every error names the file, the line and the field.
+
+The same settings fit on the command line (:func:`inline_fields`), each after its field's name:
+``label=click;dense=price:transform=none;sparse=item:table=items,history:table=items:max_len=50:pooling=mean``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any, Callable
 
 from streaming.types import DenseField, Schema, SparseField
 
-__all__ = ["load_schema"]
+__all__ = ["inline_fields", "load_schema"]
 
 _SPARSE_KEYS: dict[str, type] = {"table": str, "max_len": int, "pooling": str, "weighted": bool,
                 "on_overflow": str}
@@ -134,4 +137,41 @@ def _fields(raw: Any, kind: str, lines: _Lines,
         except ValueError as exc:
             key = next((k for k in spec if k in str(exc)), None)
             raise fail(lines.of(kind, name, key), f"{where}: {exc}") from None
+    return out
+
+
+def inline_fields(kind: str, spec: str, where: str) -> list[Any]:
+    """The ``kind`` (dense or sparse) fields of a command-line schema: comma-separated names,
+    each optionally followed by ``:key=value`` settings (``history:max_len=50:pooling=mean``;
+    ``weighted=true``). Errors name ``where`` (the whole spec) and the field."""
+    make, allowed = (DenseField, _DENSE_KEYS) if kind == "dense" else (SparseField, _SPARSE_KEYS)
+    out = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        name, *settings = (x.strip() for x in item.split(":"))
+        field = f"{kind}.{name}"
+        values: dict[str, Any] = {}
+        for setting in settings:
+            key, sep, raw = (x.strip() for x in setting.partition("="))
+            if not sep or key not in allowed:
+                raise ValueError(f"schema {where!r}: {field}: expected key=value settings "
+                                 f"({', '.join(allowed)}), not {setting!r}")
+            kind_of = allowed[key]
+            if kind_of is bool:
+                if raw.lower() not in ("true", "false"):
+                    raise ValueError(f"schema {where!r}: {field}: {key} must be true or false")
+                values[key] = raw.lower() == "true"
+            elif kind_of is int:
+                try:
+                    values[key] = int(raw)
+                except ValueError:
+                    raise ValueError(f"schema {where!r}: {field}: {key} must be an int, "
+                                     f"not {raw!r}") from None
+            else:
+                values[key] = raw
+        try:
+            out.append(make(name, **values))
+        except ValueError as exc:
+            raise ValueError(f"schema {where!r}: {field}: {exc}") from None
     return out

@@ -143,7 +143,8 @@ class Schema:
 
     @classmethod
     def parse(cls, spec: str) -> Schema:
-        """Parse ``"13,26"`` (counts), ``"label=y;dense=a,b;sparse=c,d,e"`` (names), the path
+        """Parse ``"13,26"`` (counts), ``"label=y;dense=a,b;sparse=c,d,e"`` (names, each with
+        optional settings: ``sparse=item,history:table=item:max_len=20:pooling=mean``), the path
         of a schema file (``*.toml``, see :mod:`streaming.schema_file`), or the name of a
         synthetic shape with lists (``multi_hot``, ``user_history``: its default schema)."""
         spec = spec.strip()
@@ -172,12 +173,11 @@ class Schema:
         unknown = set(parts) - {"label", "dense", "sparse"}
         if unknown:
             raise ValueError(f"schema {spec!r}: unknown keys {sorted(unknown)}")
-        split = lambda v: tuple(x.strip() for x in v.split(",") if x.strip())  # noqa: E731
-        return cls(
-            label=parts.get("label", "label"),
-            dense=split(parts.get("dense", "")),
-            sparse=split(parts.get("sparse", "")),
-        )
+        from streaming.schema_file import inline_fields
+
+        return cls.of(parts.get("label", "label"),
+                      inline_fields("dense", parts.get("dense", ""), spec),
+                      inline_fields("sparse", parts.get("sparse", ""), spec))
 
     @property
     def num_fields(self) -> int:

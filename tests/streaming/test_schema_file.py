@@ -10,6 +10,7 @@ import pytest
 
 from streaming.codec import Decoder
 from streaming.hashing import feature_id
+from streaming.schema_file import load_schema
 from streaming.types import DenseField, Schema
 
 SHARED = """\
@@ -92,3 +93,23 @@ def test_errors_name_the_file_the_line_and_the_field(tmp_path: Path, text: str,
 def test_a_missing_schema_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="schema file .*nowhere.toml"):
         Schema.parse(str(tmp_path / "nowhere.toml"))
+
+
+def test_the_command_line_takes_the_same_settings_after_each_name(tmp_path: Path) -> None:
+    inline = Schema.parse("label=click;dense=price:transform=none;sparse=item:table=items,"
+                          "history:table=items:max_len=50:pooling=mean,"
+                          "tags:max_len=8:weighted=true:on_overflow=reject")
+    path = tmp_path / "s.toml"
+    path.write_text('label = "click"\n[dense.price]\ntransform = "none"\n'
+                    '[sparse.item]\ntable = "items"\n'
+                    '[sparse.history]\ntable = "items"\nmax_len = 50\npooling = "mean"\n'
+                    '[sparse.tags]\nmax_len = 8\nweighted = true\non_overflow = "reject"\n')
+    assert inline == load_schema(path)
+    # Names alone are today's form, unchanged.
+    assert Schema.parse("label=y;dense=a;sparse=b,c") == Schema("y", ("a",), ("b", "c"))
+    for spec, said in (("label=y;sparse=a:pooling=max:max_len=3", "sparse.a: pooling must be"),
+                       ("label=y;sparse=a:max_len=x", "sparse.a: max_len must be an int"),
+                       ("label=y;sparse=a:size=3", "sparse.a: expected key=value settings"),
+                       ("label=y;sparse=a:weighted=yes", "sparse.a: weighted must be true")):
+        with pytest.raises(ValueError, match=said):
+            Schema.parse(spec)
