@@ -172,6 +172,28 @@ def test_produce_then_consume_through_the_cli(broker, unique, tmp_path):
     assert summary["committed"] is True
 
 
+@pytest.mark.broker
+def test_consume_reads_lists_with_a_schema_given_on_the_command_line(broker, unique, tmp_path):
+    topic = unique("lists")
+    path = tmp_path / "lists.tsv"
+    path.write_text("1\t2.5\ta\tb,c,d\tx:0.5\n"   # history over max_len 2: truncated
+                    "0\t1\ta\tb\tx:abc\n"          # a weight that is no number
+                    "1\t0\ta\t\t\n")               # empty lists
+    r = run_cli("produce", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
+                "--source", f"file:{path}", "--records-per-message", "1")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("consume", "--bootstrap-servers", broker.bootstrap_servers,
+                "--consumer-topic", topic, "--consumer-group-id", unique("g"), "--idle-exit", "3",
+                "--consumer-schema",
+                "label=y;dense=p:transform=none;sparse=item,hist:table=item:max_len=2,"
+                "tags:max_len=4:weighted=true")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["records"] == 2
+    assert summary["rejected"] == {"bad_weight": 1}
+    assert summary["values_truncated"] == {"hist": 1}
+
+
 @pytest.mark.parametrize("secret", ["pw-5f3a9c1e-not-for-logs", "Zq7Wk\\back'q\"d\tt"])
 def test_a_password_never_reaches_the_log_whichever_library_writes_it(kafka, unique, secret):
     """kafka-python's admin client logs its whole configuration at DEBUG, SASL password
