@@ -223,7 +223,7 @@ def _consume(args: argparse.Namespace, kafka: KafkaSettings, config: ConsumerCon
         committed = consumer.commit() if args.commit else False
         s = consumer.stats
         summary = {"records": s.records, "messages": s.messages, "rejected": dict(s.rejected),
-                   "values_truncated": dict(s.truncated), "dead_lettered": s.dead_lettered, "snapshot": consumer.snapshot(),
-                   "committed": committed}
+                   "values_truncated": dict(s.truncated), "dead_lettered": s.dead_lettered,
+                   "snapshot": consumer.snapshot(), "committed": committed}
     print(json.dumps(summary), flush=True)
     return 0

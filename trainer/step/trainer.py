@@ -94,21 +94,40 @@ def _unpack(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
 
 
 def _pack_jagged(batch: ClickBatch, weighted: bool) -> np.ndarray:
-    """A batch with lists as one int64 message: per sample its lengths (int32, two a word)
-    and floats, ``[B, L + W]`` flattened; then the number ``u`` of distinct values, the ``u``
-    values, and each value's position among them (uint16, or uint32 past 65,536: a block
-    repeats hot rows, so this is 2-3x smaller than the values); then the weights (float32, two
-    a word) when ``weighted``. A block of consecutive samples reads back alone
-    (:func:`_unpack_jagged`)."""
-    rows = np.concatenate([_words(batch.lengths), _floats(batch)], axis=1).reshape(-1)
+    """A batch with lists as one int64 message, in parts a word aligned:
+
+    - each sample's floats, ``[B, W]`` (label and dense features, float32 two a word);
+    - the byte width of the lengths (1, 2 or 4: the narrowest that holds the longest), then
+      the lengths ``[B, S]`` in it;
+    - the number ``u`` of distinct values, the ``u`` values, then each value's position among
+      them (uint16, or uint32 past 65,536: a block repeats hot rows, so this is 2-3x smaller
+      than the values);
+    - the weights (float32) when ``weighted``.
+
+    A block of consecutive samples reads back alone (:func:`_unpack_jagged`)."""
+    longest = int(batch.lengths.max()) if batch.lengths.size else 0
+    width = 1 if longest < 1 << 8 else 2 if longest < 1 << 16 else 4
+    narrow = batch.lengths.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[width])
     distinct, inverse = np.unique(batch.values, return_inverse=True)
     positions = inverse.reshape(-1).astype(_position_type(distinct.size))
-    raw = positions.tobytes()
-    raw += b"\0" * (-len(raw) % 8)
-    parts = [rows, np.array([distinct.size], np.int64), distinct, np.frombuffer(raw, np.int64)]
+    parts = [_floats(batch).reshape(-1), np.array([width], np.int64), _as_words(narrow),
+             np.array([distinct.size], np.int64), distinct, _as_words(positions)]
     if weighted:
-        parts.append(_words(batch.value_weights()[None, :]).reshape(-1))
+        parts.append(_as_words(batch.value_weights()))
     return np.concatenate(parts)
+
+
+def _as_words(values: np.ndarray) -> np.ndarray:
+    """The bytes of ``values`` as int64 words (zero padded)."""
+    raw = np.ascontiguousarray(values).tobytes()
+    return np.frombuffer(raw + b"\0" * (-len(raw) % 8), np.int64)
+
+
+def _from_words(words: np.ndarray, at: int, dtype: type, count: int) -> tuple[np.ndarray, int]:
+    """``count`` values of ``dtype`` packed by :func:`_as_words` from word ``at``, and the word
+    after them."""
+    used = -(-count * np.dtype(dtype).itemsize // 8)
+    return np.ascontiguousarray(words[at:at + used]).view(dtype)[:count], at + used
 
 
 def _position_type(distinct: int) -> type[np.unsignedinteger]:
@@ -128,34 +147,29 @@ def _pack_blocks(batch: ClickBatch, counts: np.ndarray, weighted: bool
 def _unpack_jagged(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_fields: int,
                    n_dense: int, weighted: bool) -> ClickBatch:
     """The batch of the blocks of ``words``: block ``i`` holds ``samples[i]`` samples in
-    ``sizes[i]`` words."""
-    lwords, fwords = -(-n_fields // 2), -(-(1 + n_dense) // 2)
+    ``sizes[i]`` words (each as :func:`_pack_jagged` wrote it)."""
+    fwords = -(-(1 + n_dense) // 2)
     parts, start = [], 0
     for n, size in zip(samples.tolist(), sizes.tolist()):
         block = words[start:start + size]
         start += size
-        rows = block[:n * (lwords + fwords)].reshape(n, lwords + fwords)
-        lengths = np.ascontiguousarray(rows[:, :lwords]).view(np.int32)[:, :n_fields]
-        floats = np.ascontiguousarray(rows[:, lwords:]).view(np.float32)
+        floats = np.ascontiguousarray(block[:n * fwords]).reshape(n, fwords).view(np.float32)
+        at = n * fwords
+        width = int(block[at])
+        narrow, at = _from_words(block, at + 1, {1: np.uint8, 2: np.uint16, 4: np.uint32}[width],
+                                 n * n_fields)
+        lengths = narrow.astype(np.int32).reshape(n, n_fields)
         nnz = int(lengths.sum())
-        at = n * (lwords + fwords)
-        u = int(block[at]) if block.size > at else 0
+        u = int(block[at])
         distinct = block[at + 1:at + 1 + u]
-        at += 1 + u
-        kind = _position_type(u)
-        words_of_positions = -(-nnz * np.dtype(kind).itemsize // 8)
-        positions = np.ascontiguousarray(block[at:at + words_of_positions]).view(kind)[:nnz]
-        values = distinct[positions]
-        at += words_of_positions
-        weights = (np.ascontiguousarray(block[at:]).view(np.float32)[:nnz]
-                   if weighted else None)
+        positions, at = _from_words(block, at + 1 + u, _position_type(u), nnz)
+        weights = _from_words(block, at, np.float32, nnz)[0].copy() if weighted else None
         parts.append(ClickBatch(labels=floats[:, 0].copy(),
                                 dense=floats[:, 1:1 + n_dense].copy(),
-                                values=values.copy(), lengths=lengths.copy(),
+                                values=distinct[positions], lengths=lengths,
                                 partitions=np.full(n, -1, np.int32),
                                 offsets=np.full(n, -1, np.int64),
-                                timestamps_ms=np.full(n, -1, np.int64),
-                                weights=None if weights is None else weights.copy()))
+                                timestamps_ms=np.full(n, -1, np.int64), weights=weights))
     return ClickBatch.concat(parts)
 
 

@@ -195,3 +195,25 @@ def test_a_batch_of_lists_pools_each_bag_as_embedding_bag_does() -> None:
             assert torch.allclose(pooled[b, f], want), (b, f)
             at += n
 
+
+
+@pytest.mark.parametrize("longest,vocab", [(4, 300), (300, 1_000), (70_000, 1 << 40)],
+                         ids=["bytes", "uint16-lengths", "uint32-lengths-and-positions"])
+def test_a_routed_block_of_lists_reads_back_whole(longest: int, vocab: int) -> None:
+    from trainer.step.trainer import _pack_blocks, _unpack_jagged
+
+    rng = np.random.default_rng(longest)
+    n = 40
+    lengths = rng.integers(0, 4, (n, FIELDS)).astype(np.int32)
+    lengths[3, 1] = longest  # one long list sets the width of the block's lengths
+    nnz = int(lengths.sum())
+    batch = ClickBatch(rng.integers(0, 2, n).astype(np.float32),
+                       rng.normal(size=(n, DENSE)).astype(np.float32),
+                       rng.integers(0, vocab, nnz, dtype=np.int64), lengths,
+                       np.full(n, -1, np.int32), np.full(n, -1, np.int64),
+                       np.full(n, -1, np.int64), rng.uniform(0, 1, nnz).astype(np.float32))
+    counts = np.array([15, 0, 25])  # three ranks' blocks, one empty
+    words, sizes = _pack_blocks(batch, counts, weighted=True)
+    back = _unpack_jagged(words, counts, sizes, FIELDS, DENSE, weighted=True)
+    for name in ("labels", "dense", "values", "lengths", "weights"):
+        assert np.array_equal(getattr(back, name), getattr(batch, name)), name
