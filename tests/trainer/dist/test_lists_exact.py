@@ -25,7 +25,7 @@ from trainer.step import TrainConfig, Trainer
 from trainer.testing import AuditRun, ReturnState
 
 # A history of 8 items sharing the item table (mean pooling), and MLPerf's first 8 bag sizes
-# (3, 2, 1, 2, 6, 1, 1, 1; sum pooling).
+# (3, 2, 1, 2, 6, 1, 1, 1; mean pooling): weighted sums come with the hand-made batches below.
 HISTORY = SyntheticConfig(shape="user_history", users=1_500, items=2_500, history_len=8,
                           n_sparse=6, seed=4)
 MULTI_HOT = SyntheticConfig(shape="multi_hot", n_sparse=8, vocab_max=20_000, seed=3)
