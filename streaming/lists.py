@@ -66,15 +66,28 @@ def split_spans(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, separator
     seps = lo + np.flatnonzero(buf[lo:hi] == separator)
     span = np.searchsorted(starts, seps, side="right") - 1
     inside = (span >= 0) & (seps < ends[np.maximum(span, 0)])
-    seps = seps[inside]
-    # A span of k separators holds k + 1 values: they start at its start and after each
-    # separator, and end at each separator and at its end. Spans and separators are both in
-    # buffer order, so one sort pairs them up.
-    v_starts = np.sort(np.concatenate([starts, seps + 1]))
-    v_ends = np.sort(np.concatenate([seps, ends]))
+    seps, span = seps[inside], span[inside]
+    # A span of k separators holds k + 1 values: the first starts at the span's start, the
+    # others after each separator; the last ends at the span's end, the others at each
+    # separator. Separators come in buffer order, so span by span: they fill the places that
+    # are not a span's first (or last) value, in order. No sort.
+    per_span = np.bincount(span, minlength=starts.size) + 1
+    total = int(per_span.sum())
+    last = np.cumsum(per_span) - 1
+    first = last - per_span + 1
+    v_starts = np.empty(total, np.int64)
+    v_ends = np.empty(total, np.int64)
+    inner = np.ones(total, dtype=bool)
+    inner[first] = False
+    v_starts[first] = starts
+    v_starts[inner] = seps + 1
+    inner[first] = True
+    inner[last] = False
+    v_ends[last] = ends
+    v_ends[inner] = seps
+    bag = np.repeat(np.arange(starts.size), per_span)
     keep = v_ends > v_starts
-    v_starts, v_ends = v_starts[keep], v_ends[keep]
-    return v_starts, v_ends, np.searchsorted(starts, v_starts, side="right") - 1
+    return v_starts[keep], v_ends[keep], bag[keep]
 
 
 def jagged_ids(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Schema,
