@@ -18,7 +18,7 @@ from trainer.model import ModelConfig
 from trainer.run import graph_placement
 from trainer.sources import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
 from trainer.step import TrainConfig, Trainer
-from trainer.step.trainer import _pack, _unpack
+from trainer.step.message import pack_ids, unpack_ids
 
 SYN = SyntheticConfig(vocab_max=5_000, seed=5)
 SMALL = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,))
@@ -31,7 +31,7 @@ def one_thread() -> None:
 
 def test_routing_message_round_trips_exactly() -> None:
     batch = synthetic_batch(SyntheticStream(SYN), 0, 50)
-    back = _unpack(_pack(batch), 26, 13)
+    back = unpack_ids(pack_ids(batch), 26, 13)
     assert np.array_equal(back.ids, batch.ids)
     assert np.array_equal(back.labels, batch.labels) and np.array_equal(back.dense, batch.dense)
 

@@ -200,7 +200,7 @@ def test_a_batch_of_lists_pools_each_bag_as_embedding_bag_does() -> None:
 @pytest.mark.parametrize("longest,vocab", [(4, 300), (300, 1_000), (70_000, 1 << 40)],
                          ids=["bytes", "uint16-lengths", "uint32-lengths-and-positions"])
 def test_a_routed_block_of_lists_reads_back_whole(longest: int, vocab: int) -> None:
-    from trainer.step.trainer import _pack_blocks, _unpack_jagged
+    from trainer.step.message import pack_lists, unpack_lists
 
     rng = np.random.default_rng(longest)
     n = 40
@@ -213,7 +213,7 @@ def test_a_routed_block_of_lists_reads_back_whole(longest: int, vocab: int) -> N
                        np.full(n, -1, np.int32), np.full(n, -1, np.int64),
                        np.full(n, -1, np.int64), rng.uniform(0, 1, nnz).astype(np.float32))
     counts = np.array([15, 0, 25])  # three ranks' blocks, one empty
-    words, sizes = _pack_blocks(batch, counts, weighted=True)
-    back = _unpack_jagged(words, counts, sizes, FIELDS, DENSE, weighted=True)
+    words, sizes = pack_lists(batch, counts, weighted=True)
+    back = unpack_lists(words, counts, sizes, FIELDS, DENSE, weighted=True)
     for name in ("labels", "dense", "values", "lengths", "weights"):
         assert np.array_equal(getattr(back, name), getattr(batch, name)), name

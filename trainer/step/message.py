@@ -1,0 +1,121 @@
+"""The routed samples' message: a rank's samples for each other rank, as int64 words.
+
+A one-value schema's samples travel as ``[B, S + W]`` rows (ids, then label and dense
+features as float32 bits; :func:`pack_ids`). A schema with lists sends each rank one block
+(:func:`pack_lists`): the floats, the lengths in the narrowest width that holds them, the
+distinct values with each value's position among them, the weights. Blocks read back alone,
+so the receiver takes each source's block by its size in words (:func:`unpack_lists`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streaming import ClickBatch
+
+__all__ = ["pack_ids", "pack_lists", "unpack_ids", "unpack_lists"]
+
+
+def _floats(batch: ClickBatch) -> np.ndarray:
+    """int64 ``[B, W]``: each sample's label and dense features, float32 bits two a word."""
+    floats = np.concatenate([batch.labels[:, None], batch.dense], axis=1).astype(np.float32)
+    return _words(floats)
+
+
+def _words(columns: np.ndarray) -> np.ndarray:
+    """A ``[B, K]`` array of 4-byte values as int64 ``[B, ceil(K / 2)]`` (padded with zeros)."""
+    if columns.shape[1] % 2:
+        columns = np.concatenate([columns, np.zeros((columns.shape[0], 1), columns.dtype)], axis=1)
+    return np.ascontiguousarray(columns).view(np.int64)
+
+
+def pack_ids(batch: ClickBatch) -> np.ndarray:
+    """A one-value batch as int64 ``[B, S + W]``: ids, then the floats (routing message)."""
+    return np.ascontiguousarray(np.concatenate([batch.ids, _floats(batch)], axis=1))
+
+
+def unpack_ids(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
+    """The samples of :func:`pack_ids` rows (from any number of ranks, one after the other)."""
+    ids = np.ascontiguousarray(packed[:, :n_fields])
+    floats = np.ascontiguousarray(packed[:, n_fields:]).view(np.float32)
+    return ClickBatch.of_ids(floats[:, 0].copy(), floats[:, 1:1 + n_dense].copy(), ids)
+
+
+def _pack_block(batch: ClickBatch, weighted: bool) -> np.ndarray:
+    """A batch with lists as one int64 message, in parts a word aligned:
+
+    - each sample's floats, ``[B, W]`` (label and dense features, float32 two a word);
+    - the byte width of the lengths (1, 2 or 4: the narrowest that holds the longest), then
+      the lengths ``[B, S]`` in it;
+    - the number ``u`` of distinct values, the ``u`` values, then each value's position among
+      them (uint16, or uint32 past 65,536: a block repeats hot rows, so this is 2-3x smaller
+      than the values);
+    - the weights (float32) when ``weighted``.
+
+    A block of consecutive samples reads back alone (:func:`unpack_lists`)."""
+    longest = int(batch.lengths.max()) if batch.lengths.size else 0
+    width = 1 if longest < 1 << 8 else 2 if longest < 1 << 16 else 4
+    narrow = batch.lengths.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[width])
+    distinct, inverse = np.unique(batch.values, return_inverse=True)
+    positions = inverse.reshape(-1).astype(_position_type(distinct.size))
+    parts = [_floats(batch).reshape(-1), np.array([width], np.int64), _as_words(narrow),
+             np.array([distinct.size], np.int64), distinct, _as_words(positions)]
+    if weighted:
+        parts.append(_as_words(batch.value_weights()))
+    return np.concatenate(parts)
+
+
+def _as_words(values: np.ndarray) -> np.ndarray:
+    """The bytes of ``values`` as int64 words (zero padded)."""
+    raw = np.ascontiguousarray(values).tobytes()
+    return np.frombuffer(raw + b"\0" * (-len(raw) % 8), np.int64)
+
+
+def _from_words(words: np.ndarray, at: int, dtype: type, count: int) -> tuple[np.ndarray, int]:
+    """``count`` values of ``dtype`` packed by :func:`_as_words` from word ``at``, and the word
+    after them."""
+    used = -(-count * np.dtype(dtype).itemsize // 8)
+    return np.ascontiguousarray(words[at:at + used]).view(dtype)[:count], at + used
+
+
+def _position_type(distinct: int) -> type[np.unsignedinteger]:
+    return np.uint16 if distinct <= 1 << 16 else np.uint32
+
+
+def pack_lists(batch: ClickBatch, counts: np.ndarray, weighted: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_pack_block` of each rank's consecutive ``counts`` samples, one after the other:
+    the message and the words of each rank's block."""
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    blocks = [_pack_block(batch.take(slice(int(lo), int(hi))), weighted)
+              for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return np.concatenate(blocks), np.array([b.size for b in blocks], np.int64)
+
+
+def unpack_lists(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_fields: int,
+                 n_dense: int, weighted: bool) -> ClickBatch:
+    """The batch of the blocks of ``words``: block ``i`` holds ``samples[i]`` samples in
+    ``sizes[i]`` words (each as :func:`_pack_block` wrote it)."""
+    fwords = -(-(1 + n_dense) // 2)
+    parts, start = [], 0
+    for n, size in zip(samples.tolist(), sizes.tolist()):
+        block = words[start:start + size]
+        start += size
+        floats = np.ascontiguousarray(block[:n * fwords]).reshape(n, fwords).view(np.float32)
+        at = n * fwords
+        width = int(block[at])
+        narrow, at = _from_words(block, at + 1, {1: np.uint8, 2: np.uint16, 4: np.uint32}[width],
+                                 n * n_fields)
+        lengths = narrow.astype(np.int32).reshape(n, n_fields)
+        nnz = int(lengths.sum())
+        u = int(block[at])
+        distinct = block[at + 1:at + 1 + u]
+        positions, at = _from_words(block, at + 1 + u, _position_type(u), nnz)
+        weights = _from_words(block, at, np.float32, nnz)[0].copy() if weighted else None
+        parts.append(ClickBatch(labels=floats[:, 0].copy(),
+                                dense=floats[:, 1:1 + n_dense].copy(),
+                                values=distinct[positions], lengths=lengths,
+                                partitions=np.full(n, -1, np.int32),
+                                offsets=np.full(n, -1, np.int64),
+                                timestamps_ms=np.full(n, -1, np.int64), weights=weights))
+    return ClickBatch.concat(parts)
