@@ -100,6 +100,7 @@ def test_offline_refuses_the_flags_it_would_ignore() -> None:
             main(["--offline", "--records", "100", *extra])
 
 
+@pytest.mark.slow
 def test_a_shape_with_lists_is_scored_with_the_users_as_the_oracles_communities(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--shape", "user_history", "--oracle", "--workers", "4", "--window", "4000",
