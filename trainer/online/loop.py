@@ -373,6 +373,9 @@ class OnlineLoop:
         return {**self.stats.report(),
                 "placement_auto": self.placements.report(),
                 "traffic_sent": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.sent)},
+                "traffic_received": {k: int(v) for k, v in
+                                     zip(KINDS, self.comm.traffic.received)},
+                "traffic_calls": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.calls)},
                 "records": self.records, "offsets": self.source.snapshot(),
                 "publish": self.publisher.report()}
 
