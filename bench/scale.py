@@ -44,7 +44,7 @@ from trainer.run import Job, RankResult, run_rank
 from trainer.sources import SyntheticSpec
 from trainer.step import TrainConfig
 
-__all__ = ["build_parser", "main", "measure"]
+__all__ = ["build_parser", "job_of", "main", "measure"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +70,8 @@ def _rank(comm: ThreadComm, job: Job) -> tuple[RankResult, float]:
     return result, time.thread_time() - began
 
 
-def _job(ranks: int, placement: str, args: argparse.Namespace) -> Job:
+def job_of(ranks: int, placement: str, args: argparse.Namespace) -> Job:
+    """The job of one configuration."""
     batch = args.batch_per_rank * ranks
     syn = SyntheticConfig(seed=args.seed)
     graph = placement == "graph"
@@ -85,9 +86,10 @@ def _job(ranks: int, placement: str, args: argparse.Namespace) -> Job:
                                    window=batch * args.interval_steps))
 
 
-def measure(ranks: int, placement: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One configuration's row (see the module docstring)."""
-    out = run_threads(_rank, _job(ranks, placement, args), ranks, timeout_s=900)
+def measure(ranks: int, placement: str, args: argparse.Namespace, job: Job | None = None
+            ) -> dict[str, Any]:
+    """One configuration's row (see the module docstring); ``job`` replaces the bench's own."""
+    out = run_threads(_rank, job or job_of(ranks, placement, args), ranks, timeout_s=900)
     results = [r for r, _ in out]
     cpu = np.array([c for _, c in out])
     sent = np.array([[r.online["traffic_sent"][k] for k in KINDS] for r in results], np.int64)

@@ -1,7 +1,10 @@
 """The migration driver: a new placement arrives, rows move to their owners a chunk at a time.
 
-When rank 0's partitioner is done, :meth:`MigrationDriver.receive` broadcasts the placement;
-every rank pushes its pending replica updates, switches to the new replica sets and starts a
+When rank 0's partitioner is done, :meth:`MigrationDriver.receive` broadcasts what changed
+from the last placement every rank holds (a :class:`~partitioner.MigrationPlan` without its
+row moves: the explicit entries assigned and released, the replicas added and dropped), and
+every rank applies it: the bytes follow what a pass changed, not the table's size. Every rank
+pushes its pending replica updates, switches to the new replica sets and starts a
 :class:`~trainer.embedding.Migration`. Then one chunk of at most ``--migration-chunk-bytes``
 moves between two steps (:func:`~trainer.embedding.move_chunk`) until every row has its new
 owner (invariants 1 and 4: see :mod:`trainer.embedding.migrate`).
@@ -13,7 +16,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from partitioner import Placement
+from partitioner import MigrationPlan, Placement, plan_diff
 from runtime import Clock
 from trainer.dist import Comm
 from trainer.embedding import Migration, move_chunk, row_bytes
@@ -54,6 +57,9 @@ class MigrationDriver:
         self._bytes = 0
         self._chunks = 0
         self._rows_sent = 0
+        # The last placement every rank started (equal on all ranks): what the next one is
+        # sent as a difference from.
+        self._base: Placement | None = None
 
     @property
     def active(self) -> bool:
@@ -61,11 +67,17 @@ class MigrationDriver:
         return self.migration is not None
 
     def receive(self, computed: PlacementResult | None, records: int) -> None:
-        """Broadcast rank 0's new placement and start moving to it (collective; ``computed``
-        is rank 0's, None elsewhere)."""
-        placement, seconds, kind, moves = self.comm.broadcast_object(computed)
-        size = placement.ids.nbytes + placement.owners.nbytes + sum(
-            r.nbytes for r in placement.replicas)
+        """Broadcast rank 0's new placement, as its difference from the last one, and start
+        moving to it (collective; ``computed`` is rank 0's, None elsewhere)."""
+        base = self._base if self._base is not None else self.trainer.placement
+        sent = None
+        if computed is not None:
+            new, seconds, kind, moves = computed
+            sent = (_table_changes(plan_diff(base, new, self.row_size)), seconds, kind, moves)
+        diff, seconds, kind, moves = self.comm.broadcast_object(sent)
+        placement = diff.apply(base)
+        size = diff.assign_ids.nbytes + diff.assign_owners.nbytes + diff.release_ids.nbytes + sum(
+            a.nbytes for a in (*diff.replica_adds, *diff.replica_drops))
         if self.comm.rank == 0:
             self.comm.traffic.add("placement", size * (self.comm.world - 1), 0)
             log.info("placement v%d computed (%s) in %.2f s%s", placement.version, kind, seconds,
@@ -75,13 +87,14 @@ class MigrationDriver:
         self.stats.event("placement", step=self.trainer.step_index, records=records,
                          version=placement.version, seconds=seconds, kind=kind,
                          moves=None if moves is None else dataclasses.asdict(moves))
-        if self.metrics is not None:
+        if self.metrics is not None and kind != "scheduled":  # a schedule is no repartition
             self.metrics.on_repartition(seconds, kind, moves)
         self.start(placement, records)
 
     def start(self, placement: Placement, records: int) -> None:
         """Push pending replica updates, switch replica sets, and plan the move (collective)."""
         tr = self.trainer
+        self._base = placement
         tr.flush()
         tr.replace_replicas(placement.replicas)
         self.migration = m = Migration(tr.placement, placement, self.row_size, self.chunk_bytes)
@@ -131,3 +144,10 @@ class MigrationDriver:
             self.metrics.on_migration_done(seconds)
         self.migration = None
         self.completed += 1
+
+
+def _table_changes(plan: MigrationPlan) -> MigrationPlan:
+    """``plan`` without its row moves (each rank derives those from the placements): what
+    travels to rebuild the new placement from the old one."""
+    none = plan.moved_ids[:0]
+    return dataclasses.replace(plan, moved_ids=none, src=plan.src[:0], dst=plan.dst[:0])

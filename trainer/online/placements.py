@@ -95,7 +95,12 @@ class FixedSchedule(PlacementSource):
             return
         due = [s for s in self.schedule if s <= self.trainer.step_index]
         if due:
-            self.migrations.start(self.schedule.pop(due[0]), records)
+            # Through the broadcast, as a computed placement comes: rank 0 sends it as a
+            # difference from the last one, the others rebuild it (and tests of schedules
+            # check that path).
+            placement = self.schedule.pop(due[0])
+            computed = (placement, 0.0, "scheduled", None) if self.trainer.comm.rank == 0 else None
+            self.migrations.receive(computed, records)
 
 
 class StreamPlacements(PlacementSource):

@@ -157,3 +157,33 @@ def test_a_packed_window_message_carries_samples_of_any_length() -> None:
     ids = rng.integers(0, 5_000, int(indptr[-1]), dtype=np.int64)
     back_indptr, back = unpack(pack((indptr, ids), 26), 26)
     assert np.array_equal(back_indptr, indptr) and np.array_equal(back, ids)
+
+
+def test_a_placement_sent_as_its_table_changes_is_rebuilt_exactly() -> None:
+    import pickle
+
+    from partitioner import Placement, plan_diff
+    from trainer.online.migration import _table_changes
+
+    rng = np.random.default_rng(12)
+    ids = np.unique(rng.integers(0, 10**9, 5_000))
+
+    def placement(version: int, seed: int) -> Placement:
+        r = np.random.default_rng(seed)
+        chosen = np.sort(r.choice(ids, 3_000, replace=False))
+        owners = r.integers(0, 4, chosen.size)
+        p = Placement(version, 4, chosen, owners, tuple(ids[:0] for _ in range(4)))
+        owner_of = p.owner_of(ids)
+        reps = tuple(np.sort(r.choice(ids[owner_of != w], 200, replace=False)) for w in range(4))
+        return Placement(version, 4, chosen, owners, reps)
+
+    old, new = placement(3, 1), placement(4, 2)
+    sent = _table_changes(plan_diff(old, new, 96))
+    assert sent.moved_ids.size == 0  # the row moves do not travel
+    # Through pickling, as broadcast_object sends it between processes.
+    assert pickle.loads(pickle.dumps(sent)).apply(old) == new
+    # Nothing changed: nothing but the versions travels.
+    same = _table_changes(plan_diff(new, new.with_version(5), 96))
+    assert same.assign_ids.size == same.release_ids.size == 0
+    assert not any(a.size for a in (*same.replica_adds, *same.replica_drops))
+    assert same.apply(new) == new.with_version(5)
