@@ -13,7 +13,7 @@ pytestmark = pytest.mark.broker
 
 def test_ingest_bench_prints_a_complete_summary(broker, capsys):
     assert (
-        ingest.main(["--records", "8000", "--repeats", "1", "--bootstrap-servers", broker.bootstrap_servers])
+        ingest.main(["--records", "4000", "--repeats", "1", "--bootstrap-servers", broker.bootstrap_servers])
         == 0
     )
     last = capsys.readouterr().out.strip().splitlines()[-1]

@@ -26,7 +26,7 @@ def _conserved(row: dict) -> None:
     assert {k: sent.get(k, 0) for k in KINDS} == {k: received.get(k, 0) for k in KINDS}
 
 
-@pytest.mark.parametrize("ranks", [2, 8])
+@pytest.mark.parametrize("ranks", [8])  # 2 ranks: the scheduled test below
 def test_bytes_sent_are_bytes_received_kind_by_kind(ranks: int) -> None:
     args: argparse.Namespace = build_parser().parse_args(ARGS)
     row = measure(ranks, "graph", args)
@@ -64,16 +64,16 @@ def test_placements_sent_as_differences_are_counted_on_both_sides(ranks: int) ->
 
 
 def test_the_summary_has_a_row_per_configuration_and_the_targets(capsys) -> None:
-    assert main(["--ranks", "2,4", "--steps", "16", "--warmup-steps", "3",
-                 "--interval-steps", "5", "--batch-per-rank", "128"]) == 0
+    assert main(["--ranks", "2,3", "--steps", "12", "--warmup-steps", "3",
+                 "--interval-steps", "5", "--batch-per-rank", "64"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["bench"] == "scale"
     assert [(r["ranks"], r["placement"]) for r in summary["rows"]] == [
-        (2, "hash"), (2, "graph"), (4, "hash"), (4, "graph")]
+        (2, "hash"), (2, "graph"), (3, "hash"), (3, "graph")]
     for row in summary["rows"]:
         assert {"ranks", "placement", "bytes_by_kind", "messages_by_kind", "rank0_over_mean",
                 "repartition_seconds"} <= set(row)
     targets = summary["targets"]
-    assert targets["ranks"] == 4 and "graph_over_hash_embedding_bytes" in targets
+    assert targets["ranks"] == 3 and "graph_over_hash_embedding_bytes" in targets
     with pytest.raises(SystemExit):
         main(["--ranks", "1"])
