@@ -271,16 +271,10 @@ class ArrowDecoder:
         bad_id = good & ~bad_dense & (ids_t < 0).any(axis=0)
         keep = good & ~bad_dense & ~bad_id
         if not keep.all():
-            first_row = np.concatenate([[0], np.cumsum(rows_of)[:-1]])
-            for reason, rows, detail in (
-                    (RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
-                    (RejectReason.BAD_DENSE, bad_dense, "dense values must be finite numbers"),
-                    (RejectReason.BAD_ID, bad_id, "ids must be non-negative")):
-                for r in np.flatnonzero(rows):
-                    k = int(np.searchsorted(first_row, r, side="right") - 1)
-                    m = msg[r]
-                    rejects.append(Reject(reason, _one_row(members[k][0], int(r - first_row[k])),
-                                          int(meta[0][m]), int(meta[1][m]), detail))
+            _reject_records(((RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
+                             (RejectReason.BAD_DENSE, bad_dense, _BAD_DENSE),
+                             (RejectReason.BAD_ID, bad_id, _BAD_ID)),
+                            rows_of, msg, members, meta, rejects)
             labels, dense_t, ids_t, msg = labels[keep], dense_t[:, keep], ids_t[:, keep], msg[keep]
         return ClickBatch.of_ids(
             labels=labels.astype(np.float32),
@@ -339,27 +333,22 @@ class ArrowDecoder:
             weight_ok.append(ok[present])
         weighted = any(f.weighted for f in s.sparse_fields)
         jag = arrange(np.concatenate(recs), np.concatenate(flds), np.concatenate(ids),
-                    np.concatenate(weights) if weighted else None,
-                    np.concatenate(weight_ok) if weighted else None, n, s)
+                      np.concatenate(weights) if weighted else None,
+                      np.concatenate(weight_ok) if weighted else None, n, s)
         for name, count in jag.truncated.items():
             self.truncated[name] = self.truncated.get(name, 0) + count
         bad_id &= good & ~bad_dense
         too_many = jag.too_many & good & ~bad_dense & ~bad_id
         bad_weight = jag.bad_weight & good & ~bad_dense & ~bad_id & ~too_many
         keep = good & ~bad_dense & ~bad_id & ~too_many & ~bad_weight
-        first_row = np.concatenate([[0], np.cumsum(rows_of)[:-1]])
-        for reason, rows, detail in (
-                (RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
-                (RejectReason.BAD_DENSE, bad_dense, "dense values must be finite numbers"),
-                (RejectReason.BAD_ID, bad_id, "ids must be non-negative"),
-                (RejectReason.TOO_MANY_VALUES, too_many, "a field has more values than its max_len"),
-                (RejectReason.BAD_WEIGHT, bad_weight,
-                 "weights must be finite numbers, one a value")):
-            for r in np.flatnonzero(rows):
-                k = int(np.searchsorted(first_row, r, side="right") - 1)
-                m = msg[r]
-                rejects.append(Reject(reason, _one_row(members[k][0], int(r - first_row[k])),
-                                      int(meta[0][m]), int(meta[1][m]), detail))
+        _reject_records(((RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
+                         (RejectReason.BAD_DENSE, bad_dense, _BAD_DENSE),
+                         (RejectReason.BAD_ID, bad_id, _BAD_ID),
+                         (RejectReason.TOO_MANY_VALUES, too_many,
+                          "a field has more values than its max_len"),
+                         (RejectReason.BAD_WEIGHT, bad_weight,
+                          "weights must be finite numbers, one a value")),
+                        rows_of, msg, members, meta, rejects)
         rows = np.flatnonzero(keep)
         kept_values, kept_lengths, kept_weights = select_rows(jag, rows)
         msg = msg[rows]
@@ -380,6 +369,24 @@ class ArrowDecoder:
         data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         buf = np.concatenate([data[: offsets[-1]], np.zeros(8, np.uint8)])
         return hash_spans(buf, offsets[:-1], offsets[1:], self._seeds[j : j + 1], slack=True)
+
+
+_BAD_DENSE = "dense values must be finite numbers"
+_BAD_ID = "ids must be non-negative"
+
+
+def _reject_records(reasons: Sequence[tuple[RejectReason, np.ndarray, str]],
+                    rows_of: np.ndarray, msg: np.ndarray, members: list,
+                    meta: list[np.ndarray], rejects: list[Reject]) -> None:
+    """Dead-letter each record a ``(reason, mask, detail)`` marks: its row alone as an Arrow
+    message (records of a group are its members' batches one after the other)."""
+    first_row = np.concatenate([[0], np.cumsum(rows_of)[:-1]])
+    for reason, rows, detail in reasons:
+        for r in np.flatnonzero(rows):
+            k = int(np.searchsorted(first_row, r, side="right") - 1)
+            m = msg[r]
+            rejects.append(Reject(reason, _one_row(members[k][0], int(r - first_row[k])),
+                                  int(meta[0][m]), int(meta[1][m]), detail))
 
 
 def _is_text(t: pa.DataType) -> bool:
