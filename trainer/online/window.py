@@ -18,6 +18,7 @@ import torch
 
 from streaming import ClickBatch
 from trainer.dist import Comm
+from trainer.step import as_words, compact_ids, expand_ids, from_words
 
 __all__ = ["WindowFeed", "pack", "unpack"]
 
@@ -26,21 +27,20 @@ Csr = tuple[np.ndarray, np.ndarray]
 
 
 def pack(samples: Csr, fields: int) -> np.ndarray:
-    """Samples as one int64 message: ``n``, the number ``u`` of distinct ids, ``fields`` when
-    every sample has that many ids (else -1), the ``u`` ids, each sample's id count (uint32,
-    only with -1), then each id's position among the distinct ones (uint16, or uint32 past
-    65,536 ids). An empty batch is an empty message."""
+    """Samples as one int64 message: ``n``, ``fields`` when every sample has that many ids
+    (else -1), each sample's id count (uint32, only with -1), then the ids compact (the
+    distinct ones and 16-bit positions among them: :func:`trainer.step.compact_ids`). An
+    empty batch is an empty message."""
     indptr, ids = samples
     n = indptr.size - 1
     if n == 0:
         return np.zeros(0, np.int64)
     sizes = np.diff(indptr)
     uniform = ids.size == n * fields and bool((sizes == fields).all())
-    distinct, inverse = np.unique(ids, return_inverse=True)
-    parts = [np.array([n, distinct.size, fields if uniform else -1], np.int64), distinct]
+    parts = [np.array([n, fields if uniform else -1], np.int64)]
     if not uniform:
-        parts.append(_as_words(sizes.astype(np.uint32)))
-    parts.append(_as_words(inverse.astype(_position_type(distinct.size)).ravel()))
+        parts.append(as_words(sizes.astype(np.uint32)))
+    parts.append(compact_ids(ids))
     return np.concatenate(parts)
 
 
@@ -48,30 +48,15 @@ def unpack(message: np.ndarray, fields: int) -> Csr:
     """The samples a :func:`pack` message holds."""
     if message.size == 0:
         return np.zeros(1, np.int64), np.zeros(0, np.int64)
-    n, u, width = (int(x) for x in message[:3])
-    distinct = message[3:3 + u]
-    at = 3 + u
+    n, width = int(message[0]), int(message[1])
     indptr = np.zeros(n + 1, np.int64)
+    at = 2
     if width >= 0:
         indptr[1:] = np.arange(1, n + 1, dtype=np.int64) * width
     else:
-        words = -(-n // 2)
-        np.cumsum(np.ascontiguousarray(message[at:at + words]).view(np.uint32)[:n],
-                  out=indptr[1:])
-        at += words
-    nnz = int(indptr[-1])
-    positions = np.ascontiguousarray(message[at:]).view(_position_type(u))[:nnz]
-    return indptr, distinct[positions]
-
-
-def _as_words(values: np.ndarray) -> np.ndarray:
-    raw = values.tobytes()
-    raw += b"\0" * (-len(raw) % 8)
-    return np.frombuffer(raw, np.int64)
-
-
-def _position_type(distinct: int) -> type[np.unsignedinteger]:
-    return np.uint16 if distinct <= 1 << 16 else np.uint32
+        sizes, at = from_words(message, at, np.uint32, n)
+        np.cumsum(sizes, out=indptr[1:])
+    return indptr, expand_ids(message, at, int(indptr[-1]))[0]
 
 
 def _edges(samples: Csr) -> int:

@@ -11,6 +11,7 @@ from runtime import lazy_exports
 
 if TYPE_CHECKING:
     from trainer.step.config import TrainConfig
+    from trainer.step.message import as_words, compact_ids, expand_ids, from_words
     from trainer.step.syncs import SyncCounter
     from trainer.step.trainer import Trainer
 
@@ -18,10 +19,18 @@ __all__ = [
     "SyncCounter",
     "TrainConfig",
     "Trainer",
+    "as_words",
+    "compact_ids",
+    "expand_ids",
+    "from_words",
 ]
 
 __getattr__ = lazy_exports(__name__, {
     "SyncCounter": "trainer.step.syncs",
     "TrainConfig": "trainer.step.config",
     "Trainer": "trainer.step.trainer",
+    "as_words": "trainer.step.message",
+    "compact_ids": "trainer.step.message",
+    "expand_ids": "trainer.step.message",
+    "from_words": "trainer.step.message",
 })

@@ -13,7 +13,8 @@ import numpy as np
 
 from streaming import ClickBatch
 
-__all__ = ["pack_ids", "pack_lists", "unpack_ids", "unpack_lists"]
+__all__ = ["as_words", "compact_ids", "expand_ids", "from_words", "pack_ids", "pack_lists",
+           "unpack_ids", "unpack_lists"]
 
 
 def _floats(batch: ClickBatch) -> np.ndarray:
@@ -47,35 +48,48 @@ def _pack_block(batch: ClickBatch, weighted: bool) -> np.ndarray:
     - each sample's floats, ``[B, W]`` (label and dense features, float32 two a word);
     - the byte width of the lengths (1, 2 or 4: the narrowest that holds the longest), then
       the lengths ``[B, S]`` in it;
-    - the number ``u`` of distinct values, the ``u`` values, then each value's position among
-      them (uint16, or uint32 past 65,536: a block repeats hot rows, so this is 2-3x smaller
-      than the values);
+    - the values, compact (:func:`compact_ids`: the distinct ones and positions among them);
     - the weights (float32) when ``weighted``.
 
     A block of consecutive samples reads back alone (:func:`unpack_lists`)."""
     longest = int(batch.lengths.max()) if batch.lengths.size else 0
     width = 1 if longest < 1 << 8 else 2 if longest < 1 << 16 else 4
     narrow = batch.lengths.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[width])
-    distinct, inverse = np.unique(batch.values, return_inverse=True)
-    positions = inverse.reshape(-1).astype(_position_type(distinct.size))
-    parts = [_floats(batch).reshape(-1), np.array([width], np.int64), _as_words(narrow),
-             np.array([distinct.size], np.int64), distinct, _as_words(positions)]
+    parts = [_floats(batch).reshape(-1), np.array([width], np.int64), as_words(narrow),
+             compact_ids(batch.values)]
     if weighted:
-        parts.append(_as_words(batch.value_weights()))
+        parts.append(as_words(batch.value_weights()))
     return np.concatenate(parts)
 
 
-def _as_words(values: np.ndarray) -> np.ndarray:
+def as_words(values: np.ndarray) -> np.ndarray:
     """The bytes of ``values`` as int64 words (zero padded)."""
     raw = np.ascontiguousarray(values).tobytes()
     return np.frombuffer(raw + b"\0" * (-len(raw) % 8), np.int64)
 
 
-def _from_words(words: np.ndarray, at: int, dtype: type, count: int) -> tuple[np.ndarray, int]:
-    """``count`` values of ``dtype`` packed by :func:`_as_words` from word ``at``, and the word
+def from_words(words: np.ndarray, at: int, dtype: type, count: int) -> tuple[np.ndarray, int]:
+    """``count`` values of ``dtype`` packed by :func:`as_words` from word ``at``, and the word
     after them."""
     used = -(-count * np.dtype(dtype).itemsize // 8)
     return np.ascontiguousarray(words[at:at + used]).view(dtype)[:count], at + used
+
+
+def compact_ids(ids: np.ndarray) -> np.ndarray:
+    """int64 ids as words: the number ``u`` of distinct ones, the ``u`` ids, then each id's
+    position among them (uint16, or uint32 past 65,536). A batch repeats hot rows, so this is
+    2-4x smaller than the ids (:func:`expand_ids` reads it back)."""
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    positions = inverse.reshape(-1).astype(_position_type(distinct.size))
+    return np.concatenate([np.array([distinct.size], np.int64), distinct, as_words(positions)])
+
+
+def expand_ids(words: np.ndarray, at: int, count: int) -> tuple[np.ndarray, int]:
+    """The ``count`` ids :func:`compact_ids` wrote from word ``at``, and the word after them."""
+    u = int(words[at])
+    distinct = words[at + 1:at + 1 + u]
+    positions, end = from_words(words, at + 1 + u, _position_type(u), count)
+    return distinct[positions], end
 
 
 def _position_type(distinct: int) -> type[np.unsignedinteger]:
@@ -104,17 +118,15 @@ def unpack_lists(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_fi
         floats = np.ascontiguousarray(block[:n * fwords]).reshape(n, fwords).view(np.float32)
         at = n * fwords
         width = int(block[at])
-        narrow, at = _from_words(block, at + 1, {1: np.uint8, 2: np.uint16, 4: np.uint32}[width],
-                                 n * n_fields)
+        narrow, at = from_words(block, at + 1, {1: np.uint8, 2: np.uint16, 4: np.uint32}[width],
+                                n * n_fields)
         lengths = narrow.astype(np.int32).reshape(n, n_fields)
         nnz = int(lengths.sum())
-        u = int(block[at])
-        distinct = block[at + 1:at + 1 + u]
-        positions, at = _from_words(block, at + 1 + u, _position_type(u), nnz)
-        weights = _from_words(block, at, np.float32, nnz)[0].copy() if weighted else None
+        values, at = expand_ids(block, at, nnz)
+        weights = from_words(block, at, np.float32, nnz)[0].copy() if weighted else None
         parts.append(ClickBatch(labels=floats[:, 0].copy(),
                                 dense=floats[:, 1:1 + n_dense].copy(),
-                                values=distinct[positions], lengths=lengths,
+                                values=values, lengths=lengths,
                                 partitions=np.full(n, -1, np.int32),
                                 offsets=np.full(n, -1, np.int64),
                                 timestamps_ms=np.full(n, -1, np.int64), weights=weights))
