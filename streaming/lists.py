@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from streaming.hashing import hash_spans
-from streaming.types import Schema
+from streaming.types import Schema, segment_positions
 
 __all__ = ["DEFAULT_SEPARATOR", "Jagged", "arrange", "jagged_ids", "select_rows", "split_spans"]
 
@@ -179,11 +179,7 @@ def _last_colon(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
 def select_rows(jagged: Jagged, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                           np.ndarray | None]:
     """``(values, lengths, weights)`` of the records ``rows`` (sorted indices) only."""
-    per_record = jagged.lengths.sum(axis=1, dtype=np.int64)
-    indptr = np.concatenate([[0], np.cumsum(per_record)])
-    starts, sizes = indptr[rows], per_record[rows]
-    total = int(sizes.sum())
-    offsets = np.cumsum(sizes) - sizes
-    positions = np.repeat(starts - offsets, sizes) + np.arange(total, dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(jagged.lengths.sum(axis=1, dtype=np.int64))])
+    positions = segment_positions(indptr, rows)
     weights = None if jagged.weights is None else jagged.weights[positions]
     return jagged.values[positions], jagged.lengths[rows], weights

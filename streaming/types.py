@@ -300,7 +300,7 @@ class ClickBatch:
             indptr = self.indptr
             positions: np.ndarray | slice = slice(int(indptr[lo]), int(indptr[max(hi, lo)]))
         else:
-            positions = _segments(self.indptr, np.arange(len(self))[rows])
+            positions = segment_positions(self.indptr, np.arange(len(self))[rows])
         return ClickBatch(values=self.values[positions],
                           weights=None if self.weights is None else self.weights[positions],
                           **picked)
@@ -334,7 +334,7 @@ _PER_SAMPLE_AND_VALUE = ("labels", "dense", "values", "lengths", "partitions", "
                          "timestamps_ms")
 
 
-def _segments(indptr: np.ndarray, index: np.ndarray) -> np.ndarray:
+def segment_positions(indptr: np.ndarray, index: np.ndarray) -> np.ndarray:
     """Positions of the values of samples ``index`` (in that order) in a CSR of ``indptr``."""
     starts = indptr[index]
     sizes = indptr[index + 1] - starts
