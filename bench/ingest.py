@@ -153,8 +153,8 @@ def _layout(kafka: KafkaSettings, args: argparse.Namespace, name: str,
     records = args.records if shape == "segments" else args.list_records
     synthetic = SyntheticConfig(seed=args.seed, shape=shape)  # type: ignore[arg-type]
     schema = "criteo" if shape == "segments" else shape
-    lengths = SyntheticStream(synthetic).sparse(SyntheticStream(synthetic).take(0, records))[1]
-    ids_per_record = float(lengths.sum()) / records
+    stream = SyntheticStream(synthetic)
+    ids_per_record = float(stream.sample_csr(stream.take(0, records))[0][-1]) / records
     reports, topics = {}, {}
     for client in args.clients:
         topics[client] = f"bench-ingest-{name}-{client}-{int(time.time() * 1000)}"

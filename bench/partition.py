@@ -108,9 +108,7 @@ class _Records:
 
     @classmethod
     def of(cls, stream: SyntheticStream, block: SyntheticBlock) -> _Records:
-        values, lengths = stream.sparse(block)
-        sizes = lengths.sum(axis=1, dtype=np.int64)
-        return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), values)
+        return cls(*stream.sample_csr(block))
 
     @classmethod
     def of_dense(cls, ids: np.ndarray) -> _Records:

@@ -364,12 +364,10 @@ def _run_shape(args: argparse.Namespace, shape: str, link: str
     t0 = time.perf_counter()
     fit_start, fit_count = (w, t) if args.placement_from == "train" else (0, w)
     stream = SyntheticStream(syn)
-    values, lengths = stream.sparse(stream.take(fit_start, fit_count))
-    sizes = lengths.sum(axis=1, dtype=np.int64)
-    graph = graph_placement((np.concatenate([[0], np.cumsum(sizes)]), values), args.workers,
-                            train, args.seed)
-    trained_lengths = lengths if fit_start == w else stream.sparse(stream.take(w, t))[1]
-    ids_per_sample = float(trained_lengths.sum()) / max(trained_lengths.shape[0], 1)
+    fitted = stream.sample_csr(stream.take(fit_start, fit_count))
+    graph = graph_placement(fitted, args.workers, train, args.seed)
+    trained = fitted[0] if fit_start == w else stream.sample_csr(stream.take(w, t))[0]
+    ids_per_sample = float(trained[-1]) / max(trained.size - 1, 1)
     print(f"graph placement fitted to records {fit_start:,}..{fit_start + fit_count - 1:,} "
           f"({args.placement_from}): {graph.ids.size:,} ids placed, replicas per rank "
           f"{graph.replica_counts().tolist()}, {time.perf_counter() - t0:.1f}s; "

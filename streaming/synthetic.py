@@ -424,6 +424,14 @@ class SyntheticStream:
         lengths = np.where(empty, 0, lengths).astype(np.int32)
         return ids[~empty[:, self.slot_field]], lengths
 
+    def sample_csr(self, block: SyntheticBlock) -> tuple[np.ndarray, np.ndarray]:
+        """``(indptr, values)``: the block's samples as a CSR of samples by ids (what routing,
+        the window and the partitioner read)."""
+        values, lengths = self.sparse(block)
+        indptr = np.zeros(len(block) + 1, np.int64)
+        np.cumsum(lengths.sum(axis=1, dtype=np.int64), out=indptr[1:])
+        return indptr, values
+
     def lines(self, start: int, count: int) -> list[bytes]:
         """Criteo TSV lines (no trailing newline) of records ``start .. start+count-1``."""
         return self.lines_with_truth(start, count)[0]

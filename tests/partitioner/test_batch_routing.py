@@ -77,8 +77,7 @@ def test_samples_of_lists_are_capped_by_rows_and_one_value_ones_by_samples(worke
     # A user_history-like batch whose lengths vary a lot: a third of the samples carry 40
     # rows, the rest 4. Capped by samples, a worker could take all the long ones.
     stream = SyntheticStream(SyntheticConfig(shape="user_history", seed=6, missing_prob=0.3))
-    values, lengths = stream.sparse(stream.take(0, 24_000))
-    indptr = np.concatenate([[0], np.cumsum(lengths.sum(axis=1))]).astype(np.int64)
+    indptr, values = stream.sample_csr(stream.take(0, 24_000))
     window = WindowGraph(indptr[:20_001], values[:indptr[20_000]])
     placement = FullPartitioner(PartitionConfig(num_workers=workers, global_batch=4096)
                                 ).partition(window, None)

@@ -87,8 +87,7 @@ def _window_ids(job: Job, comm: Comm, source: Source,
         if comm.rank != 0:
             return None
         stream = SyntheticStream(w.config)
-        values, lengths = stream.sparse(stream.take(w.start, w.records))
-        return np.concatenate([[0], np.cumsum(lengths.sum(axis=1))]).astype(np.int64), values
+        return stream.sample_csr(stream.take(w.start, w.records))
     share = math.ceil(job.train.warmup / comm.world)
     got = 0
     while got < share and not source.exhausted and not comm.stop_requested():

@@ -45,8 +45,7 @@ def _source(config: SyntheticConfig) -> SyntheticSpec:
 
 def _window(config: SyntheticConfig) -> tuple[np.ndarray, np.ndarray]:
     stream = SyntheticStream(config)
-    values, lengths = stream.sparse(stream.take(0, WINDOW))
-    return np.concatenate([[0], np.cumsum(lengths.sum(axis=1))]).astype(np.int64), values
+    return stream.sample_csr(stream.take(0, WINDOW))
 
 
 @functools.lru_cache(maxsize=None)
