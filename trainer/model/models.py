@@ -75,7 +75,32 @@ class DeepFM(nn.Module):
         return first + fm + deep
 
 
-class DCN(nn.Module):
+class _CrossAndDeep(nn.Module):
+    """A cross tower beside an MLP over ``x0 = [rows, dense]``, both into one linear head (DCN
+    and DCN-v2, which differ in their cross layer, :meth:`cross`)."""
+
+    cross_b: nn.Parameter  # [layers, width]: each cross layer's bias
+
+    def _deep_and_head(self, width: int, config: ModelConfig) -> None:
+        """The MLP and the head, registered after the cross layers' parameters."""
+        self.deep_body, deep_width = _body(width, config.hidden)
+        self.head = nn.Linear(width + (deep_width if config.hidden else 0), 1)
+
+    def cross(self, x0: torch.Tensor, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """Cross layer ``layer`` on ``x`` (its input ``x_l``), with ``x0`` the tower's input."""
+        raise NotImplementedError
+
+    def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B]`` of rows ``[B, F, D]`` and dense features ``[B, n_dense]``."""
+        x0 = torch.cat([emb.flatten(1), dense], dim=1)
+        x = x0
+        for layer in range(self.cross_b.shape[0]):
+            x = self.cross(x0, x, layer)
+        parts = [x, self.deep_body(x0)] if len(self.deep_body) else [x]
+        return self.head(torch.cat(parts, dim=1)).squeeze(1)
+
+
+class DCN(_CrossAndDeep):
     """Deep & Cross Network (Wang et al. 2017): explicit feature crosses beside an MLP.
 
     Cross layer: ``x_{l+1} = x_0 * (x_l . w_l) + b_l + x_l`` (one vector per layer, the original
@@ -87,20 +112,13 @@ class DCN(nn.Module):
         width = n_fields * config.embed_dim + n_dense
         self.cross_w = nn.Parameter(torch.randn(config.cross_layers, width) / width**0.5)
         self.cross_b = nn.Parameter(torch.zeros(config.cross_layers, width))
-        self.deep_body, deep_width = _body(width, config.hidden)
-        self.head = nn.Linear(width + (deep_width if config.hidden else 0), 1)
+        self._deep_and_head(width, config)
 
-    def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B]`` of rows ``[B, F, D]`` and dense features ``[B, n_dense]``."""
-        x0 = torch.cat([emb.flatten(1), dense], dim=1)
-        x = x0
-        for layer in range(self.cross_w.shape[0]):
-            x = x0 * (x @ self.cross_w[layer]).unsqueeze(1) + self.cross_b[layer] + x
-        parts = [x, self.deep_body(x0)] if len(self.deep_body) else [x]
-        return self.head(torch.cat(parts, dim=1)).squeeze(1)
+    def cross(self, x0: torch.Tensor, x: torch.Tensor, layer: int) -> torch.Tensor:
+        return x0 * (x @ self.cross_w[layer]).unsqueeze(1) + self.cross_b[layer] + x
 
 
-class DCNv2(nn.Module):
+class DCNv2(_CrossAndDeep):
     """DCN-v2 (Wang et al. 2021): low-rank cross layers beside an MLP (the parallel form).
 
     Cross layer: ``x_{l+1} = x_0 * (U_l (V_l x_l) + b_l) + x_l`` with ``V_l`` ``[rank, width]``
@@ -115,17 +133,10 @@ class DCNv2(nn.Module):
         self.cross_v = nn.Parameter(torch.randn(layers, width, rank) / width**0.5)
         self.cross_u = nn.Parameter(torch.randn(layers, rank, width) / rank**0.5)
         self.cross_b = nn.Parameter(torch.zeros(layers, width))
-        self.deep_body, deep_width = _body(width, config.hidden)
-        self.head = nn.Linear(width + (deep_width if config.hidden else 0), 1)
+        self._deep_and_head(width, config)
 
-    def forward(self, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B]`` of rows ``[B, F, D]`` and dense features ``[B, n_dense]``."""
-        x0 = torch.cat([emb.flatten(1), dense], dim=1)
-        x = x0
-        for layer in range(self.cross_b.shape[0]):
-            x = x0 * ((x @ self.cross_v[layer]) @ self.cross_u[layer] + self.cross_b[layer]) + x
-        parts = [x, self.deep_body(x0)] if len(self.deep_body) else [x]
-        return self.head(torch.cat(parts, dim=1)).squeeze(1)
+    def cross(self, x0: torch.Tensor, x: torch.Tensor, layer: int) -> torch.Tensor:
+        return x0 * ((x @ self.cross_v[layer]) @ self.cross_u[layer] + self.cross_b[layer]) + x
 
 
 class DLRM(nn.Module):
