@@ -23,12 +23,24 @@ phases alone. At the end the store is checked against the ids it was given (ever
 has a row, with one version per step that used it): a benchmark of a wrong store measures
 nothing. The last line printed is the JSON summary ``{"bench": "store", "rows": [...]}``, a row
 per batch size.
+
+With ``--rows N[,N...]`` it measures instead how the store grows, a row per size (``--dim 16``
+and Adagrad, as issue 46 asks): the store capped at ``max_rows = N`` is filled with N rows
+(the timed batches' ids and filler ids, in bulk through ``put``), then the same timed steps
+run (every id has its row, so lookup and apply alone are compared across sizes:
+``lookup_apply_rows_per_s`` and its ratio to the first size), then ``--evict-rounds`` rounds
+each bring N/32 new ids in and ``maintain`` evicts down to the low-water mark
+(``evict_us_per_row``). ``overhead_bytes_per_row`` is ``store.nbytes / len(store)`` less the
+row and its optimizer state; ``rows_after_maintain_max`` must never pass N (the cap),
+``rows_peak`` is the most held within a step (N plus that step's new rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import resource
 import time
 
 import numpy as np
@@ -52,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=64, help="row width")
     p.add_argument("--device", default="cpu", help="torch device of the store")
     p.add_argument("--seed", type=int, default=0, help="stream seed")
+    p.add_argument("--rows", default="",
+                   help="store sizes, comma separated (e.g. 100000,10000000): measure how the "
+                        "store grows instead (see above; empty = the phase benchmark)")
+    p.add_argument("--evict-rounds", type=int, default=3,
+                   help="with --rows: rounds of N/32 new ids past the cap, each evicted")
     return p
 
 
@@ -61,8 +78,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     try:
         args.batch_sizes = [int(x) for x in args.batch.split(",") if x.strip()]
+        args.sizes = [int(float(x)) for x in args.rows.split(",") if x.strip()]
     except ValueError as exc:
         parser.error(str(exc))
+    if args.sizes and (min(args.sizes) < 32 or args.evict_rounds < 1):
+        parser.error("--rows sizes must be >= 32 and --evict-rounds >= 1")
     if not args.batch_sizes or min(args.batch_sizes + [args.steps, args.dim]) < 1 \
             or args.warmup < 0:
         parser.error("--batch, --steps and --dim must be positive, --warmup >= 0")
@@ -119,9 +139,114 @@ def _check(store: EmbeddingStore, batches: list[np.ndarray]) -> None:
                            f"updates) for {ids.size:,} distinct ids ({int(uses.sum()):,} uses)")
 
 
+def filler_ids(start: int, count: int) -> np.ndarray:
+    """``count`` distinct non-negative int64 ids, spread over the whole id space: positions
+    ``start..start+count`` times an odd constant modulo ``2**63`` (a bijection)."""
+    pos = np.arange(start, start + count, dtype=np.uint64)
+    return ((pos * np.uint64(0x9E3779B97F4A7C15)) & np.uint64(2**63 - 1)).astype(np.int64)
+
+
+def _fill(store: EmbeddingStore, ids: np.ndarray, chunk: int = 1 << 22) -> None:
+    """Install rows of ``ids`` in bulk (initial values, fresh state, version 0, used at 0)."""
+    width = store.config.state_width
+    for at in range(0, ids.size, chunk):
+        part = torch.from_numpy(ids[at:at + chunk])
+        values = torch.empty((part.numel(), store.dim)).uniform_(-0.05, 0.05)
+        state = torch.zeros((part.numel(), width))
+        store.put(part, values, state, torch.zeros(part.numel(), dtype=torch.int64), 0)
+
+
+def _grown(batches: list[np.ndarray], size: int, args: argparse.Namespace) -> dict[str, object]:
+    """One row of the ``--rows`` protocol for a store of ``size`` rows."""
+    resident = np.unique(np.concatenate(batches))
+    if resident.size > size:
+        raise SystemExit(f"--rows {size:,}: the timed batches hold {resident.size:,} distinct "
+                         f"ids; give a smaller --batch or fewer --steps")
+    store = EmbeddingStore(args.dim, StoreConfig(max_rows=size), device=args.torch_device)
+    began = time.perf_counter()
+    _fill(store, np.concatenate([resident, filler_ids(0, size - resident.size)]))
+    fill_s = time.perf_counter() - began
+    overhead_full = store.nbytes / len(store) - 4 * (args.dim + store.config.state_width)
+    grads = torch.randn((max(b.size for b in batches), args.dim),
+                        generator=torch.Generator().manual_seed(1)) * 1e-3
+    spent = 0.0
+    rows = 0
+    for step, ids in enumerate(batches, start=1):
+        flat = torch.from_numpy(ids)
+        uniq, inverse = torch.unique(flat, return_inverse=True)
+        began = time.perf_counter()
+        values, _ = store.lookup(uniq, step)
+        summed = torch.zeros_like(values).index_add_(0, inverse, grads[:flat.numel()])
+        store.apply(uniq, summed, torch.ones(uniq.numel(), dtype=torch.int64))
+        if step > args.warmup:
+            spent += time.perf_counter() - began
+            rows += uniq.numel()
+    if len(store) != size or store.stats.created:
+        raise RuntimeError(f"the timed steps changed the store: {len(store):,} rows, "
+                           f"{store.stats.created:,} created")
+    evicted, evict_s, after_max, peak = 0, 0.0, 0, size
+    new = max(1, size // 32)
+    for r in range(args.evict_rounds):
+        fresh = torch.from_numpy(filler_ids(size + r * new, new))
+        step = len(batches) + 1 + r
+        values, _ = store.lookup(fresh, step)
+        store.apply(fresh, torch.zeros_like(values), torch.ones(new, dtype=torch.int64))
+        peak = max(peak, len(store))
+        began = time.perf_counter()
+        evicted += store.maintain(step) if store.over_cap else 0
+        evict_s += time.perf_counter() - began
+        after_max = max(after_max, len(store))
+    if after_max > size:
+        raise RuntimeError(f"the store held {after_max:,} rows after maintain, cap {size:,}")
+    return {"rows": size, "dim": args.dim, "fill_s": round(fill_s, 2),
+            "distinct_ids_per_step": round(rows / max(1, args.steps)),
+            "lookup_apply_rows_per_s": round(rows / max(spent, 1e-9)),
+            "overhead_bytes_per_row": round(overhead_full, 1),
+            "overhead_bytes_per_row_after_evict":
+                round(store.nbytes / len(store) - 4 * (args.dim + store.config.state_width), 1),
+            "store_mb": round(store.nbytes / 2**20),
+            "evicted": evicted, "evict_us_per_row": round(1e6 * evict_s / max(1, evicted), 3),
+            "rows_after_maintain_max": after_max, "rows_peak": peak}
+
+
+def grow_main(args: argparse.Namespace) -> int:
+    """The ``--rows`` protocol; the last printed line is the JSON summary."""
+    from streaming.synthetic import SyntheticConfig, SyntheticStream
+
+    stream = SyntheticStream(SyntheticConfig(seed=args.seed))
+    size = args.batch_sizes[0]
+    total = args.warmup + args.steps
+    flat = stream.feature_ids(0, total * size)
+    batches = [np.ascontiguousarray(flat[i * size:(i + 1) * size]).reshape(-1)
+               for i in range(total)]
+    print(f"the store at {', '.join(f'{n:,}' for n in args.sizes)} rows (capped there), dim "
+          f"{args.dim}, Adagrad: {args.steps} timed steps of {size} samples every row resident, "
+          f"then {args.evict_rounds} rounds of N/32 new ids evicted", flush=True)
+    rows: list[dict[str, object]] = []
+    for n in args.sizes:
+        row = _grown(batches, n, args)
+        row["lookup_apply_vs_first"] = round(
+            row["lookup_apply_rows_per_s"] / rows[0]["lookup_apply_rows_per_s"] if rows
+            else 1.0, 3)
+        row["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        rows.append(row)
+        print(f"  {n:>12,} rows: {row['overhead_bytes_per_row']:5.1f} B a row beyond row and "
+              f"state ({row['overhead_bytes_per_row_after_evict']:.1f} after eviction), "
+              f"lookup+apply {row['lookup_apply_rows_per_s']:>10,} rows/s "
+              f"({row['lookup_apply_vs_first']:.2f}x the first), eviction "
+              f"{row['evict_us_per_row']:.2f} us a row, most rows after maintain "
+              f"{row['rows_after_maintain_max']:,} (peak {row['rows_peak']:,}), filled in "
+              f"{row['fill_s']} s", flush=True)
+        gc.collect()
+    print(json.dumps({"bench": "store", "mode": "rows", "rows": rows}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     args = parse_args(argv)
+    if args.sizes:
+        return grow_main(args)
     from streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=args.seed))

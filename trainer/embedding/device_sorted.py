@@ -38,7 +38,7 @@ Run = tuple[torch.Tensor, torch.Tensor]  # (sorted keys, values), the sentinel e
 def make_run(keys: torch.Tensor, vals: torch.Tensor) -> Run:
     """A run from sorted entries: the arrays with the sentinel appended."""
     top = torch.full((1,), _TOP, dtype=torch.int64, device=keys.device)
-    return torch.cat([keys, top]), torch.cat([vals, torch.full_like(top, -1)])
+    return torch.cat([keys, top]), torch.cat([vals, torch.full_like(top, -1, dtype=vals.dtype)])
 
 
 def search_run(run: Run, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,6 +46,16 @@ def search_run(run: Run, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     keys, vals = run
     pos = torch.searchsorted(keys, flat)  # <= the sentinel's index: ids are <= _TOP
     return pos, (keys[pos] == flat) & (vals[pos] >= 0)
+
+
+def _found(run: Run, flat: torch.Tensor, otherwise: torch.Tensor | None) -> torch.Tensor:
+    """The value of each id in ``run``, else ``otherwise`` (None: -1): one search, one gather
+    of keys and one of values (in a run of 10^7 the search is most of a lookup's time)."""
+    keys, vals = run
+    pos = torch.searchsorted(keys, flat)
+    val = vals[pos]
+    return torch.where((keys[pos] == flat) & (val >= 0), val,
+                       -1 if otherwise is None else otherwise)
 
 
 def merge_run(run: Run, keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +70,7 @@ def merge_run(run: Run, keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.T
     to_new = torch.arange(keys.numel(), device=device) + torch.searchsorted(old_k, keys)
     to_old = torch.arange(old_k.numel(), device=device) + torch.searchsorted(keys, old_k, right=True)
     out_k = torch.empty(old_k.numel() + keys.numel(), dtype=torch.int64, device=device)
-    out_v = torch.empty_like(out_k)
+    out_v = torch.empty_like(out_k, dtype=vals.dtype)
     out_k[to_old], out_v[to_old] = old_k, old_v
     out_k[to_new], out_v[to_new] = keys, vals
     return out_k, out_v
@@ -77,7 +87,7 @@ def compact_run(keys: torch.Tensor, vals: torch.Tensor, live: int) -> Run:
     place = torch.cumsum(alive, 0) - 1
     place = torch.where(alive & (place < live), place, live)
     out_k = torch.full((live + 1,), _TOP, dtype=torch.int64, device=keys.device)
-    out_v = torch.full_like(out_k, -1)
+    out_v = torch.full_like(out_k, -1, dtype=vals.dtype)
     out_k[place] = keys
     out_v[place] = vals
     out_k[-1], out_v[-1] = _TOP, -1
@@ -91,27 +101,31 @@ class SortedRuns:
         size: Number of ids stored (live entries).
     """
 
-    def __init__(self, device: torch.device, buffer_fraction: float = 0.125) -> None:
+    def __init__(self, device: torch.device, buffer_fraction: float = 0.125,
+                 value_dtype: torch.dtype = torch.int64) -> None:
         """Create an empty index.
 
         Args:
             device: Where the tensors live.
             buffer_fraction: The buffer is merged into the main run when it holds more than
                 this fraction of the main run's entries (or ``_MIN_BUFFER``, if more).
+            value_dtype: How values are held (``torch.int32`` for values below ``2**31``:
+                12 bytes an entry instead of 16); they are given and answered as int64.
         """
         if buffer_fraction <= 0.0:
             raise ValueError("buffer_fraction must be > 0")
         self._device = device
         self._fraction = buffer_fraction
+        self._dtype = value_dtype
         self.size = 0
         empty = torch.zeros(0, dtype=torch.int64, device=device)
-        self._main: Run = make_run(empty, empty)
-        self._buf: Run = make_run(empty, empty)
+        self._main: Run = make_run(empty, empty.to(value_dtype))
+        self._buf: Run = make_run(empty, empty.to(value_dtype))
 
     @property
     def nbytes(self) -> int:
         """Bytes of both runs' arrays."""
-        return 2 * 8 * (self._main[0].numel() + self._buf[0].numel())
+        return sum(t.numel() * t.element_size() for run in (self._main, self._buf) for t in run)
 
     @property
     def entries(self) -> int:
@@ -120,17 +134,15 @@ class SortedRuns:
 
     def find(self, flat: torch.Tensor) -> torch.Tensor:
         """Value of each id, -1 where absent (no sync)."""
-        pos, hit = search_run(self._main, flat)
-        out = torch.where(hit, self._main[1][pos], -1)
+        out = _found(self._main, flat, None)
         if self._buf[0].numel() > 1:
-            pos, hit = search_run(self._buf, flat)
-            out = torch.where(hit, self._buf[1][pos], out)
-        return out
+            out = _found(self._buf, flat, out)
+        return out.long()
 
     def insert(self, flat: torch.Tensor, values: torch.Tensor) -> None:
         """Add distinct absent ids to the buffer; compact when it is full (no sync)."""
         keys, order = torch.sort(flat)
-        self._buf = make_run(*merge_run(self._buf, keys, values[order]))
+        self._buf = make_run(*merge_run(self._buf, keys, values[order].to(self._dtype)))
         self.size += flat.numel()
         if self._buf[0].numel() - 1 > max(self._fraction * (self._main[0].numel() - 1),
                                           _MIN_BUFFER):
@@ -155,13 +167,14 @@ class SortedRuns:
     def items(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, values) in id order (compacts first; no sync)."""
         self._compact()
-        return self._main[0][:-1].clone(), self._main[1][:-1].clone()
+        return self._main[0][:-1].clone(), self._main[1][:-1].long()
 
     def rebuild(self, flat: torch.Tensor, values: torch.Tensor) -> None:
         """Replace the content with exactly these entries (distinct ids)."""
         keys, order = torch.sort(flat)
-        self._main = make_run(keys, values[order])
-        self._buf = make_run(keys[:0], keys[:0])
+        vals = values[order].to(self._dtype)
+        self._main = make_run(keys, vals)
+        self._buf = make_run(keys[:0], vals[:0])
         self.size = flat.numel()
 
 

@@ -153,16 +153,19 @@ class EmbeddingStore(StoreSize):
         self.optimizer = RowOptimizer(c)
         self._stats = StoreStats()
         self._dropped = torch.zeros((), dtype=torch.int64, device=dev)
-        self._index = DeviceIndex(device=dev)
+        self._index = DeviceIndex(device=dev, small_values=True)
         cap = max(16, capacity)
         # Row `cap` is the sink: lanes with nothing to write point there.
         self._values = torch.zeros((cap + 1, dim), dtype=dtype, device=dev)
         self._state = torch.zeros((cap + 1, c.state_width), dtype=dtype, device=dev)
         self._version = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
-        self._last_used = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
+        self._last_used = torch.zeros(cap + 1, dtype=torch.int32, device=dev)  # a step
         self._changed = torch.zeros(cap + 1, dtype=torch.bool, device=dev)
-        self._free = torch.arange(cap - 1, -1, -1, dtype=torch.int64, device=dev)  # pop the end
-        self._free_size = cap  # host count: pops and pushes have host-known lengths
+        # Slots freed by evictions and migrations, popped from the end before the never-used
+        # slots from `_fresh` up are taken.
+        self._free = torch.zeros(0, dtype=torch.int64, device=dev)
+        self._free_size = 0  # host counts: pops and pushes have host-known lengths
+        self._fresh = 0
         self._pinned = torch.zeros(0, dtype=torch.int64, device=dev)
         self._last_step = 0
         self._tombstones: list[torch.Tensor] | None = None
@@ -545,11 +548,17 @@ class EmbeddingStore(StoreSize):
     def _create(self, ids: torch.Tensor) -> torch.Tensor:
         self._looked_up = None
         n = int(ids.numel())
-        if n > self._free_size:
-            self._grow(n)
+        reused = min(n, self._free_size)
+        fresh = n - reused
+        if self._fresh + fresh > self._cap:
+            self._grow(self._fresh + fresh)
         top = self._free_size
-        slots = torch.flip(self._free[top - n:top], (0,))
-        self._free_size = top - n
+        slots = torch.cat([torch.flip(self._free[top - reused:top], (0,)),
+                           torch.arange(self._fresh, self._fresh + fresh, device=self.device)])
+        self._free_size = top - reused
+        self._fresh += fresh
+        if self._free_size == 0:
+            self._free = self._free[:0]
         self._values[slots] = self._initial(ids)
         self._state[slots] = self.optimizer.initial_state(n, self.dtype, self.device)
         self._version[slots] = 0
@@ -559,10 +568,12 @@ class EmbeddingStore(StoreSize):
         return slots
 
     def _grow(self, need: int) -> None:
+        """Room for ``need`` slots: half again as many as now (the copies cost a constant a
+        row), but with a cap no more than 1/64 past it, as long as that is enough."""
         old = self._cap
-        cap = old
-        while cap - old + self._free_size < need:
-            cap *= 2
+        cap = max(need, old + old // 2)
+        if self.config.max_rows:
+            cap = min(cap, max(need, self.config.max_rows + self.config.max_rows // 64))
         extra = cap - old
 
         def widen(t: torch.Tensor) -> torch.Tensor:
@@ -572,9 +583,6 @@ class EmbeddingStore(StoreSize):
         self._values, self._state = widen(self._values), widen(self._state)
         self._version, self._last_used = widen(self._version), widen(self._last_used)
         self._changed = widen(self._changed)
-        fresh = torch.arange(cap - 1, old - 1, -1, dtype=torch.int64, device=self.device)
-        self._free = torch.cat([fresh, self._free[:self._free_size]])
-        self._free_size += extra
 
     def _admit(self, ids: torch.Tensor, step: int,
                known: tuple[torch.Tensor, int] | None = None) -> torch.Tensor | None:

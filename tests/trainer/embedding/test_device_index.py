@@ -67,6 +67,22 @@ def test_agrees_with_a_dict_under_long_random_sequences(device: str) -> None:
     assert peak > 2000  # the sequence did grow the table well past the buffer's size
 
 
+def test_small_values_are_held_in_four_bytes_and_answered_as_int64(device: str) -> None:
+    small, wide = DeviceIndex(device=device, small_values=True), DeviceIndex(device=device)
+    ids = _t(np.random.default_rng(3).integers(0, TOP, 5000, dtype=np.int64), device)
+    ids = torch.unique(ids)
+    slots = torch.randperm(ids.numel(), device=device) + (2**31 - 1 - ids.numel())
+    for index in (small, wide):
+        index.insert(ids[:3000], slots[:3000])
+        index.insert(ids[3000:], slots[3000:])
+        index.remove(ids[:10])
+    queries = torch.cat([ids, ids[:100] + 1])
+    assert small.find(queries).dtype == torch.int64
+    assert torch.equal(small.find(queries), wide.find(queries))
+    assert _items(small) == _items(wide)
+    assert small.nbytes * 4 == wide.nbytes * 3  # 12 bytes an entry against 16
+
+
 def test_deleted_entries_are_dropped_and_the_runs_do_not_grow(device: str) -> None:
     rng = np.random.default_rng(3)
     ids = np.unique(rng.integers(0, TOP, 40_000, dtype=np.int64))

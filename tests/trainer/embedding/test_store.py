@@ -137,6 +137,25 @@ def test_pinned_rows_survive_eviction_and_max_rows_caps_memory() -> None:
     assert capped.contains(np.arange(300, 350)).all()  # the recently used stay
 
 
+def test_a_capped_store_takes_at_most_32_bytes_a_row_beyond_the_row_and_its_state() -> None:
+    # Issue 46: dim 16 and row-wise Adagrad (68 bytes of row and state). The slots grow by
+    # half, but never more than 1/64 past the cap; the index holds int32 slots; the free list
+    # only the slots given back. (Doubling, int64 slots and a free list of every slot took 67.)
+    cap = 3200
+    store = EmbeddingStore(16, StoreConfig(max_rows=cap))
+    beyond = []
+    for step in range(100):  # 40 new ids a step: under the 1/64 of slack
+        store.lookup(np.arange(step * 40, step * 40 + 200, dtype=np.int64), step)
+        if store.over_cap:
+            store.maintain(step)
+        assert len(store) <= cap
+        if len(store) >= store.low_water:  # full (below it, the slots grow by half)
+            beyond.append(store.nbytes / len(store) - 4 * (16 + 1))
+    assert store.stats.evicted > 0 and beyond
+    assert store._cap <= cap + cap // 64
+    assert max(beyond) <= 32.0
+
+
 def test_rows_released_from_the_pinned_set_count_as_used_then() -> None:
     # A replicated row's copies read it without touching its owner's store; when the copies
     # are dropped, the row must not be evicted for a last use the store never saw.
