@@ -237,7 +237,8 @@ def host_collectives(comm: Comm, rows: int) -> list[tuple[list, list, list, int]
                          ], dtype=np.int64)
         got = c.host_all_to_all(send, [rows] * world, [rows] * world, "route")
         heard = c.exchange_counts(np.full((world, 1), 10 + me), "header")
-        summed = c.host_all_reduce_sum(np.array([me, 2**40 + me, -me]), "control")
+        summed = c.host_all_reduce_sum(np.array([me, 2**40 + me, -me, -me, 7 * me]), "control",
+                                       max_last=2)
         out.append((got.tolist(), heard[:, 0].tolist(), summed.tolist(),
                     int(c.traffic.sent[KINDS.index("route")])))
     return out

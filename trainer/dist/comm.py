@@ -64,8 +64,10 @@ class Comm(Protocol):
         it, so that host data (routed samples, headers) never waits for the device."""
         ...
 
-    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
-        """Every rank's int64 ``values`` summed, host to host (a new array, exact)."""
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control", *,
+                            max_last: int = 0) -> np.ndarray:
+        """Every rank's int64 ``values`` summed, host to host (a new array, exact); the last
+        ``max_last`` of them combined by their maximum instead."""
         ...
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
@@ -198,7 +200,8 @@ class LocalComm(_CommState):
     ) -> np.ndarray:
         return send
 
-    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control", *,
+                            max_last: int = 0) -> np.ndarray:
         return np.asarray(values, dtype=np.int64).copy()
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
@@ -322,9 +325,10 @@ class DistComm(_CommState):
         return self._all_to_all(t, send_counts, recv_counts, kind, wait=True,
                                 group=self.host_group).wait().numpy()
 
-    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control", *,
+                            max_last: int = 0) -> np.ndarray:
         flat = torch.from_numpy(np.array(values, dtype=np.int64).reshape(-1))
-        self._gathered_sum(flat, kind, self.host_group)
+        self._gathered_sum(flat, kind, self.host_group, max_last)
         return flat.numpy().reshape(np.shape(values))
 
     def all_reduce_sum(self, tensor: torch.Tensor, kind: str = "dense") -> None:
@@ -344,15 +348,19 @@ class DistComm(_CommState):
             work = self._dist.all_reduce(tensor, async_op=True)
         return _InFlight(work, (), tensor, count, lambda: self.peers.watch(kind))
 
-    def _gathered_sum(self, flat: torch.Tensor, kind: str, group: Any = None) -> None:
-        """Sum a small CPU tensor in place: every rank gathers every copy (one all-to-all)
-        and sums the same copies the same way, so every rank gets the same bits."""
+    def _gathered_sum(self, flat: torch.Tensor, kind: str, group: Any = None,
+                      max_last: int = 0) -> None:
+        """Sum a small CPU tensor in place (its last ``max_last`` values: their maximum):
+        every rank gathers every copy (one all-to-all) and combines the same copies the same
+        way, so every rank gets the same bits."""
         n = self.world
         copies = torch.empty((n, flat.numel()), dtype=flat.dtype)
         repeated = flat.repeat(n)
         with self.peers.watch(kind):
             took = _timed(lambda: self._dist.all_to_all_single(copies, repeated, group=group))
         torch.sum(copies, dim=0, out=flat)
+        if max_last:
+            flat[-max_last:] = copies[:, -max_last:].amax(dim=0)
         moved = all_reduce_bytes(flat, n, torch.device("cpu"))
         self.traffic.add(kind, moved, moved, took)
 

@@ -124,9 +124,13 @@ class ThreadComm(_CommState):
                                                  sizes, recv, self.rank), 0.0)
         return out
 
-    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control") -> np.ndarray:
+    def host_all_reduce_sum(self, values: np.ndarray, kind: str = "control", *,
+                            max_last: int = 0) -> np.ndarray:
         mine = np.array(values, dtype=np.int64)
-        out = np.sum(self.group.gather(self.rank, mine), axis=0, dtype=np.int64)
+        copies = np.stack(self.group.gather(self.rank, mine.reshape(-1)))
+        out = copies.sum(axis=0, dtype=np.int64)
+        if max_last:
+            out[-max_last:] = copies[:, -max_last:].max(axis=0)
         moved = all_reduce_bytes(torch.from_numpy(mine), self.world, self.device)
         self.traffic.add(kind, moved, moved, 0.0)
         return np.asarray(out).reshape(mine.shape)

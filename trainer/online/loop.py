@@ -239,8 +239,8 @@ class OnlineLoop:
         self.moved_chunk = self.migrations.active or ctl.ready
         self.checkpoint_seconds = 0.0
         finished = self.migrations.completed
-        if int(ctl.window_words.sum()):
-            self.window.exchange(ctl.window_words)
+        if ctl.window_words:
+            self.window.exchange()
         self.placements.act(ctl, self.records, self.clock.monotonic())
         if self.migrations.active:
             self.migrations.move_chunk(self.records)

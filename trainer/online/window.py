@@ -106,12 +106,21 @@ class WindowFeed:
             kept = batch.take(dest != 0) if dest is not None else batch
             self._out = pack(self._sampled(kept), self.fields)
 
-    def exchange(self, window_words: np.ndarray) -> None:
+    def exchange(self) -> None:
         """Send what :meth:`offer` kept to rank 0 (collective: every rank calls it when the
-        control vector's ``window_words``, the words each rank sends, are not all zero)."""
-        send = np.zeros(self.comm.world, np.int64)
+        control vector's ``window_words``, the words all ranks send, is not 0).
+
+        Each rank first tells rank 0 how many words it sends (one int64 each: rank 0 alone
+        needs the counts, which the control vector no longer carries for every rank)."""
+        world = self.comm.world
+        to_zero = np.zeros(world, np.int64)
+        to_zero[0] = 1
+        counts = np.full(world, int(self.comm.rank == 0), np.int64)
+        window_words = self.comm.host_all_to_all(
+            np.array([self._out.shape[0]], np.int64), to_zero, counts, "window")
+        send = np.zeros(world, np.int64)
         send[0] = self._out.shape[0]
-        recv = window_words if self.comm.rank == 0 else np.zeros(self.comm.world, np.int64)
+        recv = window_words if self.comm.rank == 0 else np.zeros(world, np.int64)
         out = torch.from_numpy(np.ascontiguousarray(self._out)).to(self.comm.device)
         got = self.comm.all_to_all(out, send, recv, "window")
         self._out = self._out[:0]

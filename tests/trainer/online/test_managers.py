@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from streaming import ClickBatch
-from trainer.dist import ThreadComm, run_threads
+from trainer.dist import KINDS, ThreadComm, run_threads
 from trainer.online.budget import RecordBudget
-from trainer.online.control import Proposal, decode, encode, width
+from trainer.online.control import Proposal, agree, combine, decode, encode, width
 from trainer.online.drift import BASELINE_STEPS, DriftDetector
 from trainer.online.stats import FreshnessHistogram
 from trainer.online.window import WindowFeed, pack, unpack
@@ -22,8 +22,8 @@ def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     b = Proposal(repartition=True, ready=True, checkpoint=True, records=1, samples=6,
                  rows_owned=30, newest_ms=3_000, embedding_bytes=50, behind=True)
     c = Proposal(diverged=True, publish=True, window=9, hash_rows=7, behind=True)
-    v = encode(a, 0, world) + encode(b, 1, world) + encode(c, 2, world)
-    assert v.shape == (width(world),) == (13 + 4 * world,)
+    v = combine([encode(a), encode(b), encode(c)])
+    assert v.shape == (width(),) == (18,)
     ctl = decode(v, world)
     assert (ctl.stop, ctl.repartition, ctl.ready, ctl.checkpoint, ctl.diverged,
             ctl.publish) == (True, True, True, True, True, True)
@@ -31,16 +31,36 @@ def test_the_control_vector_sums_proposals_into_one_decision() -> None:
     assert (ctl.records, ctl.rows_not_held, ctl.samples) == (6, 7, 10)
     assert (ctl.embedding_bytes, ctl.loop_bytes, ctl.hash_rows) == (950, 40, 107)
     assert ctl.behind == 2  # ranks not caught up with their log
-    assert ctl.window_words.tolist() == [2, 0, 9]
-    assert ctl.trained.tolist() == [4, 6, 0]
-    assert ctl.rows_owned.tolist() == [10, 30, 0]
+    assert ctl.window_words == 11
     assert ctl.sample_imbalance == pytest.approx(6 / (10 / 3))
     assert ctl.row_imbalance == pytest.approx(30 / (40 / 3))
-    assert decode(np.zeros(width(world), np.int64), world).sample_imbalance is None
-    nothing = sum(encode(Proposal(), r, world) for r in range(world))
+    assert decode(np.zeros(width(), np.int64), world).sample_imbalance is None
+    nothing = combine([encode(Proposal()) for _ in range(world)])
     assert decode(nothing, world).newest_ms == -1  # no rank read a timed record
-    with pytest.raises(ValueError, match="has 21 values"):
+    with pytest.raises(ValueError, match="has 18 values"):
         decode(np.zeros(5, np.int64), 2)
+
+
+def _agree(comm: ThreadComm, _: None) -> tuple[object, int]:
+    p = Proposal(samples=10 + comm.rank, rows_owned=100 * (comm.rank + 1), window=comm.rank,
+                 newest_ms=-1 if comm.rank else 5, records=1)
+    ctl = agree(comm, p)
+    return ctl, int(comm.traffic.sent[KINDS.index("control")])
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_the_control_round_combines_over_ranks_and_its_size_does_not_grow_with_them(
+        world: int) -> None:
+    out = run_threads(_agree, None, world)
+    ctl = out[0][0]
+    assert all(c == ctl for c, _ in out)  # every rank decided the same
+    assert (ctl.records, ctl.samples, ctl.window_words) == (world, sum(10 + r for r in range(world)),
+                                                             sum(range(world)))
+    assert ctl.newest_ms == 5
+    assert ctl.sample_imbalance == pytest.approx((9 + world) * world / ctl.samples)
+    assert ctl.row_imbalance == pytest.approx(100 * world * world / (50 * world * (world + 1)))
+    # Each rank sends its 18 values to each other rank: the vector does not grow with them.
+    assert {b for _, b in out} == {18 * 8 * (world - 1)}
 
 
 def test_the_record_budget_caps_every_rank_and_ends_the_run() -> None:
@@ -114,9 +134,7 @@ def _feed(comm: ThreadComm, _: None) -> tuple[list[int], list[np.ndarray]]:
         dest = np.array([0, 1, 1, 0])  # rank 1's samples 0 and 3 were routed to rank 0
         routed_in = np.full((2, 2), -1) if comm.rank == 0 else np.zeros((0, 2), np.int64)
         feed.offer(_samples(ids), _samples(routed_in), dest if comm.rank else None)
-        window_words = np.array([0, feed.outgoing])  # what the control vector would say
-        window_words = np.sum(comm.all_gather_object(window_words), axis=0)
-        feed.exchange(window_words)
+        feed.exchange()
         held.append(feed.held)
     return held, feed.take()
 
