@@ -58,9 +58,13 @@ def test_placements_sent_as_differences_are_counted_on_both_sides(ranks: int) ->
     assert row["placements"] == 2
     assert row["bytes_by_kind"]["placement"] > 0 and row["bytes_by_kind"]["migrate"] > 0
     _conserved(row)
-    # Rank 0 sends every other rank the first table whole (from hash: 8 bytes an id and 4 an
-    # owner), then only the ids the second releases (8 bytes each), not the second table.
-    assert row["bytes_by_kind"]["placement"] == (12 * ids.size + 8 * ids[1::2].size) * (ranks - 1)
+    # The first table goes whole (from hash: 8 bytes an id and 2 an owner, four owners to a
+    # word), then only the ids the second releases (8 bytes each), not the second table; each
+    # after its counts (two lists and each worker's replicas added and dropped). By the
+    # relay: rank 0 sends each other rank its slice, then each rank its slice to every other.
+    words = [2 + 2 * ranks + ids.size + -(-ids.size // 4), 2 + 2 * ranks + ids[1::2].size]
+    relayed = sum(w - w // ranks + (ranks - 1) * w for w in words)
+    assert row["bytes_by_kind"]["placement"] == 8 * relayed
 
 
 def test_the_summary_has_a_row_per_configuration_and_the_targets(capsys) -> None:

@@ -3,7 +3,11 @@
 When rank 0's partitioner is done, :meth:`MigrationDriver.receive` broadcasts what changed
 from the last placement every rank holds (a :class:`~partitioner.MigrationPlan` without its
 row moves: the explicit entries assigned and released, the replicas added and dropped), and
-every rank applies it: the bytes follow what a pass changed, not the table's size. Every rank
+every rank applies it: the bytes follow what a pass changed, not the table's size. The
+difference travels as int64 words (:func:`plan_words`) by :func:`relay_broadcast`: rank 0
+hands every rank a slice, then every rank hands its slice to every other, so that rank 0
+sends about two copies rather than one to every rank (at 32 ranks it had sent 31 copies and
+moved 2.8x the mean rank's bytes, :mod:`bench.scale`). Every rank
 pushes its pending replica updates, switches to the new replica sets and starts a
 :class:`~trainer.embedding.Migration`. Then one chunk of at most ``--migration-chunk-bytes``
 moves between two steps (:func:`~trainer.embedding.move_chunk`) until every row has its new
@@ -15,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from typing import Any
+
+import numpy as np
 
 from partitioner import MigrationPlan, Placement, plan_diff
 from runtime import Clock
@@ -70,20 +76,18 @@ class MigrationDriver:
         """Broadcast rank 0's new placement, as its difference from the last one, and start
         moving to it (collective; ``computed`` is rank 0's, None elsewhere)."""
         base = self._base if self._base is not None else self.trainer.placement
-        sent = None
+        words, head = np.zeros(0, np.int64), None
         if computed is not None:
             new, seconds, kind, moves = computed
-            sent = (_table_changes(plan_diff(base, new, self.row_size)), seconds, kind, moves)
-        diff, seconds, kind, moves = self.comm.broadcast_object(sent)
-        placement = diff.apply(base)
-        size = diff.assign_ids.nbytes + diff.assign_owners.nbytes + diff.release_ids.nbytes + sum(
-            a.nbytes for a in (*diff.replica_adds, *diff.replica_drops))
+            words = plan_words(plan_diff(base, new, self.row_size))
+            head = (words.size, new.version, seconds, kind, moves)
+        # The few values that size the transfer go as control-plane data (not counted).
+        size, version, seconds, kind, moves = self.comm.broadcast_object(head)
+        words = relay_broadcast(self.comm, words, size, "placement")
+        placement = plan_of_words(words, base, version, self.row_size).apply(base)
         if self.comm.rank == 0:
-            self.comm.traffic.add("placement", size * (self.comm.world - 1), 0)
             log.info("placement v%d computed (%s) in %.2f s%s", placement.version, kind, seconds,
                      "" if moves is None else f": {moves.describe()}")
-        else:
-            self.comm.traffic.add("placement", 0, size)
         self.stats.event("placement", step=self.trainer.step_index, records=records,
                          version=placement.version, seconds=seconds, kind=kind,
                          moves=None if moves is None else dataclasses.asdict(moves))
@@ -146,8 +150,49 @@ class MigrationDriver:
         self.completed += 1
 
 
-def _table_changes(plan: MigrationPlan) -> MigrationPlan:
-    """``plan`` without its row moves (each rank derives those from the placements): what
-    travels to rebuild the new placement from the old one."""
-    none = plan.moved_ids[:0]
-    return dataclasses.replace(plan, moved_ids=none, src=plan.src[:0], dst=plan.dst[:0])
+def plan_words(plan: MigrationPlan) -> np.ndarray:
+    """What rebuilds ``plan``'s new placement from its old one, as int64 words: the counts,
+    the ids assigned and released, each worker's replicas added and dropped, then the
+    assigned owners as int16, four to a word. The row moves do not travel: each rank derives
+    them from the two placements."""
+    n = plan.num_workers
+    if n > np.iinfo(np.int16).max:
+        raise ValueError(f"owners travel as int16: at most 32767 workers, not {n}")
+    lists = [plan.assign_ids, plan.release_ids, *plan.replica_adds, *plan.replica_drops]
+    owners = np.zeros(-(-plan.assign_owners.size // 4) * 4, np.int16)
+    owners[:plan.assign_owners.size] = plan.assign_owners
+    return np.concatenate([np.array([a.size for a in lists], np.int64), *lists,
+                           owners.view(np.int64)])
+
+
+def plan_of_words(words: np.ndarray, base: Placement, version: int,
+                  row_bytes: int) -> MigrationPlan:
+    """The plan :func:`plan_words` encoded, from ``base`` to placement ``version`` (without
+    row moves)."""
+    n = base.num_workers
+    counts = words[:2 + 2 * n]
+    ends = 2 + 2 * n + np.cumsum(counts)
+    lists = [words[end - c:end] for c, end in zip(counts, ends)]
+    assigned = int(counts[0])
+    owners = words[int(ends[-1]):].view(np.int16)[:assigned]
+    none = np.zeros(0, np.int64)
+    return MigrationPlan(base.version, version, n, row_bytes, none, none.astype(np.int32),
+                         none.astype(np.int32), lists[0], owners, lists[1],
+                         tuple(lists[2:2 + n]), tuple(lists[2 + n:]))
+
+
+def relay_broadcast(comm: Comm, words: np.ndarray, size: int, kind: str) -> np.ndarray:
+    """Rank 0's ``size`` int64 ``words`` on every rank (collective; ``words`` matter on rank
+    0 only): rank 0 sends rank r the r-th of ``world`` slices, then every rank sends its slice
+    to every other. Rank 0 sends about 2 copies instead of ``world - 1``; all ranks together
+    about ``world`` copies, as a broadcast from rank 0 alone would."""
+    world, me = comm.world, comm.rank
+    if world == 1:
+        return words
+    bounds = np.arange(world + 1, dtype=np.int64) * size // world
+    lengths = np.diff(bounds)
+    none = np.zeros(world, np.int64)
+    mine = comm.host_all_to_all(
+        words if me == 0 else words[:0], lengths if me == 0 else none,
+        np.where(np.arange(world) == 0, lengths[me], 0), kind)
+    return comm.host_all_to_all(np.tile(mine, world), np.full(world, lengths[me]), lengths, kind)

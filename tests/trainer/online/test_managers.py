@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from partitioner import Placement, plan_diff
 from streaming import ClickBatch
 from trainer.dist import KINDS, ThreadComm, run_threads
 from trainer.online.budget import RecordBudget
 from trainer.online.control import Proposal, agree, combine, decode, encode, width
 from trainer.online.drift import BASELINE_STEPS, DriftDetector
+from trainer.online.migration import plan_of_words, plan_words, relay_broadcast
 from trainer.online.stats import FreshnessHistogram
 from trainer.online.window import WindowFeed, pack, unpack
 
@@ -177,31 +179,50 @@ def test_a_packed_window_message_carries_samples_of_any_length() -> None:
     assert np.array_equal(back_indptr, indptr) and np.array_equal(back, ids)
 
 
+def _placement(version: int, seed: int, workers: int = 4) -> Placement:
+    ids = np.unique(np.random.default_rng(12).integers(0, 10**9, 5_000))
+    r = np.random.default_rng(seed)
+    chosen = np.sort(r.choice(ids, 3_000, replace=False))
+    owners = r.integers(0, workers, chosen.size)
+    p = Placement(version, workers, chosen, owners, tuple(ids[:0] for _ in range(workers)))
+    owner_of = p.owner_of(ids)
+    reps = tuple(np.sort(r.choice(ids[owner_of != w], 200, replace=False))
+                 for w in range(workers))
+    return Placement(version, workers, chosen, owners, reps)
+
+
 def test_a_placement_sent_as_its_table_changes_is_rebuilt_exactly() -> None:
-    import pickle
+    old, new = _placement(3, 1), _placement(4, 2)
+    words = plan_words(plan_diff(old, new, 96))
+    assert words.dtype == np.int64
+    assert plan_of_words(words, old, 4, 96).apply(old) == new
+    # Ids 8 bytes, owners 2: the row moves do not travel.
+    diff = plan_diff(old, new, 96)
+    lists = (diff.assign_ids.size + diff.release_ids.size
+             + sum(a.size for a in (*diff.replica_adds, *diff.replica_drops)))
+    assert words.size == 2 + 2 * 4 + lists + -(-diff.assign_ids.size // 4)
+    # Nothing changed: nothing but the counts travels.
+    same = plan_words(plan_diff(new, new.with_version(5), 96))
+    assert not same.any() and same.size == 10
+    assert plan_of_words(same, new, 5, 96).apply(new) == new.with_version(5)
 
-    from partitioner import Placement, plan_diff
-    from trainer.online.migration import _table_changes
 
-    rng = np.random.default_rng(12)
-    ids = np.unique(rng.integers(0, 10**9, 5_000))
+def _relay(comm: ThreadComm, words: np.ndarray) -> tuple[np.ndarray, int, int]:
+    got = relay_broadcast(comm, words if comm.rank == 0 else words[:0], words.size, "placement")
+    at = KINDS.index("placement")
+    return got, int(comm.traffic.sent[at]), int(comm.traffic.received[at])
 
-    def placement(version: int, seed: int) -> Placement:
-        r = np.random.default_rng(seed)
-        chosen = np.sort(r.choice(ids, 3_000, replace=False))
-        owners = r.integers(0, 4, chosen.size)
-        p = Placement(version, 4, chosen, owners, tuple(ids[:0] for _ in range(4)))
-        owner_of = p.owner_of(ids)
-        reps = tuple(np.sort(r.choice(ids[owner_of != w], 200, replace=False)) for w in range(4))
-        return Placement(version, 4, chosen, owners, reps)
 
-    old, new = placement(3, 1), placement(4, 2)
-    sent = _table_changes(plan_diff(old, new, 96))
-    assert sent.moved_ids.size == 0  # the row moves do not travel
-    # Through pickling, as broadcast_object sends it between processes.
-    assert pickle.loads(pickle.dumps(sent)).apply(old) == new
-    # Nothing changed: nothing but the versions travels.
-    same = _table_changes(plan_diff(new, new.with_version(5), 96))
-    assert same.assign_ids.size == same.release_ids.size == 0
-    assert not any(a.size for a in (*same.replica_adds, *same.replica_drops))
-    assert same.apply(new) == new.with_version(5)
+@pytest.mark.parametrize("world", [2, 8])
+def test_the_relay_broadcast_gives_every_rank_rank_0s_words_and_spares_rank_0(
+        world: int) -> None:
+    old, new = _placement(3, 1, world), _placement(4, 2, world)
+    words = plan_words(plan_diff(old, new, 96))
+    out = run_threads(_relay, words, world)
+    assert all(np.array_equal(got, words) for got, _, _ in out)
+    assert all(plan_of_words(got, old, 4, 96).apply(old) == new for got, _, _ in out)
+    sent = [s for _, s, _ in out]
+    assert sum(sent) == sum(r for _, _, r in out)  # what was sent was received
+    # Rank 0 sends each other rank its slice, then its own slice to each: under 2 copies.
+    assert sent[0] < 2 * words.nbytes
+    assert sum(sent) < (world + 1) * words.nbytes
