@@ -56,7 +56,8 @@ PHASES = ("dedup", "lookup", "gather", "scatter", "apply")
 
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's flags."""
-    p = argparse.ArgumentParser(prog="hetgmp bench store", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="hetgmp bench store", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--batch", default="8192",
                    help="samples a step, comma separated for several sizes (a row each)")
     p.add_argument("--steps", type=int, default=30, help="timed steps")

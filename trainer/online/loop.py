@@ -277,7 +277,8 @@ class OnlineLoop:
         fresh = self.stats.freshness_of(batch.timestamps_ms, self.clock.time() * 1000.0)
         self.stats.history.append(StepRecord(
             tr.step_index, self.records, c.rows_not_held, c.samples_trained,
-            int(c.traffic.sent.sum()), seconds, migrating, tr.placement.version))
+            int(c.traffic.sent.sum()), seconds, migrating, tr.placement.version,
+            int(c.traffic.sent[_EMBEDDING].sum())))
         if self.metrics is not None:
             self.metrics.on_step(c, seconds, fresh, migrating)
             if tr.step_index % _PUBLISH_EVERY == 0:

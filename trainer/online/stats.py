@@ -34,6 +34,7 @@ class StepRecord:
     seconds: float
     migrating: bool
     version: int
+    embedding_bytes: int = 0  # sent on the embedding path (routes, headers, rows, gradients)
 
 
 class FreshnessHistogram:
