@@ -224,11 +224,12 @@ def grow_main(args: argparse.Namespace) -> int:
           f"{args.dim}, Adagrad: {args.steps} timed steps of {size} samples every row resident, "
           f"then {args.evict_rounds} rounds of N/32 new ids evicted", flush=True)
     rows: list[dict[str, object]] = []
+    first = 0.0
     for n in args.sizes:
         row = _grown(batches, n, args)
-        row["lookup_apply_vs_first"] = round(
-            row["lookup_apply_rows_per_s"] / rows[0]["lookup_apply_rows_per_s"] if rows
-            else 1.0, 3)
+        rate = float(row["lookup_apply_rows_per_s"])  # type: ignore[arg-type]
+        first = first or rate
+        row["lookup_apply_vs_first"] = round(rate / first, 3)
         row["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         rows.append(row)
         print(f"  {n:>12,} rows: {row['overhead_bytes_per_row']:5.1f} B a row beyond row and "
