@@ -32,6 +32,25 @@ def test_bench_times_every_phase_at_every_size(capsys: pytest.CaptureFixture[str
         assert min(row["lookup_rows_per_s"], row["apply_rows_per_s"]) > row["rows_per_s"]
 
 
+def test_rows_mode_fills_each_size_and_holds_the_cap(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--rows", "8000,64000", "--batch", "32", "--steps", "3", "--warmup", "1",
+                 "--dim", "16", "--evict-rounds", "2"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["mode"] == "rows"
+    small, big = summary["rows"]
+    assert (small["rows"], big["rows"]) == (8000, 64000)
+    for row in (small, big):
+        assert row["rows_after_maintain_max"] == row["rows"] < row["rows_peak"]
+        # N/32 new rows pass the cap: down to the low-water mark (1/32 below the cap), N/16
+        # evicted; the second round's N/32 then fit under the cap.
+        assert row["evicted"] == row["rows"] // 16
+        assert 0 < row["overhead_bytes_per_row"] <= 32
+    assert small["lookup_apply_vs_first"] == 1.0
+    assert big["lookup_apply_vs_first"] == pytest.approx(
+        big["lookup_apply_rows_per_s"] / small["lookup_apply_rows_per_s"], rel=1e-2)
+
+
 def test_check_refuses_a_store_that_missed_an_update() -> None:
     batches = [np.array([1, 2, 2, 3], np.int64), np.array([3, 4], np.int64)]
     store = EmbeddingStore(4)
@@ -46,7 +65,7 @@ def test_check_refuses_a_store_that_missed_an_update() -> None:
 
 @pytest.mark.parametrize("argv", [["--designs", "sorted"], ["--steps", "0"], ["--batch", "x"],
                                   ["--batch", "0"], ["--device", "nonsense"],
-                                  ["--warmup", "-1"]])
+                                  ["--warmup", "-1"], ["--rows", "10"], ["--rows", "x"]])
 def test_bench_refuses_bad_flags(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
