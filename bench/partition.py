@@ -69,7 +69,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -96,6 +96,7 @@ __all__ = ["build_parser", "main", "parse_args"]
 
 STRATEGIES = ("hash", "static", "full", "incremental")
 ORACLE = "segments"
+NUMBERINGS = ("hashed", "dense")
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,49 @@ class _Records:
     @property
     def ids_per_record(self) -> float:
         return self.values.size / max(len(self), 1)
+
+
+def dense_records(stream: SyntheticStream, block: SyntheticBlock, seed: int
+                  ) -> tuple[_Records, np.ndarray]:
+    """The block's records with ids numbered densely and the records shuffled: ``(records,
+    order)``, record ``i`` being the block's ``order[i]``.
+
+    Each table's ids follow the previous table's, its values numbered by their rank in the
+    field's global popularity (the generator scatters ranks over the vocabulary by ``rank *
+    7919 + 13 mod V``; this undoes it), the empty value last; slots and bags as the decoder's
+    hashed ids have them (:meth:`SyntheticStream.sparse`).
+    """
+    tables = stream.schema.tables
+    owner = np.array([tables.index(t) for t in tables], np.int64)
+    vocab = np.asarray(stream.vocab, np.int64)
+    # A table's ids are its first field's values and the empty value.
+    sizes = np.where(owner == np.arange(owner.size), vocab + 1, 0)
+    offset = (np.cumsum(sizes) - sizes)[owner]
+    slot_field = stream.slot_field
+    v = vocab[owner[slot_field]]
+    values = block.values.astype(np.int64)
+    if stream.config.shape in ("segments", "multi_hot"):
+        inverse = np.array([pow(7919, -1, int(x)) if x > 1 else 0 for x in v], np.int64)
+        values = ((values - 13) % v) * inverse % v
+    slot_ids = offset[slot_field] + np.where(block.missing[:, slot_field], v, values)
+    hashed, lengths = stream.sparse(block)
+    listed = stream.bags > 1
+    if listed.any():
+        empty = block.missing & listed
+        flat = slot_ids[~empty[:, slot_field]]
+    else:
+        flat = slot_ids.reshape(-1)
+    if flat.size != hashed.size:
+        raise AssertionError("dense numbering lost the decoder's layout")
+    indptr = np.zeros(len(block) + 1, np.int64)
+    np.cumsum(lengths.sum(axis=1, dtype=np.int64), out=indptr[1:])
+    order = np.random.default_rng(seed).permutation(len(block))
+    counts = np.diff(indptr)[order]
+    starts = indptr[:-1][order]
+    out_ptr = np.zeros_like(indptr)
+    np.cumsum(counts, out=out_ptr[1:])
+    take = np.repeat(starts - out_ptr[:-1], counts) + np.arange(int(out_ptr[-1]))
+    return _Records(out_ptr, flat[take]), order
 
 
 def _labels(stream: SyntheticStream, block: SyntheticBlock) -> np.ndarray:
@@ -201,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "power-law degrees, no communities), multi_hot (segments with "
                              "MLPerf's bags of 214 values a record) or user_history (user_item "
                              "with a history list of 20 items sharing the item table)")
+    parser.add_argument("--numbering", choices=NUMBERINGS, default="hashed",
+                        help="--offline: how ids are numbered: hashed (the decoder's 64-bit "
+                             "feature hash) or dense (field by field, each field's values in "
+                             "the order of their global popularity, as a preprocessed "
+                             "Criteo-style dataset numbers them; the records shuffled)")
     parser.add_argument("--route-rounds", type=int, default=0,
                         help="batch-aware routing: rounds of moves after routing each global "
                              "batch (partitioner.batch_routing; 0: the trainer's default "
@@ -226,6 +275,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.offline and args.replica_basis is not None:
         parser.error("--offline runs both replica bases itself")
+    if args.numbering != "hashed" and not args.offline:
+        parser.error("--numbering is a variant of the --offline protocol")
     if args.scale and (args.offline or args.oracle):
         parser.error("--scale is a protocol of its own: not with --offline or --oracle")
     if args.scale and args.shape not in ("segments", "user_item"):
@@ -485,12 +536,18 @@ def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | Non
                 oracle = _oracle(graph, segments, config)
                 rows.append(_offline_row(ids, oracle, graph, args, ORACLE, basis, hash_rate,
                                          time.perf_counter() - began))
-            reset_peak()
-            began = time.perf_counter()
-            placement = FullPartitioner(config).partition(graph, None)
-            seconds = time.perf_counter() - began
-            rows.append(_offline_row(ids, placement, graph, args, "static", basis, hash_rate,
-                                     seconds, peak=peak_mb()))
+            # The full partition capped (METIS sees a sample of at most metis_edges edges) and
+            # uncapped (METIS sees them all), side by side: the cap must not cost quality.
+            for capped in (True, False):
+                reset_peak()
+                began = time.perf_counter()
+                cfg = config if capped else replace(config, metis_edges=0)
+                placement = FullPartitioner(cfg).partition(graph, None)
+                seconds = time.perf_counter() - began
+                row = _offline_row(ids, placement, graph, args, "static", basis, hash_rate,
+                                   seconds, label="capped" if capped else "uncapped",
+                                   peak=peak_mb())
+                rows.append({**row, "capped": capped})
             refiner = IncrementalPartitioner(config, recent_fraction=1.0, recent_cap=None)
             moved, kept, seconds = 0, 0, 0.0
             peaks: list[float] = []
@@ -509,7 +566,8 @@ def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | Non
                                    seconds, label=f"pass {done}" + (" kept" if held else ""),
                                    peak=max(peaks) if peaks else None)
             if args.offline_passes:
-                row.update(passes=args.offline_passes, rows_migrated=moved, kept_passes=kept)
+                row.update(passes=args.offline_passes, rows_migrated=moved, kept_passes=kept,
+                           capped=True)
                 rows.append(row)
     return rows
 
@@ -534,8 +592,12 @@ def main(argv: list[str] | None = None) -> int:
         block = stream.take(0, args.records)
         ids = _Records.of(stream, block)
         segments = _labels(stream, block) if args.oracle else None
+        if args.numbering == "dense":
+            ids, order = dense_records(stream, block, args.seed)
+            segments = None if segments is None else segments[order]
         del block
-        print(f"offline (HET-GMP's protocol): {args.records} records of a static stream x "
+        print(f"offline (HET-GMP's protocol), ids {args.numbering}: {args.records} records of "
+              f"a static stream x "
               f"{ids.ids_per_record:.1f} ids in {time.perf_counter() - began:.1f} s, global batch "
               f"{args.global_batch}, replicas {args.replica_fraction:.1%} per worker, one full "
               f"partition then {args.offline_passes} incremental passes, scored on the records "
@@ -543,10 +605,10 @@ def main(argv: list[str] | None = None) -> int:
         offline = _offline(ids, args, segments)
         for row in offline:
             row.update(shape=args.shape, protocol="offline", records=args.records,
-                       route_rounds=args.route_rounds)
+                       route_rounds=args.route_rounds, numbering=args.numbering)
         summary: dict[str, object] = {
             "bench": "partition", "protocol": "offline", "shape": args.shape,
-            "records": args.records, "route_rounds": args.route_rounds,
+            "numbering": args.numbering, "records": args.records, "route_rounds": args.route_rounds,
             "replica_fraction": args.replica_fraction, "offline_passes": args.offline_passes,
             "rows": [r for r in offline if r["strategy"] != ORACLE]}
         if args.oracle:
