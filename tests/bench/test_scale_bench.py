@@ -16,8 +16,9 @@ from trainer.dist import KINDS
 pytestmark = pytest.mark.slow
 
 
+# Rows of 8: what is counted does not depend on the width, and the run is faster.
 ARGS = ["--steps", "20", "--warmup-steps", "3", "--interval-steps", "5", "--batch-per-rank",
-        "256"]
+        "256", "--dim", "8"]
 
 
 def _conserved(row: dict) -> None:
@@ -69,9 +70,12 @@ def test_placements_sent_as_differences_are_counted_on_both_sides(ranks: int) ->
 
 def test_the_summary_has_a_row_per_configuration_and_the_targets(capsys) -> None:
     assert main(["--ranks", "2,3", "--steps", "12", "--warmup-steps", "3",
-                 "--interval-steps", "5", "--batch-per-rank", "64"]) == 0
+                 "--interval-steps", "5", "--batch-per-rank", "64", "--dim", "8"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["bench"] == "scale"
+    assert summary["bench"] == "scale" and summary["dim"] == 8
+    # The projection to GPUs: a row per GPU count and placement.
+    assert [(p["ranks"], p["placement"]) for p in summary["projection"]] == [
+        (g, p) for g in (8, 16, 32, 64, 128) for p in ("hash", "graph")]
     assert [(r["ranks"], r["placement"]) for r in summary["rows"]] == [
         (2, "hash"), (2, "graph"), (3, "hash"), (3, "graph")]
     for row in summary["rows"]:
