@@ -162,3 +162,29 @@ def test_window_basis_budget_counts_the_whole_window_not_the_new_samples(
     budget = int(0.05 * np.unique(window.indices).size)
     assert second.replica_counts().tolist() == [budget, budget]
     assert first.replica_counts().tolist() == [int(0.05 * np.unique(ids[:4000]).size)] * 2
+
+
+def test_counts_kept_across_balance_rounds_equal_a_recount() -> None:
+    # _balance_groups counts each sample's local ids once and updates the counts after each
+    # round's moves (_recount_moved): they must equal counting again from scratch.
+    from partitioner.graph import local_counts_compact
+    from partitioner.incremental import _recount_moved
+    from partitioner.types import WindowGraph
+
+    rng = np.random.default_rng(4)
+    n, samples = 6, 3_000
+    lengths = rng.integers(1, 12, samples)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    window = WindowGraph(indptr, rng.zipf(1.3, int(indptr[-1])).astype(np.int64) % 5_000)
+    cw = compact(window)
+    owner = rng.integers(0, n, cw.num_ids)
+    replicas = rng.random((cw.num_ids, n)) < 0.15
+    replicas[np.arange(cw.num_ids), owner] = False  # an owner holds no replica of its row
+    scores = local_counts_compact(cw, owner, replicas, n)
+    for _ in range(5):
+        was_owner, was_copied = owner.copy(), replicas.copy()
+        rows = rng.choice(cw.num_ids, 300, replace=False)
+        owner[rows] = (owner[rows] + rng.integers(1, n, rows.size)) % n
+        replicas[rows, owner[rows]] = False
+        _recount_moved(cw, scores, was_owner, was_copied, owner)
+        assert np.array_equal(scores, local_counts_compact(cw, owner, replicas, n))
