@@ -261,18 +261,30 @@ def _move_groups(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray,
     sub += ((np.arange(n)[None, :] - members[:, None]) % n) / (n + 1.0)
     load = load.copy()
     moved = np.zeros(_BALANCE_GROUPS, dtype=bool)
+    at = np.arange(members.size)
     while load[src] > cap and budget > 0:
         best: tuple[int, int, float] | None = None
         best_value = 0.0
+        # A sample follows a move of group g to dst when dst's count, with g added, passes
+        # every other worker's, src's with g taken away: per sample, the best column other
+        # than src and dst is the best or second best other than src. (The fractions added
+        # above make a sample's columns distinct, so argmax and "passes" agree.)
+        rest = sub.copy()
+        rest[:, src] = -np.inf
+        first = np.argmax(rest, axis=1)
+        top = rest[at, first]
+        rest[at, first] = -np.inf
+        other = np.where(first[:, None] == np.arange(n)[None, :], rest.max(axis=1)[:, None],
+                         top[:, None])
         for group in np.flatnonzero(~moved & (group_rows > 0) & (group_rows <= budget)):
             g = int(group)
+            gain = per_group[:, g][:, None]
+            passes = sub + gain > np.maximum(other, sub[:, src][:, None] - gain)
+            following = np.count_nonzero(passes, axis=0)
             for dst in range(n):
                 if dst == src:
                     continue
-                trial = sub.copy()
-                trial[:, src] -= per_group[:, g]
-                trial[:, dst] += per_group[:, g]
-                follows = float(np.count_nonzero(np.argmax(trial, axis=1) == dst))
+                follows = float(following[dst])
                 if follows <= 0 or load[dst] + follows > cap:
                     continue
                 if follows / group_rows[g] > best_value:
