@@ -121,6 +121,10 @@ def _one_window(ids: np.ndarray, w: int, args: argparse.Namespace, n: int
         rows[-1].update(pass_seconds=[round(t, 3) for t in times],
                         first_pass_seconds=round(times[0], 3))
         _print(rows[-1])
+    # Whether METIS saw a sample of the window (the full partition, and the passes after it).
+    capped = bool(config.metis_edges) and w * fields > config.metis_edges
+    for row in rows:
+        row.update(capped=capped, shape=args.shape)
     return rows
 
 

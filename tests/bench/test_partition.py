@@ -162,6 +162,8 @@ def test_scale_curve_reports_full_and_incremental_for_every_window(
     assert set(rows) == {(s, w) for s in ("full", "incremental") for w in (20000, 60000)}
     for (strategy, window), row in rows.items():
         assert row["edges"] == 26 * window and row["seconds"] > 0
+        # METIS sees every edge of 20k x 26 (520k) and a sample of 60k x 26 (1.56M > 1.1M).
+        assert row["capped"] == (window == 60000) and row["shape"] == "segments"
         assert row["peak_mem_mb"] is None or row["peak_mem_mb"] > 0
         # Scored on the records after the window: better than hash on the same records.
         assert row["remote_rows_per_sample"] < row["hash_remote_rows_per_sample"]
