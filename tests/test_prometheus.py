@@ -336,7 +336,9 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
                 v for s in samples for _, v in s.get(name, []))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not errors:
-                samples = [scrape(u) for u in ranks]
+                # A rank writing its final checkpoint on a loaded box can take over the
+                # scrape's default 2 s to answer (one make test run timed out here).
+                samples = [scrape(u, timeout=15) for u in ranks]
                 if total(samples, "hetgmp_checkpoints_total") and total(
                         samples, "hetgmp_samples_trained_total") >= RUN_RECORDS and all(
                         r.get("hetgmp_checkpoint_age_seconds") for r in samples):
@@ -344,7 +346,7 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
                 time.sleep(0.5)
             assert not errors, errors
             time.sleep(1.0)  # the final checkpoint of the bounded run
-            samples = [scrape(u) for u in ranks]
+            samples = [scrape(u, timeout=15) for u in ranks]
             names = set().union(*samples)
             assert set(NAMED) <= names, set(NAMED) - names
             # A bounded run: every record produced was consumed and trained, the bad ones counted.
