@@ -80,11 +80,9 @@ def project(rows: list[dict[str, Any]], ranks: int, placement: str, steps: int,
     widen = c.dim / c.bench_dim
     scaled = {k: v * (widen if k in _ROW_KINDS else 1.0) for k, v in per.items()
               if k != "dense"}
-    # The bench's batch is a rank's; ids and rows a sample do not depend on it, the
-    # per-step kinds (control, window words of a step, placements) are spread over the batch.
-    spread = c.bench_batch / c.batch_per_gpu
-    for k in ("control",):
-        scaled[k] = scaled.get(k, 0.0) * spread
+    # Ids and rows a sample do not depend on the batch; the control vector is a fixed size a
+    # step, so its bytes a sample fall as the batch grows.
+    scaled["control"] = scaled.get("control", 0.0) * c.bench_batch / c.batch_per_gpu
     a2a = sum(v for k, v in scaled.items() if k in _EMBED_KINDS or k == "migrate")
     g = c.gpus_per_node
     off = max(0.0, (ranks - g) / (ranks - 1)) if ranks > 1 else 0.0
