@@ -276,7 +276,8 @@ def _run_workers(n: int, ids: _Records, args: argparse.Namespace,
     w, p = args.window, args.period_records
     config = PartitionConfig(num_workers=n, global_batch=args.global_batch, seed=args.seed,
                              replica_fraction=args.replica_fraction,
-                             replica_basis=args.replica_basis)
+                             replica_basis=args.replica_basis,
+                             route_rounds=args.route_rounds)
     makers = {"static": FullPartitioner, "full": FullPartitioner,
               "incremental": IncrementalPartitioner}
     partitioners = {name: make(config) for name, make in makers.items()}
@@ -449,7 +450,8 @@ def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | Non
         for basis in REPLICA_BASES:
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
                                      seed=args.seed, min_count=1,
-                                     replica_fraction=args.replica_fraction, replica_basis=basis)
+                                     replica_fraction=args.replica_fraction, replica_basis=basis,
+                                     route_rounds=args.route_rounds)
             if segments is not None:
                 began = time.perf_counter()
                 oracle = _oracle(graph, segments, config)

@@ -78,7 +78,8 @@ def _one_window(ids: np.ndarray, w: int, args: argparse.Namespace, n: int
     p, fields = args.period_records, ids.shape[1]
     config = PartitionConfig(num_workers=n, global_batch=args.global_batch, seed=args.seed,
                              replica_fraction=args.replica_fraction,
-                             replica_basis=args.replica_basis)
+                             replica_basis=args.replica_basis,
+                             route_rounds=args.route_rounds)
 
     def scored(placement: Placement, end: int) -> tuple[float, float]:
         records = _Records.of_dense(ids[end:end + p])

@@ -16,6 +16,7 @@ from partitioner.measures import (
     remote_ids,
     remote_rows,
     remote_rows_per_sample,
+    routed_remote_rows,
     row_imbalance,
     sample_imbalance,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "route",
     "route_batch",
     "route_window",
+    "routed_remote_rows",
     "row_imbalance",
     "sample_imbalance",
 ]

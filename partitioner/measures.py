@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.routing import Samples, as_csr
+from partitioner.batch_routing import route_batch
+from partitioner.routing import Samples, as_csr, route
 from partitioner.types import MigrationPlan, Placement
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "remote_ids",
     "remote_rows",
     "remote_rows_per_sample",
+    "routed_remote_rows",
     "row_imbalance",
     "sample_imbalance",
 ]
@@ -53,6 +55,22 @@ def remote_ids(batch_ids: Samples, worker_of_sample: np.ndarray,
     missing_workers = entry_worker[~held]
     return [np.unique(missing_ids[missing_workers == worker])
             for worker in range(placement.num_workers)]
+
+
+def routed_remote_rows(samples: Samples, placement: Placement, global_batch: int,
+                       rounds: int = 0, capacity_epsilon: float = 0.05) -> int:
+    """Remote rows of ``samples`` trained in order, a global batch a step, each batch routed as
+    the trainer routes it: :func:`~partitioner.route`, or with ``rounds``
+    :func:`~partitioner.route_batch`. The sum over steps and workers of :func:`remote_rows`."""
+    indptr, values = as_csr(samples)
+    total = 0
+    for lo in range(0, indptr.size - 1, max(int(global_batch), 1)):
+        hi = min(lo + int(global_batch), indptr.size - 1)
+        batch = (indptr[lo:hi + 1] - indptr[lo], values[indptr[lo]:indptr[hi]])
+        workers = (route_batch(batch, placement, capacity_epsilon, rounds) if rounds
+                   else route(batch, placement, capacity_epsilon))
+        total += int(remote_rows(batch, workers, placement).sum())
+    return total
 
 
 def remote_rows_per_sample(batch_ids: Samples, worker_of_sample: np.ndarray,

@@ -460,6 +460,10 @@ class PartitionConfig:
         max_move_fraction: Cap on the rows the incremental partitioner moves per call to improve
             the placement, as a fraction of the distinct ids in the samples it looks at; row
             balancing, a constraint, moves what it must on top.
+        route_rounds: The routing the trainer trains with, a global batch at a time:
+            ``partitioner.route`` (0) or ``route_batch`` with this many rounds. An incremental
+            pass is kept only if, routed this way, the samples it looked at fetch no more rows
+            under its placement than under the current one.
     """
 
     num_workers: int
@@ -474,10 +478,13 @@ class PartitionConfig:
     rounds: int = 3
     migration_cost: float = 1.0
     max_move_fraction: float = 0.1
+    route_rounds: int = 0
 
     def __post_init__(self) -> None:
         if self.num_workers < 1 or self.global_batch < 1 or self.rounds < 0:
             raise ValueError("num_workers and global_batch must be positive, rounds >= 0")
+        if self.route_rounds < 0:
+            raise ValueError("route_rounds must be >= 0")
         if self.epsilon < 0 or not 0 <= self.replica_fraction <= 1:
             raise ValueError("epsilon must be >= 0 and replica_fraction in [0, 1]")
         check_replica_basis(self.replica_basis)
