@@ -147,12 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replica budget per worker (default 1%%)")
     parser.add_argument("--replica-basis", choices=REPLICA_BASES, default=None,
                         help="what the budget is a fraction of: all the window's rows "
-                             "(default, HET-GMP's count) or the rows a worker's samples touch")
+                             "(default, HET-GMP's count) or the rows a worker's samples touch; "
+                             "--offline runs both unless one is named")
     parser.add_argument("--offline", action="store_true",
                         help="HET-GMP's protocol instead: one partition of a static stream, "
                              "scored on the records it was computed from, with the budget "
-                             "counted both ways (see the module docstring); not with "
-                             "--replica-basis")
+                             "counted both ways (see the module docstring) or the one "
+                             "--replica-basis names")
     parser.add_argument("--records", type=int, default=500_000,
                         help="records of the static stream (--offline only)")
     parser.add_argument("--offline-passes", type=int, default=3,
@@ -192,8 +193,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags of ``argv``, checked (a usage error exits 2 before anything runs)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.offline and args.replica_basis is not None:
-        parser.error("--offline runs both replica bases itself")
+    # --offline runs both replica bases unless one is named.
+    args.offline_bases = (REPLICA_BASES if args.replica_basis is None
+                          else (args.replica_basis,))
     if args.numbering != "hashed" and not args.offline:
         parser.error("--numbering is a variant of the --offline protocol")
     if args.scale and (args.offline or args.oracle):
@@ -447,7 +449,7 @@ def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | Non
                      "peak_mem_mb": None})
         print(f"{n:>7} {'hash':>11} {'-':>9} {0:>15} {hash_rate:9.3f} {0.0:7.1f}% "
               f"{1.0:9.3f} {0.0:8.1f}", flush=True)
-        for basis in REPLICA_BASES:
+        for basis in args.offline_bases:
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
                                      seed=args.seed, min_count=1,
                                      replica_fraction=args.replica_fraction, replica_basis=basis,

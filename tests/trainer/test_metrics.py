@@ -185,10 +185,17 @@ def test_names_follow_conventions_and_every_series_has_the_rank(registry):
     m.on_step(step(0, [1]), 0.1, np.array([1.0]), False)
     m.on_placement(1, 1, 1, 1.0, 1.0)
     m.on_placement_choice(True, 1.0, 1.0)
+    m.on_route_choice({"rounds": 3.0, "seconds_saved_per_step": 0.002,
+                       "seconds_cost_per_step": 0.001})
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
     assert len(families) >= 30
+    routing = {f.name: f.samples[0].value for f in families
+               if f.name.startswith("hetgmp_batch_routing")}
+    assert routing == {"hetgmp_batch_routing_rounds": 3.0,
+                       "hetgmp_batch_routing_seconds_saved_per_step": 0.002,
+                       "hetgmp_batch_routing_seconds_cost_per_step": 0.001}
     for family in families:
         assert family.name.startswith("hetgmp_"), family.name
         assert family.samples, f"{family.name} has no sample after every event"

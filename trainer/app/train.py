@@ -312,6 +312,9 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "placements_moved_to": result.online.get("placements", 0),
         # --placement auto: where it ended and every decision, with the costs it compared.
         "placement_auto": result.online.get("placement_auto"),
+        # --route-rounds: batch-aware routing in force at the end and rank 0's decisions, with
+        # the rows and seconds each weighed.
+        "batch_routing": result.online.get("batch_routing"),
         "migrations": len(migrations),
         "rows_migrated": int(sum(e.get("rows_moved", 0) for e in migrations)),
         # Everything the ranks sent (embedding path, dense all-reduce, the loop's own window,

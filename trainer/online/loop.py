@@ -50,6 +50,7 @@ from trainer.online.window import WindowFeed
 from trainer.serving import DeltaSink
 from trainer.sources import Source
 from trainer.step import TrainConfig, Trainer
+from trainer.step.route_choice import AUTO, AUTO_ROUNDS
 
 __all__ = ["Diverged", "LoopParts", "OnlineLoop", "build_parts"]
 
@@ -140,9 +141,13 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
     if partition and config.repartition.enabled:
         repartitioner = None
         if rank == 0:
+            # Passes are judged under batch-aware routing unless it is off for good: where
+            # auto turns it on, that is where rows are worth saving.
             pc = PartitionConfig(num_workers=world, global_batch=train.global_batch,
                                  replica_fraction=train.replica_fraction,
-                                 replica_basis=train.replica_basis, seed=seed)
+                                 replica_basis=train.replica_basis, seed=seed,
+                                 route_rounds=AUTO_ROUNDS if train.route_rounds == AUTO
+                                 else train.route_rounds)
             # A placement restored from a checkpoint is repaired incrementally, not replaced.
             repartitioner = Repartitioner(
                 trainer.n_fields, config.window, pc, config.repartition, train.warmup,
@@ -281,6 +286,7 @@ class OnlineLoop:
             int(c.traffic.sent[_EMBEDDING].sum())))
         if self.metrics is not None:
             self.metrics.on_step(c, seconds, fresh, migrating)
+            self.metrics.on_route_choice(tr.route_choice.gauges())
             if tr.step_index % _PUBLISH_EVERY == 0:
                 self.publish_placement()
 
@@ -373,6 +379,7 @@ class OnlineLoop:
         """What the loop saw on this rank (plain data: it travels back from spawned ranks)."""
         return {**self.stats.report(),
                 "placement_auto": self.placements.report(),
+                "batch_routing": self.trainer.route_choice.report(),
                 "traffic_sent": {k: int(v) for k, v in zip(KINDS, self.comm.traffic.sent)},
                 "traffic_received": {k: int(v) for k, v in
                                      zip(KINDS, self.comm.traffic.received)},

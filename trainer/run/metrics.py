@@ -39,6 +39,8 @@ Gauges:
     ``hetgmp_placement_version``, ``hetgmp_rows_owned``, ``hetgmp_rows_replicated``,
     ``hetgmp_placement_graph`` and ``hetgmp_placement_{hash,graph}_bytes_per_sample``
     (``--placement auto``: graph in force, and the measured costs of the last decision),
+    ``hetgmp_batch_routing_rounds`` and ``hetgmp_batch_routing_seconds_{saved,cost}_per_step``
+    (batch-aware routing in force, and what the last decision of ``--route-rounds -1`` weighed),
     ``hetgmp_imbalance_ratio{what="samples"|"rows"}`` (max / mean over ranks),
     ``hetgmp_checkpoint_age_seconds`` (computed at scrape time), ``hetgmp_heldout_auc``,
     ``hetgmp_staleness_bound_updates``.
@@ -129,6 +131,15 @@ _GAUGES = (
     ("hetgmp_placement_graph_bytes_per_sample",
      "--placement auto: bytes all ranks sent per sample on graph (loop traffic included), as "
      "of the last decision."),
+    ("hetgmp_batch_routing_rounds",
+     "Rounds of batch-aware routing this rank's batches get (0: route alone); with "
+     "--route-rounds -1, chosen by measurement."),
+    ("hetgmp_batch_routing_seconds_saved_per_step",
+     "--route-rounds -1: seconds of row traffic batch-aware routing saved a step, as of the "
+     "last decision (rows saved times the measured seconds a row)."),
+    ("hetgmp_batch_routing_seconds_cost_per_step",
+     "--route-rounds -1: seconds batch-aware routing's rounds took a step, as of the last "
+     "decision."),
     ("hetgmp_rows_owned", "Embedding rows this rank owns."),
     ("hetgmp_rows_replicated", "Replicas of other ranks' rows this rank holds."),
     ("hetgmp_heldout_auc", "Rolling AUC of held-out (progressive validation) records."),
@@ -282,6 +293,13 @@ class TrainerMetrics(Collector):
                                 ("graph", graph_bytes_per_sample)):
                 if value is not None:
                     self._gauges[f"hetgmp_placement_{name}_bytes_per_sample"] = value
+
+    def on_route_choice(self, gauges: dict[str, float]) -> None:
+        """Batch-aware routing in force (``RouteChoice.gauges``: ``rounds``, and the saving and
+        cost of the last decision once one was taken)."""
+        with self._lock:
+            for key, value in gauges.items():
+                self._gauges[f"hetgmp_batch_routing_{key}"] = value
 
     def on_repartition(self, seconds: float, kind: str, moves: PassReport | None = None) -> None:
         """Count one repartition that took ``seconds``; ``kind`` is "full" or "incremental";

@@ -37,10 +37,12 @@ class TrainConfig:
                   "under 1%% of remote rows and cost ~3%% of throughput here)"},
     )
     route_rounds: int = field(
-        default=0,
+        default=-1,
         metadata={"help": "batch-aware routing: rounds of moves after routing a rank's batch, "
                   "so that samples gather where their rows are fetched anyway "
-                  "(partitioner.batch_routing; 0 = off)"},
+                  "(partitioner.batch_routing). -1 = auto: each rank measures the rows 3 "
+                  "rounds save against their time and keeps them while they pay, "
+                  "re-measuring as the stream changes; 0 = off; N = always N rounds"},
     )
     warmup: int = field(
         default=50_000,
@@ -67,8 +69,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.staleness < 0 or self.global_batch < 1 or self.steps < 0 or self.warmup < 0:
             raise ValueError("staleness, steps, warmup >= 0 and global_batch >= 1 required")
-        if self.route_epsilon < 0 or self.route_rounds < 0:
-            raise ValueError("route_epsilon and route_rounds must be >= 0")
+        if self.route_epsilon < 0 or self.route_rounds < -1:
+            raise ValueError("route_epsilon must be >= 0 and route_rounds >= -1 (-1: auto)")
         if not 0.0 <= self.replica_fraction <= 1.0 or self.dense_lr <= 0:
             raise ValueError("replica_fraction in [0, 1] and dense_lr > 0 required")
         check_replica_basis(self.replica_basis)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from partitioner import Placement, capacity, route, route_batch
+from partitioner import Placement, capacity
 from runtime import Clock, SystemClock
 from streaming import ClickBatch
 from trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
@@ -38,6 +38,7 @@ from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreCo
 from trainer.model import Bags, DenseOptimizer, FlatParameters, ModelConfig, build_model, pool_bags
 from trainer.step.config import TrainConfig
 from trainer.step.message import pack_ids, pack_lists, unpack_ids, unpack_lists
+from trainer.step.route_choice import RouteChoice
 
 __all__ = ["Trainer", "ModelState"]
 
@@ -152,6 +153,10 @@ class Trainer:
         self._share = max(1, -(-tc.global_batch // comm.world))
         self._block = capacity(self._share, comm.world, tc.route_epsilon)
         self._whole_batches = False
+        # Batch-aware routing or not (--route-rounds; measured on this rank's batches when
+        # auto), and whether this step's batch went through it.
+        self.route_choice = RouteChoice(tc.route_rounds, comm.rank, self._clock.monotonic)
+        self._routed_batch = False
         self.last_logits = torch.zeros(0)
         self.last_labels = np.zeros(0, np.float32)
         self.last_dest: np.ndarray | None = None
@@ -310,6 +315,10 @@ class Trainer:
                 self.step_index % _MAINTAIN_EVERY == 0:
             self.store.maintain(self.step_index)
         c.traffic = self.comm.traffic - before
+        read, write = PHASES.index("read"), PHASES.index("write")
+        self.route_choice.on_step(float(c.seconds[read] + c.seconds[write]), c.rows_not_held,
+                                  routed=self._routed_batch)
+        self._routed_batch = False
         self._totals.add(c)
         self.last_labels = local.labels
         return c
@@ -356,10 +365,9 @@ class Trainer:
                              f"{self.train_config.global_batch})")
         tc = self.train_config
         samples = (batch.indptr, batch.values)
-        if n and tc.route_rounds:
-            dest = route_batch(samples, self.placement, tc.route_epsilon, tc.route_rounds)
-        elif n:
-            dest = route(samples, self.placement, tc.route_epsilon)
+        if n:
+            dest = self.route_choice.destinations(samples, self.placement, tc.route_epsilon)
+            self._routed_batch = True
         else:
             dest = np.zeros(0, dtype=np.int32)
         ordered = batch.take(np.argsort(dest, kind="stable"))

@@ -97,6 +97,12 @@ def _auto_run(online_run, syn: SyntheticConfig, name: str) -> dict:
     results = online_run(name, syn, RECORDS, placement="auto", warmup=12_000, interval=12_000)
     auto = results[0].online["placement_auto"]
     assert auto == results[1].online["placement_auto"]  # every rank decided the same
+    # Batch-aware routing is chosen by each rank on its own batches, with what it weighed.
+    for result in results:
+        routing = result.online["batch_routing"]
+        assert routing["mode"] == "auto" and routing["rounds"] in (0, 3), routing
+        for decision in routing["decisions"]:
+            assert decision["decision"] == "retried" or decision["seconds_cost_per_step"] > 0
     return auto
 
 
