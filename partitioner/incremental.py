@@ -63,10 +63,11 @@ from partitioner.graph import (
     CompactWindow,
     compact,
     local_counts_compact,
-    pair_key,
+    pair_counts,
     per_worker_counts,
     soft_batches,
 )
+from partitioner.heap import release_freed_heap
 from partitioner.measures import routed_remote_rows
 from partitioner.metis import bipartite_parts
 from partitioner.types import PartitionConfig, PassReport, Placement, WindowGraph, find_sorted
@@ -88,6 +89,10 @@ _ROWS_WEIGHT = 1.0
 # Groups an overloaded worker is cut into for balancing: ~1/8 of its load each, small enough to
 # fit an underloaded worker's slack, big enough to hold a community together.
 _BALANCE_GROUPS = 8
+# Most edges METIS gets to cut one worker's share into those groups (a uniform sample of its
+# samples beyond): at 4 workers of 500k x 26 a share was ~1M edges and METIS took a pass's peak
+# 250 MB above where the step began.
+_BALANCE_EDGES = 300_000
 _EDGE_SCALE = 16
 
 
@@ -114,6 +119,27 @@ def _hubs(cw: CompactWindow, cfg: PartitionConfig) -> np.ndarray:
     return cw.degree > cfg.hub_per_step * steps
 
 
+def _within_cap(cw: CompactWindow, samples: np.ndarray, keep: np.ndarray,
+                cfg: PartitionConfig, cap: int | None = None) -> np.ndarray:
+    """``samples`` thinned to a uniform share (seeded) whose edges to the ``keep`` ids fit
+    ``cap`` (default: the METIS cap ``cfg.metis_edges``; all of them when they fit or there is
+    no cap).
+
+    A pass over a large window handed METIS a worker's whole share: 125k samples x 26 at 4
+    workers of 500k, 3.2M edges, and METIS's ~110 bytes an edge took a pass's peak 370 MB
+    above its window's.
+    """
+    limit = cfg.metis_edges if cap is None or not cfg.metis_edges else min(cap,
+                                                                           cfg.metis_edges)
+    if not limit:
+        return samples
+    edges = int(np.count_nonzero(samples[cw.entry_sample] & keep[cw.entry_id]))
+    if edges <= limit:
+        return samples
+    rng = np.random.default_rng(cfg.seed)
+    return samples & (rng.random(samples.size) < limit / edges)
+
+
 def _take(move: np.ndarray, gain: np.ndarray, budget: int) -> np.ndarray:
     """The ``budget`` moves with the largest gain (all of them if they fit)."""
     if move.size > budget:
@@ -135,9 +161,10 @@ def _regroup(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray, eligibl
     share = counts[rows, owner] / np.maximum(cw.degree, 1.0)
     hub = _hubs(cw, cfg)
     unsettled = eligible & ~hub & (share < _UNSETTLED_SHARE)
-    per_sample = np.bincount(cw.entry_sample, weights=unsettled[cw.entry_id],
-                             minlength=cw.num_samples)
+    per_sample = np.bincount(cw.entry_sample[unsettled[cw.entry_id]], minlength=cw.num_samples)
     loose = per_sample >= np.maximum(2.0, _LOOSE_FRACTION * np.diff(cw.indptr))
+    # Loose samples METIS does not see stay with their preferred worker.
+    loose = _within_cap(cw, loose, unsettled, cfg)
     mean = cw.num_samples / n
     parts = int(np.clip(round(loose.sum() / max(_GROUP_SHARE * mean, 1.0)), 2, 64))
     if loose.sum() < 2 * parts or unsettled.sum() < 2 * parts or budget <= 0:
@@ -148,10 +175,8 @@ def _regroup(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray, eligibl
     # Context: which workers own the settled rows that each group's samples use (hubs are
     # everywhere and would only add noise).
     settled = eligible & ~hub & ~unsettled
-    entry_group = sample_part[cw.entry_sample]
-    use = (entry_group >= 0) & settled[cw.entry_id]
-    affinity = np.bincount(pair_key(entry_group[use], n, owner[cw.entry_id[use]]),
-                           minlength=parts * n).reshape(parts, n).astype(np.float64)
+    affinity = pair_counts(cw, sample_part, np.where(settled, owner, -1), parts,
+                           n).astype(np.float64)
     group_load = np.bincount(sample_part[loose], minlength=parts).astype(np.float64)
     load = np.bincount(pref[~loose], minlength=n).astype(np.float64)
     # Rows count too: an overloaded worker takes no group, so without this term it would only
@@ -208,8 +233,11 @@ def _balance_groups(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray,
         keep = eligible & ~hub & (owner == src)
         if int(keep.sum()) < _BALANCE_GROUPS or int(samples.sum()) < _BALANCE_GROUPS:
             continue
+        # Rows that no sample METIS saw uses are in no group (they stay).
         _, id_part = bipartite_parts(cw, keep, _BALANCE_GROUPS, id_edge_weight=weight,
-                                     ufactor=100, seed=cfg.seed, sample_mask=samples)
+                                     ufactor=100, seed=cfg.seed,
+                                     sample_mask=_within_cap(cw, samples, keep, cfg,
+                                                             _BALANCE_EDGES))
         was_owner, was_copied = owner.copy(), replicas.copy()
         budget = _move_groups(cw, owner, replicas, scores, samples, src, id_part, load, cap,
                               budget)
@@ -250,12 +278,7 @@ def _move_groups(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray,
     members = np.flatnonzero(samples)
     local = np.full(cw.num_samples, -1, dtype=np.int64)
     local[members] = np.arange(members.size)
-    entry_local = local[cw.entry_sample]
-    entry_group = id_part[cw.entry_id]
-    use = (entry_local >= 0) & (entry_group >= 0)
-    per_group = np.bincount(entry_local[use] * _BALANCE_GROUPS + entry_group[use],
-                            minlength=members.size * _BALANCE_GROUPS)
-    per_group = per_group.reshape(members.size, _BALANCE_GROUPS)
+    per_group = pair_counts(cw, local, id_part, members.size, _BALANCE_GROUPS)
     group_rows = np.bincount(id_part[id_part >= 0], minlength=_BALANCE_GROUPS)
     sub = scores[members].astype(np.float64)
     sub += ((np.arange(n)[None, :] - members[:, None]) % n) / (n + 1.0)
@@ -408,9 +431,11 @@ class IncrementalPartitioner:
         eligible = cw.degree >= cfg.min_count
         budget = int(cfg.max_move_fraction * cw.num_ids)
         left = [budget]
-        left.append(_regroup(cw, owner, replicas, eligible, cfg, left[-1]))
-        left.append(_balance_groups(cw, owner, replicas, eligible, cfg, left[-1]))
-        left.append(_refine(cw, owner, replicas, eligible, cfg, left[-1]))
+        # Each step's freed blocks go back to the kernel before the next maps its own (a pass
+        # over 500k x 26 otherwise ended 210 MB above where it began: partitioner.heap).
+        for step in (_regroup, _balance_groups, _refine):
+            left.append(step(cw, owner, replicas, eligible, cfg, left[-1]))
+            release_freed_heap()
         # Row balance is a constraint, not an improvement: it moves what it must, outside the
         # budget (capped, it left 1.23 row imbalance after a pass over 500k static records at
         # 8 workers, the group balance having emptied one worker), and over the whole window:
@@ -421,18 +446,20 @@ class IncrementalPartitioner:
         fixed = np.bincount(current.owner_of(outside), minlength=n)
         placement = build_placement(cw, owner, current, cfg, version,
                                     window_rows=window_ids.size, fixed_rows=fixed)
+        ids, row_balance = cw.num_ids, int(np.count_nonzero(placement.owner_of(cw.ids) != owner))
+        del cw
+        release_freed_heap()  # before the next pass numbers its window beside what this one left
         judged = window.tail(min(new_count, _GUARD_SAMPLES))
         if _routed_rows(judged, placement, cfg) > _routed_rows(judged, current, cfg):
             # Never worse on its own samples under the trainer's routing: the steps judge
             # moves one at a time by soft counts with a capacity over the whole window, and row
-            # balance moves on top, so a pass can lose overall (offline, 500k records, 8
-            # workers: 2.629 -> 2.716 remote rows a sample with the routing of each batch).
-            self.last_pass = PassReport(new_samples=new_count, ids=cw.num_ids, budget=budget,
+            # balance moves on top, so a pass can lose overall (tests/partitioner/
+            # test_pass_guard.py: +2.7% rows under batch-aware routing on a user-item stream).
+            self.last_pass = PassReport(new_samples=new_count, ids=ids, budget=budget,
                                         kept_current=True)
             return current.with_version(version)
         regroup, group_balance, refine = (int(a - b) for a, b in zip(left, left[1:]))
         self.last_pass = PassReport(
-            new_samples=new_count, ids=cw.num_ids, budget=budget, regroup=regroup,
-            group_balance=group_balance, refine=refine,
-            row_balance=int(np.count_nonzero(placement.owner_of(cw.ids) != owner)))
+            new_samples=new_count, ids=ids, budget=budget, regroup=regroup,
+            group_balance=group_balance, refine=refine, row_balance=row_balance)
         return placement

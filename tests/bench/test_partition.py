@@ -101,9 +101,18 @@ def test_offline_protocol_scores_one_partition_on_its_own_records(
 
 
 def test_offline_refuses_the_flags_it_would_ignore() -> None:
-    for extra in (["--replica-basis", "window"], ["--scale", "--shape", "multi_hot"]):
+    for extra in (["--scale"], ["--scale", "--shape", "multi_hot"]):
         with pytest.raises(SystemExit):
             main(["--offline", "--records", "100", *extra])
+
+
+def test_offline_runs_the_one_replica_basis_named(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--offline", "--records", "3000", "--workers", "2", "--global-batch", "512",
+                 "--replica-basis", "window", "--offline-passes", "1"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert {r["replica_basis"] for r in rows} == {None, "window"}
+    assert [r["strategy"] for r in rows] == ["hash", "static", "static", "incremental"]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -129,34 +130,85 @@ def test_an_incremental_pass_never_raises_remote_rows_on_its_own_window(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
-def test_peak_memory_of_a_full_partition_is_bounded() -> None:
-    # 60k x 26 of the synthetic stream (12 MB of ids), METIS capped at 300k edges: the process's
-    # peak rise during the partition stays under 5x the window's bytes. Measured: 2.8x (3.4x
-    # while the window's entry arrays stayed resident beside METIS); without the cap 19x
-    # (230 MB), as the 500k x 26 window's 2.15 GB was.
+def test_the_cap_keeps_the_communities_of_a_dense_numbered_matrix(
+        sampled_fractions: list[float]) -> None:
+    # Issue 45, item 1: the segments recipe with ids numbered densely field by field and the
+    # records shuffled. Reported: capped 33-34 points below uncapped (500k x 26, METIS on 8.5%
+    # of the samples). Here 60k x 26 with the cap at the same share; METIS's seed moves either
+    # figure by 2-5 points, so the two are compared over seeds (measured: capped 67.1 / 63.8%,
+    # uncapped 61.3 / 61.3% below hash at seeds 0 / 1).
+    from bench.records import dense_records
     from streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=10**9))
-    ids = stream.block_ids(stream.take(0, 60_000))
-    window = WindowGraph.from_dense(ids)
-    status, clear = Path("/proc/self/status"), Path("/proc/self/clear_refs")
-    try:
-        clear.write_text("5")
-    except OSError:
+    records, _ = dense_records(stream, stream.take(0, 60_000), 0)
+    ids = records.values.reshape(len(records), -1)
+    batch, n = 4096, 4
+    hashed = Placement.hash(n)
+    hash_rate = sum(remote_rows_per_sample(part, np.arange(len(part)) * n // len(part), hashed)
+                    * len(part) for part in np.array_split(ids, range(batch, len(ids), batch))
+                    ) / len(ids)
+    reduction: dict[int, list[float]] = {83_000: [], 0: []}
+    for seed in (0, 1):
+        for cap in reduction:
+            config = PartitionConfig(num_workers=n, global_batch=batch, min_count=1,
+                                     replica_basis="touched", metis_edges=cap, seed=seed)
+            placement = FullPartitioner(config).partition(WindowGraph.from_dense(ids), None)
+            reduction[cap].append(1.0 - _remote(ids, placement, batch) / hash_rate)
+    assert len(sampled_fractions) == 2 and max(sampled_fractions) < 0.1  # the cap bound
+    assert np.mean(reduction[83_000]) >= np.mean(reduction[0]) - 0.02, reduction
+    assert min(reduction[0]) > 0.5  # the communities are there to keep
+
+
+# Run in a fresh process: the window is loaded from disk, the peak reset, then one full
+# partition and three incremental passes over every sample (the offline protocol's passes, the
+# largest a pass gets); prints the peak's rise over the resident size before the partition, and
+# the window's bytes, in MiB.
+_PEAK_CHILD = """
+import sys
+from pathlib import Path
+import numpy as np
+from partitioner import FullPartitioner, IncrementalPartitioner, PartitionConfig, WindowGraph
+
+status = Path("/proc/self/status")
+def field(name):
+    return next(int(l.split()[1]) / 1024 for l in status.read_text().splitlines()
+                if l.startswith(name))
+ids = np.load(sys.argv[1])
+window = WindowGraph.from_dense(ids)
+import pymetis  # its import is not the partition's
+Path("/proc/self/clear_refs").write_text("5")
+before = field("VmRSS")
+config = PartitionConfig(num_workers=4, min_count=1, global_batch=2048, metis_edges=300_000)
+placement = FullPartitioner(config).partition(window, None)
+refiner = IncrementalPartitioner(config, recent_fraction=1.0, recent_cap=None)
+for _ in range(3):
+    placement = refiner.partition(window, placement)
+print(field("VmHWM") - before, ids.nbytes / 2**20)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_peak_memory_of_a_full_partition_and_its_passes_is_bounded(tmp_path: Path) -> None:
+    # 200k x 26 of the synthetic stream (40 MB of ids), METIS capped at 300k edges: the peak
+    # rise of a full partition and three passes over all its samples stays under 5x the
+    # window's bytes. Measured: 4.2x (168 MB; the full partition alone 116 MB). Before the
+    # passes counted their entries in slices, capped the group balance's METIS input and handed
+    # freed memory back between steps: 8.3x (329 MB).
+    import subprocess
+
+    from streaming.synthetic import SyntheticConfig, SyntheticStream
+
+    stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=10**9))
+    path = tmp_path / "ids.npy"
+    np.save(path, stream.block_ids(stream.take(0, 200_000)))
+    if not os.access("/proc/self/clear_refs", os.W_OK):
         pytest.skip("the kernel does not let this process reset its peak RSS")
-
-    def field(name: str) -> float:
-        for line in status.read_text().splitlines():
-            if line.startswith(name):
-                return int(line.split()[1]) / 1024
-        raise AssertionError(name)
-
-    before = field("VmRSS")
-    config = PartitionConfig(num_workers=4, min_count=1, global_batch=2048, metis_edges=300_000)
-    FullPartitioner(config).partition(window, None)
-    rise = field("VmHWM") - before
-    assert rise <= 5 * ids.nbytes / 2**20, (rise, ids.nbytes / 2**20)
+    done = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(path)], capture_output=True,
+                          text=True, timeout=300, check=True)
+    rise, window_mb = map(float, done.stdout.split())
+    assert rise <= 5 * window_mb, (rise, window_mb)
 
 
 @pytest.mark.parametrize("shape", [pytest.param("segments", marks=pytest.mark.slow), "user_item"])
