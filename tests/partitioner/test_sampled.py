@@ -191,24 +191,25 @@ print(field("VmHWM") - before, ids.nbytes / 2**20)
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_peak_memory_of_a_full_partition_and_its_passes_is_bounded(tmp_path: Path) -> None:
-    # 200k x 26 of the synthetic stream (40 MB of ids), METIS capped at 300k edges: the peak
-    # rise of a full partition and three passes over all its samples stays under 5x the
-    # window's bytes. Measured: 4.2x (168 MB; the full partition alone 116 MB). Before the
-    # passes counted their entries in slices, capped the group balance's METIS input and handed
-    # freed memory back between steps: 8.3x (329 MB).
+    # 120k x 26 of the synthetic stream (24 MB of ids), METIS capped at 300k edges: the peak
+    # rise of a full partition and three passes over all its samples stays under 7x the
+    # window's bytes. Measured: 6.0x (143 MB; the full partition alone 95 MB, most of it the
+    # first use of numpy's, Arrow's and METIS's memory). Before the passes counted their
+    # entries in slices, capped the group balance's METIS input and handed freed memory back
+    # between steps: 8.5x (202 MB); at 200k x 26, 4.2x against 8.3x.
     import subprocess
 
     from streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=10**9))
     path = tmp_path / "ids.npy"
-    np.save(path, stream.block_ids(stream.take(0, 200_000)))
+    np.save(path, stream.block_ids(stream.take(0, 120_000)))
     if not os.access("/proc/self/clear_refs", os.W_OK):
         pytest.skip("the kernel does not let this process reset its peak RSS")
     done = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(path)], capture_output=True,
                           text=True, timeout=300, check=True)
     rise, window_mb = map(float, done.stdout.split())
-    assert rise <= 5 * window_mb, (rise, window_mb)
+    assert rise <= 7 * window_mb, (rise, window_mb)
 
 
 @pytest.mark.parametrize("shape", [pytest.param("segments", marks=pytest.mark.slow), "user_item"])

@@ -2,8 +2,9 @@
 
 The rows are measured on real batches of two synthetic shapes under a graph placement: the
 user-item shape, where 3 rounds save about a tenth of the rows a rank's batch fetches, and the
-user-history shape (samples of a 20-item list beside one-value fields), where they save none. The clock (the rounds' time) and the price of a row are
-what differ between machines, so the tests set them: 1 ms of rounds a step, 20 us a row.
+user-history shape (a 20-item list beside one-value fields), where they save none. The clock
+(the rounds' time) and the price of a row are what differ between machines, so the tests set
+them: 1 ms of rounds a step, 20 us a row.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import pytest
 
 from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph, route_batch
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.step import TrainConfig
-from trainer.step.route_choice import AUTO, AUTO_ROUNDS, RouteChoice
+from trainer.step import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice, TrainConfig
 
 _WORKERS, _BATCH = 4, 1024
 _PRICE = 20e-6  # seconds a row
@@ -63,7 +63,7 @@ def does_not_pay() -> tuple[list[Batch], Placement]:
 
 def _auto() -> RouteChoice:
     """Auto, deciding on 6 measured steps, one in 2 measured while on (to keep tests short)."""
-    return RouteChoice(AUTO, clock=_Clock(), probe_steps=6, check_every=2)
+    return RouteChoice(ROUTE_AUTO, clock=_Clock(), probe_steps=6, check_every=2)
 
 
 def _steps(choice: RouteChoice, stream: tuple[list[Batch], Placement], steps: int) -> None:
@@ -145,6 +145,6 @@ def test_a_fixed_number_of_rounds_is_an_override(
 
 
 def test_the_default_is_auto_and_minus_one_is_the_lowest_value() -> None:
-    assert TrainConfig().route_rounds == AUTO
+    assert TrainConfig().route_rounds == ROUTE_AUTO
     with pytest.raises(ValueError, match="route_rounds"):
         TrainConfig(route_rounds=-2)

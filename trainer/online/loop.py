@@ -49,8 +49,7 @@ from trainer.online.stats import LoopStats, StepRecord
 from trainer.online.window import WindowFeed
 from trainer.serving import DeltaSink
 from trainer.sources import Source
-from trainer.step import TrainConfig, Trainer
-from trainer.step.route_choice import AUTO, AUTO_ROUNDS
+from trainer.step import AUTO_ROUNDS, ROUTE_AUTO, TrainConfig, Trainer
 
 __all__ = ["Diverged", "LoopParts", "OnlineLoop", "build_parts"]
 
@@ -146,7 +145,7 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
             pc = PartitionConfig(num_workers=world, global_batch=train.global_batch,
                                  replica_fraction=train.replica_fraction,
                                  replica_basis=train.replica_basis, seed=seed,
-                                 route_rounds=AUTO_ROUNDS if train.route_rounds == AUTO
+                                 route_rounds=AUTO_ROUNDS if train.route_rounds == ROUTE_AUTO
                                  else train.route_rounds)
             # A placement restored from a checkpoint is repaired incrementally, not replaced.
             repartitioner = Repartitioner(

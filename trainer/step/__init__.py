@@ -12,10 +12,14 @@ from runtime import lazy_exports
 if TYPE_CHECKING:
     from trainer.step.config import TrainConfig
     from trainer.step.message import as_words, compact_ids, expand_ids, from_words
+    from trainer.step.route_choice import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice
     from trainer.step.syncs import SyncCounter
     from trainer.step.trainer import Trainer
 
 __all__ = [
+    "AUTO_ROUNDS",
+    "ROUTE_AUTO",
+    "RouteChoice",
     "SyncCounter",
     "TrainConfig",
     "Trainer",
@@ -28,6 +32,9 @@ __all__ = [
 __getattr__ = lazy_exports(__name__, {
     "SyncCounter": "trainer.step.syncs",
     "TrainConfig": "trainer.step.config",
+    "AUTO_ROUNDS": "trainer.step.route_choice",
+    "ROUTE_AUTO": "trainer.step.route_choice",
+    "RouteChoice": "trainer.step.route_choice",
     "Trainer": "trainer.step.trainer",
     "as_words": "trainer.step.message",
     "compact_ids": "trainer.step.message",

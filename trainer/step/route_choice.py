@@ -37,12 +37,12 @@ import numpy as np
 
 from partitioner import Placement, Samples, fetched_rows, refine_routing, route
 
-__all__ = ["AUTO", "RouteChoice"]
+__all__ = ["AUTO_ROUNDS", "ROUTE_AUTO", "RouteChoice"]
 
 log = logging.getLogger(__name__)
 
 #: ``--route-rounds`` value that lets the rank choose (see the module docstring).
-AUTO = -1
+ROUTE_AUTO = -1
 #: Rounds batch-aware routing runs with when the choice turns it on.
 AUTO_ROUNDS = 3
 _REST_FIRST, _REST_MAX = 64, 1024
@@ -70,7 +70,7 @@ class RouteChoice:
 
     Args:
         rounds: ``--route-rounds``: 0 (``route`` only), N > 0 (always N rounds) or
-            :data:`AUTO`.
+            :data:`ROUTE_AUTO`.
         rank: This rank (decisions are logged at INFO on rank 0, DEBUG elsewhere).
         clock: Monotonic seconds (tests pass a fake one).
         probe_steps: Measured steps a decision is taken on.
@@ -79,13 +79,13 @@ class RouteChoice:
 
     def __init__(self, rounds: int, rank: int = 0, clock: Callable[[], float] | None = None,
                  probe_steps: int = 16, check_every: int = 8) -> None:
-        if rounds < AUTO:
-            raise ValueError(f"route rounds {rounds}: must be >= 0, or {AUTO} for auto")
+        if rounds < ROUTE_AUTO:
+            raise ValueError(f"route rounds {rounds}: must be >= 0, or {ROUTE_AUTO} for auto")
         if probe_steps < 1 or check_every < 1:
             raise ValueError("probe_steps and check_every must be positive")
         import time
 
-        self.auto = rounds == AUTO
+        self.auto = rounds == ROUTE_AUTO
         self._fixed = 0 if self.auto else rounds
         self.rank = rank
         self._clock = clock or time.monotonic
