@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph: steps on hash before the first (full) partition")
     p.add_argument("--interval-steps", type=int, default=10,
                    help="graph: steps between repartitions, and the window's length in steps")
+    p.add_argument("--route-rounds", type=int, default=0,
+                   help="graph: batch-aware routing rounds (the trainer's --route-rounds; 0, "
+                        "the default here: route alone, as the curve was measured; -1: the "
+                        "trainer's own choice, whose probes cost O(ranks^2) a step)")
     p.add_argument("--dim", type=int, default=64,
                    help="embedding row width (rows and gradients grow with it, routed samples, "
                         "ids and placements do not)")
@@ -124,7 +128,7 @@ def job_of(ranks: int, placement: str, args: argparse.Namespace) -> Job:
                StoreConfig(seed=args.seed),
                TrainConfig(global_batch=batch, placement="graph" if graph else "hash",
                            route="on" if graph else "off", warmup=batch * args.warmup_steps,
-                           log_every=0),
+                           route_rounds=args.route_rounds, log_every=0),
                placement=None if graph else Placement.hash(ranks),
                online=OnlineConfig(repartition_interval=str(batch * args.interval_steps),
                                    window=batch * args.interval_steps,

@@ -5,7 +5,7 @@ selection, sample routing, migration plans and the measures the benchmark report
 torch, no I/O.
 """
 
-from partitioner.batch_routing import fetched_rows, refine_routing, route_batch
+from partitioner.batch_routing import fetched_rows, refine_counted, refine_routing, route_batch
 from partitioner.full import FullPartitioner
 from partitioner.idindex import IdIndex
 from partitioner.incremental import IncrementalPartitioner
@@ -59,6 +59,7 @@ __all__ = [
     "migrated_bytes",
     "migrated_rows",
     "plan_diff",
+    "refine_counted",
     "refine_routing",
     "remote_ids",
     "remote_rows",

@@ -27,7 +27,7 @@ import numpy as np
 from partitioner.routing import Samples, as_csr, capacity_of, route, sample_sizes
 from partitioner.types import Placement
 
-__all__ = ["fetched_rows", "refine_routing", "route_batch"]
+__all__ = ["fetched_rows", "refine_counted", "refine_routing", "route_batch"]
 
 
 def route_batch(batch_ids: Samples, placement: Placement, capacity_epsilon: float = 0.05,
@@ -64,17 +64,26 @@ def refine_routing(batch_ids: Samples, placement: Placement, workers: np.ndarray
     The answer never fetches more rows than ``workers`` and keeps every worker under the cap
     (a worker already over it in ``workers`` only loses samples).
     """
+    return refine_counted(batch_ids, placement, workers, capacity_epsilon, rounds)[0]
+
+
+def refine_counted(batch_ids: Samples, placement: Placement, workers: np.ndarray,
+                   capacity_epsilon: float = 0.05, rounds: int = 3
+                   ) -> tuple[np.ndarray, int, int]:
+    """:func:`refine_routing`, and the rows all workers fetch for the batch routed as
+    ``workers`` and as the answer (:func:`fetched_rows` of each, counted on the way)."""
     indptr, values = as_csr(batch_ids)
     assigned = np.asarray(workers, dtype=np.int64).copy()
     n, b = placement.num_workers, indptr.size - 1
-    if n < 2 or b < 2 or rounds < 1:
-        return assigned.astype(np.int32)
-    sizes = sample_sizes(indptr)
-    cap = capacity_of(sizes, b, n, capacity_epsilon)
-    weight = np.ones(b, np.int64) if sizes is None else sizes
     inverse, need = _needs(values, placement)
     sample = _sample_of(indptr)  # the sample of each entry
     best, users = _tally(inverse, need, assigned[sample])
+    start = best
+    if n < 2 or b < 2 or rounds < 1:
+        return assigned.astype(np.int32), start, start
+    sizes = sample_sizes(indptr)
+    cap = capacity_of(sizes, b, n, capacity_epsilon)
+    weight = np.ones(b, np.int64) if sizes is None else sizes
     samples = np.arange(b)
     for _ in range(rounds):
         # users[w, u]: samples on w that need distinct id u there (0 where w holds it); a
@@ -91,7 +100,7 @@ def refine_routing(batch_ids: Samples, placement: Placement, workers: np.ndarray
         if total >= best or (sizes is not None and _over(moved, assigned, weight, n, cap)):
             break
         best, users, assigned = total, moved_users, moved
-    return assigned.astype(np.int32)
+    return assigned.astype(np.int32), start, best
 
 
 def _over(moved: np.ndarray, assigned: np.ndarray, weight: np.ndarray, n: int,

@@ -28,7 +28,7 @@ _spec.loader.exec_module(small)
 @pytest.mark.timeout(300)
 def test_serve_bench_prints_a_row_for_each_run(capsys: pytest.CaptureFixture[str]) -> None:
     # Enough steps that a checkpoint comes before the last one, however fast the ranks are.
-    code = main(["--records", "40000", "--rate", "8000", "--global-batch", "1024",
+    code = main(["--records", "24000", "--rate", "8000", "--global-batch", "1024",
                  "--checkpoint-s", "0.5", "--serve-s", "1", "--stalled", "5",
                  "--poison-every", "3", "--header-timeout-s", "1", "--body-timeout-s", "1"])
     out = capsys.readouterr().out

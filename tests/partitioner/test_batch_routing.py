@@ -12,6 +12,7 @@ from partitioner import (
     WindowGraph,
     capacity,
     fetched_rows,
+    refine_counted,
     refine_routing,
     route,
     route_batch,
@@ -59,6 +60,10 @@ def test_never_more_rows_than_route_and_within_the_cap_on_the_synthetic_stream(w
         assert np.bincount(aware, minlength=workers).max() <= capacity(2_000, workers, 0.05)
         p, a = fetched_rows(batch, plain, placement), fetched_rows(batch, aware, placement)
         assert a <= p
+        # The counts refine_counted makes on the way are fetched_rows's.
+        counted, before, after = refine_counted(batch, placement, plain, 0.05)
+        np.testing.assert_array_equal(counted, aware)
+        assert (before, after) == (p, a)
         plain_total, aware_total = plain_total + p, aware_total + a
     if workers > 2:  # with more workers there is something to gain (measured: 4-15%)
         assert aware_total < 0.98 * plain_total, (aware_total, plain_total)

@@ -62,7 +62,7 @@ def does_not_pay() -> tuple[list[Batch], Placement]:
 
 
 def _auto() -> RouteChoice:
-    """Auto, deciding on 6 measured steps, one in 2 measured while on (to keep tests short)."""
+    """Auto, deciding on 6 measured steps, again every 12 while on (to keep tests short)."""
     return RouteChoice(ROUTE_AUTO, clock=_Clock(), probe_steps=6, check_every=2)
 
 
@@ -115,7 +115,7 @@ def test_it_stays_on_while_it_pays_and_goes_off_when_the_stream_changes(
         ) -> None:
     choice = _auto()
     _steps(choice, pays, choice.probe_steps)
-    # On: one step in check_every is measured; a new decision after probe_steps of them.
+    # On: every step is measured; a new decision every probe_steps * check_every steps.
     _steps(choice, pays, choice.probe_steps * choice.check_every)
     assert choice.state == "on" and [d["decision"] for d in choice.decisions] == ["on", "on"]
     _steps(choice, does_not_pay, choice.probe_steps * choice.check_every)

@@ -8,8 +8,8 @@ rank measures both on its own batches instead of guessing.
 
 * **Saving.** On a measured step the rank routes its batch both ways (``route``, then the
   rounds of moves on top, which is what ``route_batch`` does anyway) and counts the rows each
-  answer has all ranks fetch for this batch (:func:`partitioner.fetched_rows`). The difference
-  is the rows batch-aware routing saves, the rounds' time its cost.
+  answer has all ranks fetch for this batch (:func:`partitioner.refine_counted` counts both on
+  the way). The difference is the rows batch-aware routing saves, the rounds' time its cost.
 * **Price of a row.** The step's row phases (read and write: the requests, the rows and their
   gradients, and the local reads and writes beside them) over the rows the rank did not hold
   (fetches and refreshes), summed over every step the rank trained. It charges the local work
@@ -17,8 +17,8 @@ rank measures both on its own batches instead of guessing.
 * ``probe``: ``probe_steps`` steps routed batch-aware, every one measured. Batch-aware routing
   is kept (``on``) when the rows saved a step times the price exceed the rounds' time a step;
   otherwise routing goes back to ``route`` (``off``).
-* ``on``: one step in ``check_every`` is measured (the rounds run anyway: measuring costs
-  the two counts); after ``probe_steps`` measured steps the decision is taken again.
+* ``on``: every step is measured (the rounds count their rows on the way: it costs nothing);
+  the decision is taken again every ``probe_steps * check_every`` steps.
 * ``off``: nothing is measured; after a rest that doubles with each decision against (64 steps,
   then 128, up to 1,024) a new probe starts (``retried``).
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner import Placement, Samples, fetched_rows, refine_routing, route
+from partitioner import Placement, Samples, refine_counted, route
 
 __all__ = ["AUTO_ROUNDS", "ROUTE_AUTO", "RouteChoice"]
 
@@ -74,7 +74,8 @@ class RouteChoice:
         rank: This rank (decisions are logged at INFO on rank 0, DEBUG elsewhere).
         clock: Monotonic seconds (tests pass a fake one).
         probe_steps: Measured steps a decision is taken on.
-        check_every: While on, one step in this many is measured.
+        check_every: While on, the decision is taken again every ``probe_steps`` times this
+            many steps.
     """
 
     def __init__(self, rounds: int, rank: int = 0, clock: Callable[[], float] | None = None,
@@ -113,9 +114,7 @@ class RouteChoice:
         """Whether this step routes both ways and counts the rows of each."""
         if not self.auto:
             return False
-        if self.state == "probe":
-            return True
-        return self.state == "on" and self._steps_in_state % self.check_every == 0
+        return self.state in ("probe", "on")
 
     @property
     def price(self) -> float | None:
@@ -130,11 +129,10 @@ class RouteChoice:
         if not rounds:
             return plain
         began = self._clock()
-        dest = refine_routing(samples, placement, plain, epsilon, rounds)
+        dest, before, after = refine_counted(samples, placement, plain, epsilon, rounds)
         seconds = self._clock() - began
         if self.measuring:
-            before = fetched_rows(samples, plain, placement)
-            self._measure.add(before - fetched_rows(samples, dest, placement), before, seconds)
+            self._measure.add(before - after, before, seconds)
         return dest
 
     def on_step(self, row_seconds: float, rows_not_held: int, routed: bool) -> None:
@@ -150,7 +148,8 @@ class RouteChoice:
             if self._steps_in_state >= self._rest:
                 self._enter("probe")
             return
-        if self._measure.steps >= self.probe_steps:
+        due = self.probe_steps * (1 if self.state == "probe" else self.check_every)
+        if self._measure.steps >= due:
             self._decide()
 
     def gauges(self) -> dict[str, float]:
