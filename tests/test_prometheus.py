@@ -95,6 +95,7 @@ def test_every_dashboard_metric_is_exported():
     m.on_step(StepCounters(samples_trained=1, global_samples=1), 0.1, np.ones(1), False)
     m.on_placement(1, 1, 1, 1.0, 1.0)
     m.on_placement_choice(True, 1.0, 1.0)
+    m.on_route_choice({"rounds": 0.0})
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
     known = sample_names(trainer) | streaming_sample_names() | serve_sample_names()

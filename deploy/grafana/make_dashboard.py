@@ -87,6 +87,8 @@ PANELS: list[Panel] = [
          "rows moved by {{step}} / min"),
         ("max(hetgmp_placement_version)", "placement version"),
         ("max(hetgmp_placement_graph)", "graph placement in force (--placement auto: 1)"),
+        ("max(hetgmp_batch_routing_rounds)",
+         "batch-aware routing rounds in force (--route-rounds -1: measured)"),
     ]),
     Panel("Placement auto: graph against hash", "bytes", [
         ("max(hetgmp_placement_graph_bytes_per_sample)", "graph (loop traffic included)"),
