@@ -161,7 +161,7 @@ def test_the_cap_keeps_the_communities_of_a_dense_numbered_matrix(
 
 
 # Run in a fresh process: the window is loaded from disk, the peak reset, then one full
-# partition and three incremental passes over every sample (the offline protocol's passes, the
+# partition and two incremental passes over every sample (the offline protocol's passes, the
 # largest a pass gets); prints the peak's rise over the resident size before the partition, and
 # the window's bytes, in MiB.
 _PEAK_CHILD = """
@@ -182,7 +182,7 @@ before = field("VmRSS")
 config = PartitionConfig(num_workers=4, min_count=1, global_batch=2048, metis_edges=300_000)
 placement = FullPartitioner(config).partition(window, None)
 refiner = IncrementalPartitioner(config, recent_fraction=1.0, recent_cap=None)
-for _ in range(3):
+for _ in range(2):
     placement = refiner.partition(window, placement)
 print(field("VmHWM") - before, ids.nbytes / 2**20)
 """
@@ -192,8 +192,8 @@ print(field("VmHWM") - before, ids.nbytes / 2**20)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_peak_memory_of_a_full_partition_and_its_passes_is_bounded(tmp_path: Path) -> None:
     # 120k x 26 of the synthetic stream (24 MB of ids), METIS capped at 300k edges: the peak
-    # rise of a full partition and three passes over all its samples stays under 7x the
-    # window's bytes. Measured: 6.0x (143 MB; the full partition alone 95 MB, most of it the
+    # rise of a full partition and two passes over all its samples stays under 7x the
+    # window's bytes. Measured with three passes: 6.0x (143 MB; the full partition alone 95 MB, most of it the
     # first use of numpy's, Arrow's and METIS's memory). Before the passes counted their
     # entries in slices, capped the group balance's METIS input and handed freed memory back
     # between steps: 8.5x (202 MB); at 200k x 26, 4.2x against 8.3x.

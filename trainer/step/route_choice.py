@@ -73,13 +73,14 @@ class RouteChoice:
             :data:`ROUTE_AUTO`.
         rank: This rank (decisions are logged at INFO on rank 0, DEBUG elsewhere).
         clock: Monotonic seconds (tests pass a fake one).
-        probe_steps: Measured steps a decision is taken on.
+        probe_steps: Measured steps a decision is taken on (8: the rows a step saves vary
+            little from step to step, and each probe step pays for the rounds).
         check_every: While on, the decision is taken again every ``probe_steps`` times this
             many steps.
     """
 
     def __init__(self, rounds: int, rank: int = 0, clock: Callable[[], float] | None = None,
-                 probe_steps: int = 16, check_every: int = 8) -> None:
+                 probe_steps: int = 8, check_every: int = 16) -> None:
         if rounds < ROUTE_AUTO:
             raise ValueError(f"route rounds {rounds}: must be >= 0, or {ROUTE_AUTO} for auto")
         if probe_steps < 1 or check_every < 1:
