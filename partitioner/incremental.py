@@ -64,6 +64,7 @@ from partitioner.graph import (
     compact,
     local_counts_compact,
     pair_counts,
+    pair_key,
     per_worker_counts,
     soft_batches,
 )
@@ -129,10 +130,9 @@ def _within_cap(cw: CompactWindow, samples: np.ndarray, keep: np.ndarray,
     workers of 500k, 3.2M edges, and METIS's ~110 bytes an edge took a pass's peak 370 MB
     above its window's.
     """
-    limit = cfg.metis_edges if cap is None or not cfg.metis_edges else min(cap,
-                                                                           cfg.metis_edges)
-    if not limit:
+    if not cfg.metis_edges:
         return samples
+    limit = cfg.metis_edges if cap is None else min(cap, cfg.metis_edges)
     edges = int(np.count_nonzero(samples[cw.entry_sample] & keep[cw.entry_id]))
     if edges <= limit:
         return samples
@@ -260,9 +260,9 @@ def _recount_moved(cw: CompactWindow, scores: np.ndarray, was_owner: np.ndarray,
     hit = moved[cw.entry_id]
     samples, rows = cw.entry_sample[hit], cw.entry_id[hit]
     flat = scores.reshape(-1)
-    flat -= np.bincount(samples * n + was_owner[rows], minlength=flat.size)
+    flat -= np.bincount(pair_key(samples, n, was_owner[rows]), minlength=flat.size)
     gains = ~was_copied[rows, owner[rows]]
-    flat += np.bincount(samples[gains] * n + owner[rows[gains]], minlength=flat.size)
+    flat += np.bincount(pair_key(samples[gains], n, owner[rows[gains]]), minlength=flat.size)
 
 
 def _move_groups(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray,

@@ -29,6 +29,7 @@ rank whose batches gain nothing stops paying for the rounds while others keep th
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,8 +86,6 @@ class RouteChoice:
             raise ValueError(f"route rounds {rounds}: must be >= 0, or {ROUTE_AUTO} for auto")
         if probe_steps < 1 or check_every < 1:
             raise ValueError("probe_steps and check_every must be positive")
-        import time
-
         self.auto = rounds == ROUTE_AUTO
         self._fixed = 0 if self.auto else rounds
         self.rank = rank
@@ -112,10 +111,8 @@ class RouteChoice:
 
     @property
     def measuring(self) -> bool:
-        """Whether this step routes both ways and counts the rows of each."""
-        if not self.auto:
-            return False
-        return self.state in ("probe", "on")
+        """Whether this step's rounds count toward a decision (auto, probing or on)."""
+        return self.auto and self.state in ("probe", "on")
 
     @property
     def price(self) -> float | None:

@@ -154,9 +154,8 @@ class Trainer:
         self._block = capacity(self._share, comm.world, tc.route_epsilon)
         self._whole_batches = False
         # Batch-aware routing or not (--route-rounds; measured on this rank's batches when
-        # auto), and whether this step's batch went through it.
+        # auto).
         self.route_choice = RouteChoice(tc.route_rounds, comm.rank, self._clock.monotonic)
-        self._routed_batch = False
         self.last_logits = torch.zeros(0)
         self.last_labels = np.zeros(0, np.float32)
         self.last_dest: np.ndarray | None = None
@@ -315,10 +314,11 @@ class Trainer:
                 self.step_index % _MAINTAIN_EVERY == 0:
             self.store.maintain(self.step_index)
         c.traffic = self.comm.traffic - before
+        # The batch read went through route_choice when routing is on and it had samples
+        # (_prepare).
         read, write = PHASES.index("read"), PHASES.index("write")
         self.route_choice.on_step(float(c.seconds[read] + c.seconds[write]), c.rows_not_held,
-                                  routed=self._routed_batch)
-        self._routed_batch = False
+                                  routed=self.routes and c.samples_read > 0)
         self._totals.add(c)
         self.last_labels = local.labels
         return c
@@ -367,7 +367,6 @@ class Trainer:
         samples = (batch.indptr, batch.values)
         if n:
             dest = self.route_choice.destinations(samples, self.placement, tc.route_epsilon)
-            self._routed_batch = True
         else:
             dest = np.zeros(0, dtype=np.int32)
         ordered = batch.take(np.argsort(dest, kind="stable"))
