@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--period-records", type=int, default=50_000,
                         help="records per period (P)")
     parser.add_argument("--seed", type=int, default=0, help="stream and partitioner seed")
+    parser.add_argument("--metis-seed", type=int, default=None,
+                        help="--offline: the partitioner's seed alone (METIS's and every "
+                             "tie-break), the stream staying --seed's (default: --seed)")
     parser.add_argument("--row-bytes", type=int, default=512,
                         help="bytes per migrated row (e.g. 64 float32 + Adagrad state)")
     parser.add_argument("--oracle", action="store_true",
@@ -196,8 +199,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # --offline runs both replica bases unless one is named.
     args.offline_bases = (REPLICA_BASES if args.replica_basis is None
                           else (args.replica_basis,))
-    if args.numbering != "hashed" and not args.offline:
-        parser.error("--numbering is a variant of the --offline protocol")
+    if (args.numbering != "hashed" or args.metis_seed is not None) and not args.offline:
+        parser.error("--numbering and --metis-seed are variants of the --offline protocol")
     if args.scale and (args.offline or args.oracle):
         parser.error("--scale is a protocol of its own: not with --offline or --oracle")
     if args.scale and args.shape not in ("segments", "user_item"):
@@ -451,7 +454,8 @@ def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | Non
               f"{1.0:9.3f} {0.0:8.1f}", flush=True)
         for basis in args.offline_bases:
             config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
-                                     seed=args.seed, min_count=1,
+                                     seed=args.seed if args.metis_seed is None
+                                     else args.metis_seed, min_count=1,
                                      replica_fraction=args.replica_fraction, replica_basis=basis,
                                      route_rounds=args.route_rounds)
             if segments is not None:

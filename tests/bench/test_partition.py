@@ -104,6 +104,8 @@ def test_offline_refuses_the_flags_it_would_ignore() -> None:
     for extra in (["--scale"], ["--scale", "--shape", "multi_hot"]):
         with pytest.raises(SystemExit):
             main(["--offline", "--records", "100", *extra])
+    with pytest.raises(SystemExit):  # the METIS seed alone is an offline variant
+        main(["--metis-seed", "1", "--quick"])
 
 
 def test_offline_runs_the_one_replica_basis_named(capsys: pytest.CaptureFixture[str]) -> None:
