@@ -15,12 +15,13 @@ unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers: the machine's cores, at most 4 (each may start ranks and a broker).
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
-.PHONY: setup tools demo test test-fast test-gpu bench clean help
+.PHONY: setup tools demo test test-fast test-gpu stress bench clean help
 
 help:
 	@echo "make demo   - embedded Kafka broker + synthetic click stream + training, ends with a report"
 	@echo "make test   - run the test suite (starts its own broker)"
 	@echo "make test-fast - the unit tests and the in-process multi-rank ones (no broker, no spawned ranks; under a minute)"
+	@echo "make stress - the thread ranks' exactness tests, STRESS_RUNS times, on a machine kept busy (--hog)"
 	@echo "make bench  - run the benchmarks (figures and ratios against in-run baselines)"
 	@echo "make test-gpu TORCH=<CUDA build> - on a GPU machine: the CUDA tests, GPU against CPU speed"
 	@echo "make clean  - remove the virtual environment and build outputs"
@@ -68,6 +69,16 @@ test: $(STAMP) tools
 # the Prometheus configuration among the fast tests.
 test-fast: $(STAMP) tools
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not broker and not distributed and not slow" $(PYTEST_ARGS)
+
+# The multi-rank exactness tests whose ranks are threads, run STRESS_RUNS times with two busy
+# processes beside them and threads switched every 10 us (tests/conftest.py --hog): a result
+# that depends on timing (a race, a decision read off the wall clock) shows up as a failure.
+STRESS_RUNS ?= 5
+STRESS_TESTS := tests/trainer/test_exchange.py tests/trainer/dist/test_threads.py \
+	tests/trainer/dist/test_lists_exact.py tests/trainer/test_step.py
+stress: $(STAMP)
+	@for i in $$(seq $(STRESS_RUNS)); do echo "stress run $$i of $(STRESS_RUNS)"; \
+		$(PY) -m pytest -q --hog 2 $(STRESS_TESTS) $(PYTEST_ARGS) || exit 1; done
 
 # The tests marked cuda (skipped by `make test` where there is no GPU), then one rank's training
 # speed on the GPU against the CPU: bench/gpu_check.sh.

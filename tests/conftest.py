@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +29,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Kafka cluster for the `kafka` fixture instead of the embedded broker (tests that "
         "kill and restart a broker still start their own embedded one)",
     )
+    parser.addoption(
+        "--hog",
+        type=int,
+        default=0,
+        metavar="N",
+        help="load the machine for the whole session: N processes spinning on a core each, and "
+        "this process's threads switched every 10 us (make stress): the thread ranks' exactness "
+        "tests must hold on a busy machine",
+    )
+
+
+@contextlib.contextmanager
+def loaded_machine(processes: int) -> Iterator[None]:
+    """``processes`` busy processes beside this one, and the interpreter switching threads every
+    10 us instead of every 5 ms: the ranks that are threads of one process interleave at many
+    more points, and every wall-clock measurement a run takes is skewed by the load, as on a
+    shared CI machine. A result that depends on either shows up as a difference."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(processes)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_load(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``--hog N``: the whole session on a loaded machine (see :func:`loaded_machine`)."""
+    n = request.config.getoption("--hog")
+    with loaded_machine(n) if n else contextlib.nullcontext():
+        yield
+
+
+@pytest.fixture()
+def hog() -> Iterator[None]:
+    """One test on a loaded machine (see :func:`loaded_machine`): one busy process."""
+    with loaded_machine(1):
+        yield
 
 
 _TESTS = Path(__file__).resolve().parent

@@ -20,6 +20,7 @@ import torch
 from exact_jobs import EXACT, SYN
 
 from partitioner import Placement
+from runtime import FakeClock
 from streaming import ClickBatch, SyntheticStream
 from trainer.dist import ThreadComm, run_threads
 from trainer.embedding import StoreConfig
@@ -81,7 +82,7 @@ def _train(comm: ThreadComm, task: dict[str, object]) -> dict[str, object]:
     train = replace(EXACT["train"], global_batch=BATCH, staleness=int(task.get("s", 0)))
     settings = {**EXACT, "train": train, "store": task["store"]}
     trainer = Trainer(comm, task["placement"], len(SYN.schema.sparse), len(SYN.schema.dense),
-                      **settings)  # type: ignore[arg-type]
+                      clock=FakeClock(), **settings)  # type: ignore[arg-type]
     # CUDA's branch, unless the test asks for the CPU's.
     trainer.store.cpu_shortcuts = bool(task.get("shortcuts", False))
     # Counting waits dispatches every op through Python: only where the test looks at them.
@@ -179,6 +180,10 @@ def test_a_step_at_more_ranks_waits_twice(world: int, copies: int) -> None:
 
 
 def test_copies_that_change_between_steps_stay_exact() -> None:
+    _copies_change()
+
+
+def _copies_change() -> None:
     # Copies come (step 4) and go (step 8) between steps, as the online loop changes them:
     # flush, new replica sets, a new placement. The exchange follows each change (sync) and
     # CUDA's branch trains what the CPU's does, at s = 2 (copies behind their owners across
@@ -187,7 +192,8 @@ def test_copies_that_change_between_steps_stay_exact() -> None:
         settings = {**EXACT, "train": replace(EXACT["train"], global_batch=BATCH, staleness=2),
                     "store": STORES[1]}
         trainer = Trainer(comm, Placement.hash(2), len(SYN.schema.sparse),
-                          len(SYN.schema.dense), **settings)  # type: ignore[arg-type]
+                          len(SYN.schema.dense), clock=FakeClock(),
+                          **settings)  # type: ignore[arg-type]
         trainer.store.cpu_shortcuts = shortcuts
         for step in range(12):
             if step in (4, 8):  # the same owners throughout; only the copies change
@@ -211,3 +217,17 @@ def test_copies_that_change_between_steps_stay_exact() -> None:
         assert torch.equal(want["state"].rows, got["state"].rows)
         assert all(torch.equal(want["state"].dense[k], got["state"].dense[k])
                    for k in want["state"].dense)
+
+
+@pytest.mark.slow
+def test_the_branches_agree_on_a_loaded_machine(hog: None) -> None:
+    # Each comparison again, twice, with a busy process beside the test and its threads
+    # switched every 10 us: both jobs of a comparison must take the same decisions whatever
+    # the machine does. They did not while the routing choice (--route-rounds -1) read the
+    # wall clock: a probe on a loaded machine turned batch-aware routing on in one job and off
+    # in the other, which then routed, read and trained other rows (hence the FakeClock).
+    for _ in range(2):
+        for world, placement, s, store in [(p.values[:4]) for p in _cases()
+                                           if p.values[0] == 2]:
+            _compare(world, placement, store, s=s)  # type: ignore[arg-type]
+        _copies_change()
