@@ -24,27 +24,42 @@ _EVAL_CHUNK = 8192
 
 
 class Progressive:
-    """The most recent ``keep`` samples of a rank with their scores before their update.
+    """The training samples of a job's most recent steps, with their scores before their update.
+
+    The window is the fewest whole steps, newest first, that hold ``keep`` samples of the job
+    (every rank's together): each rank keeps its own share of those steps, so the union over
+    the ranks (:meth:`job_scores`) is the same set of samples whatever the ranks and however
+    unequal their shares (graph placement, batch-aware routing), and the same as one process
+    keeps on the same global batches.
 
     Scores may stay on the device as tensors: they are copied to the host together when
     read (:meth:`arrays`, every few steps for the metric), not one wait a step.
 
     Args:
-        keep: Samples kept (a rank's share of the window).
+        keep: Samples of the job the window holds at least.
     """
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._parts: collections.deque[tuple[np.ndarray, np.ndarray | torch.Tensor]] = \
+        self._parts: collections.deque[tuple[np.ndarray, np.ndarray | torch.Tensor, int]] = \
             collections.deque()
-        self._held = 0
+        self._held = 0  # samples of the job in the steps kept
 
-    def add(self, labels: np.ndarray, logits: np.ndarray | torch.Tensor) -> None:
-        """One step's labels and logits (numpy, or a tensor on any device)."""
-        self._parts.append((labels, logits))
-        self._held += len(labels)
-        while self._parts and self._held - len(self._parts[0][0]) >= self.keep:
-            self._held -= len(self._parts.popleft()[0])
+    def add(self, labels: np.ndarray, logits: np.ndarray | torch.Tensor,
+            step_samples: int | None = None) -> None:
+        """One step's labels and logits on this rank (numpy, or a tensor on any device).
+
+        Args:
+            labels: This rank's samples of the step.
+            logits: Their scores before the update.
+            step_samples: The step's samples over every rank (the same on every rank); this
+                rank's by default (one process).
+        """
+        step = len(labels) if step_samples is None else int(step_samples)
+        self._parts.append((labels, logits, step))
+        self._held += step
+        while self._parts and self._held - self._parts[0][2] >= self.keep:
+            self._held -= self._parts.popleft()[2]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Labels and scores of the samples kept."""

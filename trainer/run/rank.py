@@ -60,7 +60,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
     with contextlib.ExitStack() as stack:
         source = stack.enter_context(open_source(
             job.source, job.train.global_batch, comm.rank, comm.world, resume=resume,
-            max_records=job.online.max_records))
+            max_records=job.online.max_records, stop=comm.stop_requested))
         start = initial_placement(job, comm, source, clock, manifest)
         schema = source.schema
         bags = Bags.of(schema)
@@ -84,7 +84,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
                           fresh_start=manifest is None)
         if metrics is not None:
             loop.publish_placement()
-        logs = _Logs(job, comm.world, metrics, trainer, schema=schema)
+        logs = _Logs(job, metrics, trainer, schema=schema)
         view = RunView(comm.rank, comm.world, comm, trainer)
         observers.on_start(view)
         seconds, idle = _train(comm, trainer, source, loop, start, logs, clock, job, observers)
@@ -106,7 +106,6 @@ class _Logs:
     progressive AUC, the held-out records, and the steps short of a global batch."""
 
     job: Job
-    world: int
     metrics: Any
     trainer: Trainer
     progressive: Progressive | None = None
@@ -118,8 +117,7 @@ class _Logs:
 
     def __post_init__(self) -> None:
         if self.job.progressive or self.metrics is not None:
-            keep = (self.job.progressive or _PROGRESSIVE_METRIC) // self.world
-            self.progressive = Progressive(max(keep, 1))
+            self.progressive = Progressive(max(self.job.progressive or _PROGRESSIVE_METRIC, 1))
 
     def hold_out(self, batch: ClickBatch, again: bool = False) -> ClickBatch:
         """What of ``batch`` is trained: records appended before ``--heldout-after``; the
@@ -144,7 +142,8 @@ class _Logs:
         if self.min_step_samples is None or c.global_samples < self.min_step_samples:
             self.min_step_samples = c.global_samples
         if self.progressive is not None:
-            self.progressive.add(tr.last_labels, tr.last_logits)  # read every few steps
+            # Whole steps of the job: the ranks' shares together are the job's last samples.
+            self.progressive.add(tr.last_labels, tr.last_logits, c.global_samples)
             if self.metrics is not None and tr.step_index % _AUC_EVERY == 0:
                 self.metrics.on_heldout_auc(self.progressive.local_auc())
 

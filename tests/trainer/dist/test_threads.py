@@ -16,17 +16,17 @@ from exact_jobs import BATCH, DCN_SGD, EXACT, SYN, WINDOW
 from partitioner import Placement
 from streaming import SyntheticStream
 from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.run import Job
-from trainer.run import graph_placement
-from trainer.run import run_jobs, run_rank
-from trainer.sources import SyntheticSpec
 from trainer.online import OnlineConfig
+from trainer.run import Job, graph_placement, run_jobs, run_rank
+from trainer.sources import SyntheticSpec
 from trainer.testing import AuditRun, ReturnState
 
 STATE = (ReturnState,)
 # Fewer steps than the gloo tests' (exact_jobs.STEPS): the lane's budget is seconds.
 STEPS = 24
 SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
+# The progressive AUC's window: not a whole number of steps, nor of a rank's share of one.
+PROGRESSIVE = 5 * BATCH + 7
 
 
 # -- the communicator -------------------------------------------------------------------------
@@ -100,7 +100,8 @@ def _graph(world: int) -> Placement:
 def reference() -> dict[str, object]:
     torch.set_num_threads(1)
     one = Placement.hash(1)
-    return {name: run_rank(LocalComm(), Job(SOURCE, **settings, placement=one, observers=STATE))
+    return {name: run_rank(LocalComm(), Job(SOURCE, **settings, placement=one, observers=STATE,
+                                            progressive=PROGRESSIVE))
             for name, settings in (("deepfm", EXACT), ("dcn", DCN_SGD))}
 
 
@@ -115,6 +116,7 @@ def test_s0_on_threads_equals_one_process(world: int, reference, max_diff) -> No
             Job(SOURCE, EXACT["model"], EXACT["store"],
                 replace(EXACT["train"], route_rounds=3, route_epsilon=0.25), placement=graph,
                 observers=STATE)]
+    jobs = [replace(job, progressive=PROGRESSIVE) for job in jobs]
     per_rank = run_threads(run_jobs, jobs, world)
     for job, model in enumerate(["deepfm", "deepfm", "dcn", "deepfm"]):
         ranks = [r[job] for r in per_rank]
@@ -124,6 +126,13 @@ def test_s0_on_threads_equals_one_process(world: int, reference, max_diff) -> No
         assert totals.samples == BATCH * STEPS and totals.counts["remote_rows"] > 0
         if job:
             assert totals.counts["replica_pushes"] > 0 and totals.max_staleness == 0
+        # The progressive AUC is over the job's last samples, however unequal the ranks'
+        # shares of them (graph placement, routing): one process's figure (the ranks' scores
+        # differ from its own in the last bits only).
+        one = reference[model]
+        assert ranks[0].progressive_auc == pytest.approx(one.progressive_auc, abs=1e-9), job
+        assert ranks[0].progressive_logloss == pytest.approx(one.progressive_logloss,
+                                                             rel=1e-9), job
 
 
 def _schedule(world: int) -> tuple[tuple[int, Placement], ...]:
