@@ -6,19 +6,25 @@ operations per message, whatever its number of records, and no text is parsed:
 
 * ``label``: any integer, boolean or floating column, every value 0 or 1;
 * each dense field: an integer or float column (null = missing, as an empty TSV field; NaN or
-  an infinity dead-letters the record), through the field's transform exactly as the TSV
-  decoder does (``log(1 + max(x, 0))`` by default);
+  an infinity dead-letters the record, as does a magnitude over
+  :data:`~streaming.lists.MAX_MAGNITUDE` on a ``transform = "none"`` field), through the
+  field's transform exactly as the TSV decoder does (``log(1 + max(x, 0))`` by default);
 * each sparse field either a string or binary column of the raw values, hashed as the TSV decoder
   hashes them (so a record decodes to the same ids in either format; null = empty), or an integer
   column of feature ids already hashed (non-negative; taken as they are, without a copy until the
-  fields are stacked into the batch's ``[B, S]`` matrix).
+  fields are stacked into the batch's ``[B, S]`` matrix), or a list of either for a field of
+  many values;
+* a weighted field's weights: a list column of numbers named by the field's ``weights``
+  (``<field>_weights`` by default), one weight a value.
 
 Columns are found by the schema's field names; other columns are ignored. What cannot be decoded is
 dead-lettered like a bad TSV line: bytes that are not an Arrow IPC stream, or stop short, as
 ``bad_arrow`` (the whole message); a missing column or one of a wrong type as ``arrow_schema``
-(the whole message, with the column named in the detail); a record whose label is not 0/1 as
-``bad_label`` and one whose pre-hashed id is null or negative as ``bad_id`` (that record only, as a
-one-row Arrow message, so it can be replayed).
+(the whole message, with the column named in the detail; a weighted field's weights column
+too: a field the schema weighs never trains with weights nobody sent); a record whose label is
+not 0/1 as ``bad_label``, one whose pre-hashed id is null or negative as ``bad_id`` and one
+whose weights are not one a value, each a number in range, as ``bad_weight`` (that record only,
+as a one-row Arrow message, so it can be replayed).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.lists import arrange, select_rows
+from streaming.lists import MAX_MAGNITUDE, arrange, in_range, select_rows
 from streaming.types import (
     ClickBatch,
     Reject,
@@ -96,15 +102,16 @@ def encode_arrow(
 def sparse_columns(schema: Schema, values: np.ndarray, lengths: np.ndarray,
                    weights: np.ndarray | None) -> dict[str, pa.Array]:
     """A jagged batch's sparse part as Arrow columns: ``int64`` for a one-value field,
-    ``list<int64>`` for one of many (and ``list<float>`` ``<field>_weights`` for a weighted
-    one, when ``weights`` are given)."""
+    ``list<int64>`` for one of many, and ``list<float>`` weights for a weighted one, in the
+    column its ``weights`` names (ones where ``weights`` is None: a batch without weights
+    weighs every value 1)."""
     b, s = lengths.shape
     # Value k belongs to field field_of[k]; a stable sort groups them by field keeping each
     # record's order.
     field_of = np.repeat(np.tile(np.arange(s), b), lengths.reshape(-1))
     order = np.argsort(field_of, kind="stable")
     by_field = values[order]
-    by_weight = None if weights is None else weights[order]
+    by_weight = (np.ones(values.size, np.float32) if weights is None else weights)[order]
     per_field = lengths.T  # [S, B]
     ends = np.cumsum(per_field.sum(axis=1))
     out: dict[str, pa.Array] = {}
@@ -115,9 +122,8 @@ def sparse_columns(schema: Schema, values: np.ndarray, lengths: np.ndarray,
             continue
         offsets = pa.array(np.concatenate([[0], np.cumsum(per_field[i])]).astype(np.int32))
         out[spec.name] = pa.ListArray.from_arrays(offsets, pa.array(by_field[lo:hi]))
-        if spec.weighted and by_weight is not None:
-            out[f"{spec.name}_weights"] = pa.ListArray.from_arrays(
-                offsets, pa.array(by_weight[lo:hi]))
+        if spec.weighted:
+            out[spec.weights] = pa.ListArray.from_arrays(offsets, pa.array(by_weight[lo:hi]))
     return out
 
 
@@ -134,7 +140,9 @@ class _Unusable(Exception):
 
     def __init__(self, reason: RejectReason, detail: str) -> None:
         super().__init__(detail)
-        self.reason, self.detail = reason, detail
+        # Column names are the sender's text: UTF-8 for the dead letter's header, whatever.
+        self.reason = reason
+        self.detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class ArrowDecoder:
@@ -197,10 +205,14 @@ class ArrowDecoder:
         s = self.schema
         types = dict(zip(arrow_schema.names, arrow_schema.types))
 
-        def typed(name: str) -> pa.DataType:
+        def typed(name: str, what: str = "") -> pa.DataType:
             if name not in types:
                 have = ", ".join(arrow_schema.names[:8]) + (", ..." if len(types) > 8 else "")
-                raise _Unusable(RejectReason.ARROW_SCHEMA, f"no column {name!r} (columns: {have})")
+                raise _Unusable(RejectReason.ARROW_SCHEMA, f"no column {name!r}{what} "
+                                f"(columns: {have})")
+            if len(arrow_schema.get_all_field_indices(name)) > 1:
+                raise _Unusable(RejectReason.ARROW_SCHEMA, f"column {name!r} appears more than "
+                                "once")
             return types[name]
 
         t = typed(s.label)
@@ -228,9 +240,9 @@ class ArrowDecoder:
                 raise _Unusable(RejectReason.ARROW_SCHEMA, f"sparse column {name!r} is {t}, "
                                 "expected integer ids or string values (or lists of them)")
             kinds.append(kind + ("_list" if listed else ""))
-            weights = f"{name}_weights"
-            if spec.weighted and weights in types:
-                w = types[weights]
+            if spec.weighted:
+                weights = spec.weights
+                w = typed(weights, f" of weights for the weighted field {name!r}")
                 if not ((pat.is_list(w) or pat.is_large_list(w)) and (
                         pat.is_floating(w.value_type) or pat.is_integer(w.value_type))):
                     raise _Unusable(RejectReason.ARROW_SCHEMA, f"column {weights!r} is {w}, "
@@ -245,8 +257,11 @@ class ArrowDecoder:
         rows_of = np.array([b.num_rows for b, _, _ in members], np.int64)
         msg = np.repeat(np.array([m for _, m, _ in members], np.int64), rows_of)
 
-        def column(name: str, null: object) -> np.ndarray:
-            chunks = table.column(name).chunks
+        def column(name: str, null: object, to: pa.DataType = _FLOAT64) -> np.ndarray:
+            # One type before the nulls are filled (a boolean label cannot hold 2, an unsigned
+            # id not -1); unchecked, so that an id past int64 wraps negative and is refused.
+            chunks = [c if c.type == to else pc.cast(c, to, safe=False)
+                      for c in table.column(name).chunks]
             if any(c.null_count for c in chunks):
                 chunks = [c.fill_null(null) for c in chunks]
             parts = [c.to_numpy(zero_copy_only=False) for c in chunks]
@@ -258,14 +273,15 @@ class ArrowDecoder:
         dense_t = np.empty((len(s.dense), n), np.float64)
         for j, name in enumerate(s.dense):
             dense_t[j] = column(name, 0)
-        bad_dense = good & ~np.isfinite(dense_t).all(axis=0)
+        bad_dense = good & ~(np.isfinite(dense_t).all(axis=0)
+                             & in_range(dense_t[~self._log1p]).all(axis=0))
         if self._jagged:
             return self._decode_lists(table, kinds, labels, good, dense_t, bad_dense, msg,
                                       rows_of, members, meta, rejects)
         ids_t = np.empty((len(s.sparse), n), np.int64)
         for j, (name, kind) in enumerate(zip(s.sparse, kinds)):
             if kind == "ids":
-                ids_t[j] = column(name, -1)
+                ids_t[j] = column(name, -1, pa.int64())
             else:
                 ids_t[j] = np.concatenate([self._hash(c, j) for c in table.column(name).chunks])
         bad_id = good & ~bad_dense & (ids_t < 0).any(axis=0)
@@ -294,6 +310,7 @@ class ArrowDecoder:
         s, n = self.schema, table.num_rows
         recs, flds, ids, weights, weight_ok = [], [], [], [], []
         bad_id = np.zeros(n, dtype=bool)
+        bad_weight_rows = np.zeros(n, dtype=bool)
         for j, (spec, kind) in enumerate(zip(s.sparse_fields, kinds)):
             col = table.column(spec.name).combine_chunks()
             if kind.endswith("_list"):
@@ -303,7 +320,8 @@ class ArrowDecoder:
                 lengths, flat = np.ones(n, np.int64), col
             rec = np.repeat(np.arange(n), lengths)
             if kind.startswith("ids"):
-                got = flat.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+                got = pc.cast(flat, pa.int64(), safe=False).fill_null(-1).to_numpy(
+                    zero_copy_only=False)
                 bad_id[rec[got < 0]] = True
                 present = np.ones(got.size, dtype=bool)
             else:
@@ -313,19 +331,19 @@ class ArrowDecoder:
                            if kind.endswith("_list") else np.ones(got.size, dtype=bool))
             w = np.ones(got.size, np.float32)
             ok = np.ones(got.size, dtype=bool)
-            name = f"{spec.name}_weights"
-            if spec.weighted and name in table.column_names:
-                wcol = table.column(name).combine_chunks()
+            if spec.weighted:  # _check made sure the column is there
+                wcol = table.column(spec.weights).combine_chunks()
                 wlen = pc.list_value_length(wcol).fill_null(0).to_numpy().astype(np.int64)
-                values = pc.list_flatten(wcol).fill_null(np.nan).to_numpy(
-                    zero_copy_only=False).astype(np.float64)
+                values = pc.cast(pc.list_flatten(wcol), pa.float64(), safe=False).fill_null(
+                    np.nan).to_numpy(zero_copy_only=False)
                 same = wlen == lengths
-                # Rows whose weights do not match their values one to one: every value bad.
+                bad_weight_rows |= ~same  # weights not one a value (an empty bag's included)
                 wrec = np.repeat(np.arange(n), wlen)
                 pick = same[wrec]
-                w[same[rec]] = values[pick]
-                ok[~same[rec]] = False
-                ok[same[rec]] = np.isfinite(values[pick])
+                fine = in_range(values[pick])
+                # Out-of-range weights are not cast (float32 would overflow): they reject.
+                w[same[rec]] = np.where(fine, values[pick], 1.0)
+                ok[same[rec]] = fine
             recs.append(rec[present])
             flds.append(np.full(int(present.sum()), j, np.int64))
             ids.append(got[present])
@@ -339,7 +357,7 @@ class ArrowDecoder:
             self.truncated[name] = self.truncated.get(name, 0) + count
         bad_id &= good & ~bad_dense
         too_many = jag.too_many & good & ~bad_dense & ~bad_id
-        bad_weight = jag.bad_weight & good & ~bad_dense & ~bad_id & ~too_many
+        bad_weight = (jag.bad_weight | bad_weight_rows) & good & ~bad_dense & ~bad_id & ~too_many
         keep = good & ~bad_dense & ~bad_id & ~too_many & ~bad_weight
         _reject_records(((RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
                          (RejectReason.BAD_DENSE, bad_dense, _BAD_DENSE),
@@ -347,7 +365,9 @@ class ArrowDecoder:
                          (RejectReason.TOO_MANY_VALUES, too_many,
                           "a field has more values than its max_len"),
                          (RejectReason.BAD_WEIGHT, bad_weight,
-                          "weights must be finite numbers, one a value")),
+                          f"a weighted field's values come with their weights (a list "
+                          f"column as long as the values) of magnitude at most "
+                          f"{MAX_MAGNITUDE:g}")),
                         rows_of, msg, members, meta, rejects)
         rows = np.flatnonzero(keep)
         kept_values, kept_lengths, kept_weights = select_rows(jag, rows)
@@ -371,8 +391,10 @@ class ArrowDecoder:
         return hash_spans(buf, offsets[:-1], offsets[1:], self._seeds[j : j + 1], slack=True)
 
 
-_BAD_DENSE = "dense values must be finite numbers"
+_BAD_DENSE = (f"dense values must be finite numbers (of magnitude at most {MAX_MAGNITUDE:g} "
+              "where the transform is none)")
 _BAD_ID = "ids must be non-negative"
+_FLOAT64 = pa.float64()
 
 
 def _reject_records(reasons: Sequence[tuple[RejectReason, np.ndarray, str]],
@@ -398,7 +420,7 @@ def _read(payload: bytes) -> pa.RecordBatch:
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(payload))
         batches = list(reader)
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise _Unusable(RejectReason.BAD_ARROW, f"not an Arrow IPC stream: {exc}"[:200]) from None
     if len(batches) != 1:
         raise _Unusable(RejectReason.BAD_ARROW,
@@ -406,7 +428,7 @@ def _read(payload: bytes) -> pa.RecordBatch:
     batch = batches[0]
     try:
         batch.validate(full=True)  # offsets inside their buffers, before anything reads them
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowException, ValueError) as exc:
         raise _Unusable(RejectReason.BAD_ARROW, f"invalid record batch: {exc}"[:200]) from None
     return batch
 

@@ -23,7 +23,14 @@ from typing import Literal, Sequence
 import numpy as np
 
 from streaming.hashing import field_seeds, hash_spans
-from streaming.lists import DEFAULT_SEPARATOR, Jagged, jagged_ids, select_rows
+from streaming.lists import (
+    DEFAULT_SEPARATOR,
+    MAX_MAGNITUDE,
+    Jagged,
+    in_range,
+    jagged_ids,
+    select_rows,
+)
 from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
 
 __all__ = ["FORMATS", "Decoder", "Decoded", "DecodeConfig"]
@@ -36,6 +43,14 @@ _MAX_DIGITS = 18
 # Longer dense values than this are rejected before a float parse looks at them.
 _MAX_NUMBER_BYTES = 40
 _SLACK = 8
+_BAD_DENSE = (f"dense values must be finite numbers (of magnitude at most {MAX_MAGNITUDE:g} "
+              "where the transform is none)")
+_BAD_WEIGHT = {
+    "tsv": "every value of a weighted field carries its weight (id:weight), a number of "
+           f"magnitude at most {MAX_MAGNITUDE:g}",
+    "json": "a weighted field's values come with their weights (an array under the field's "
+            f"weights key, as long as the values) of magnitude at most {MAX_MAGNITUDE:g}",
+}
 
 
 @dataclass(frozen=True)
@@ -200,6 +215,9 @@ class Decoder:
         detail: str = "",
     ) -> None:
         data = lines.buf
+        # The detail travels in a Kafka header: text that UTF-8 can carry (a JSON record may
+        # hold a lone surrogate, quoted in a parse error's message).
+        detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
         for r in rows:
             m = lines.message[r]
             rejects.append(
@@ -214,11 +232,12 @@ class Decoder:
 
     def _sparse(self, lines: _Lines, rows: np.ndarray, buf: np.ndarray, starts: np.ndarray,
                 ends: np.ndarray, meta: list[np.ndarray], rejects: list[Reject],
-                separator: int | None = None) -> tuple[np.ndarray, np.ndarray | tuple[np.ndarray, np.ndarray,
-                                                          np.ndarray | None]]:
+                separator: int | None = None, bad_rows: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
         """The ids of ``[R, S]`` sparse spans: ``(rows kept, ids [R, S])`` for a schema of one
         value a field, else ``(rows kept, (values, lengths, weights))``, the records over a
-        ``max_len`` that rejects or with a bad weight dead-lettered."""
+        ``max_len`` that rejects or with a bad weight dead-lettered (``bad_rows``: bool ``[R]``
+        records whose weights the format's own parse found wrong)."""
         if not self._jagged:
             return rows, hash_spans(buf, starts, ends, self._seeds, slack=True)
         j: Jagged = jagged_ids(buf, starts, ends, self.schema, self._seeds,
@@ -227,10 +246,10 @@ class Decoder:
             self._truncated[name] = self._truncated.get(name, 0) + n
         self._reject_rows(lines, rows[j.too_many], RejectReason.TOO_MANY_VALUES, meta, rejects,
                           "a field has more values than its max_len")
-        bad_weight = j.bad_weight & ~j.too_many
+        bad_weight = (j.bad_weight if bad_rows is None else j.bad_weight | bad_rows) & ~j.too_many
         self._reject_rows(lines, rows[bad_weight], RejectReason.BAD_WEIGHT, meta, rejects,
-                          "weights must be finite numbers (id:weight)")
-        keep = np.flatnonzero(~(j.too_many | j.bad_weight))
+                          _BAD_WEIGHT[self.config.format])
+        keep = np.flatnonzero(~(j.too_many | bad_weight))
         return rows[keep], select_rows(j, keep)
 
     def _assemble(
@@ -296,14 +315,13 @@ class Decoder:
         label_ok = (label_len == 1) & ((label_byte == _ZERO) | (label_byte == _ZERO + 1))
         dense_raw, dense_ok = _parse_numbers(buf, f_starts[:, 1 : 1 + n_dense],
                                              f_ends[:, 1 : 1 + n_dense])
+        if not self._log1p.all():  # values trained as they are: within float32's reach
+            dense_ok &= in_range(dense_raw[:, ~self._log1p]).all(axis=1)
         self._reject_rows(
             lines, rows[~label_ok], RejectReason.BAD_LABEL, meta, rejects, "label must be 0 or 1"
         )
         bad_dense = label_ok & ~dense_ok
-        self._reject_rows(
-            lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects,
-            "dense values must be finite numbers"
-        )
+        self._reject_rows(lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects, _BAD_DENSE)
         good = label_ok & dense_ok
         if not good.all():
             rows, f_starts, f_ends = rows[good], f_starts[good], f_ends[good]
@@ -329,6 +347,7 @@ class Decoder:
         dense = np.zeros((n, len(schema.dense)), np.float64)
         values: list[bytes] = []
         ok = np.ones(n, dtype=bool)
+        bad_weights = np.zeros(n, dtype=bool)  # weights missing, or not one a value
         for r in range(n):
             raw = lines.buf[lines.starts[r] : lines.ends[r]].tobytes()
             try:
@@ -338,11 +357,17 @@ class Decoder:
                 label = obj.get(schema.label)
                 if label not in (0, 1) or isinstance(label, float) and label not in (0.0, 1.0):
                     raise ValueError(f"label must be 0 or 1, got {label!r}")
-                row_dense = [_json_number(obj.get(name)) for name in schema.dense]
-                row_values = [_json_str(obj.get(f.name)) if not f.multi_valued
-                              else _json_list(obj.get(f.name), obj.get(f"{f.name}_weights"),
-                                              f.weighted)
-                              for f in schema.sparse_fields]
+                row_dense = [_json_number(obj.get(name), not log1p)
+                             for name, log1p in zip(schema.dense, self._log1p)]
+                row_values: list[bytes] = []
+                for f in schema.sparse_fields:
+                    if not f.multi_valued:
+                        row_values.append(_json_str(obj.get(f.name)))
+                        continue
+                    joined, weights_ok = _json_list(obj.get(f.name), obj.get(f.weights)
+                                                    if f.weighted else None, f.weighted)
+                    row_values.append(joined)
+                    bad_weights[r] |= not weights_ok
             except (ValueError, TypeError, RecursionError) as exc:
                 # RecursionError: nesting deeper than the json module parses ('[' * 30000).
                 detail = ("nested too deeply" if isinstance(exc, RecursionError)
@@ -362,12 +387,13 @@ class Decoder:
         v_starts = v_ends - sizes.reshape(v_ends.shape)
         vbuf = np.frombuffer(b"".join(values) + bytes(_SLACK), dtype=np.uint8)
         kept, sparse = self._sparse(lines, rows, vbuf, v_starts, v_ends, meta, rejects,
-                                    _JSON_SEPARATOR)
+                                    _JSON_SEPARATOR, bad_weights[rows])
         return self._assemble(lines, kept, labels[kept], dense[kept], sparse, meta)
 
 
-def _json_number(v: object) -> float:
-    """A dense value of a JSON record: a number, or a string of one; missing is 0."""
+def _json_number(v: object, bounded: bool) -> float:
+    """A dense value of a JSON record: a number, or a string of one; missing is 0. A
+    ``bounded`` one (trained as it is) is at most :data:`MAX_MAGNITUDE` in magnitude."""
     if v is None or v == "":
         return 0.0
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
@@ -380,6 +406,9 @@ def _json_number(v: object) -> float:
         raise ValueError(f"dense value out of range: {str(v)[:40]}") from None
     if not math.isfinite(value):
         raise ValueError(f"dense value must be finite, got {v!r}")
+    if bounded and abs(value) > MAX_MAGNITUDE:
+        raise ValueError(f"dense value of magnitude over {MAX_MAGNITUDE:g} (transform none): "
+                         f"{str(v)[:40]}")
     return value
 
 
@@ -387,22 +416,33 @@ def _json_number(v: object) -> float:
 _JSON_SEPARATOR = 0x1F
 
 
-def _json_list(v: object, weights: object, weighted: bool) -> bytes:
+def _json_list(v: object, weights: object, weighted: bool) -> tuple[bytes, bool]:
     """A list field of a JSON record (an array of scalars, or one scalar), its values joined
-    by :data:`_JSON_SEPARATOR`; ``weights``, an array as long, appended as ``:weight``."""
+    by :data:`_JSON_SEPARATOR`, each ``value:weight`` in a weighted field; and whether the
+    weights (an array as long as the values; a scalar is an array of one) came one a value.
+    Empty values are no values, and their weights go with them."""
     items = [] if v is None else v if isinstance(v, list) else [v]
     values = [_json_str(x) for x in items]
     if any(_JSON_SEPARATOR in x for x in values):
         raise ValueError("a list value holds the byte 0x1f")
-    if weighted and weights is not None:
-        if not isinstance(weights, list) or len(weights) != len(values):
-            raise ValueError(f"weights must be an array as long as the values ({len(values)})")
-        # A weight that is not a number stays text: the list parse dead-letters it as
-        # bad_weight, as a TSV one.
-        values = [x + b":" + (repr(float(w)) if isinstance(w, (int, float))
-                              and not isinstance(w, bool) else str(w)).encode()
-                  for x, w in zip(values, weights)]
-    return bytes([_JSON_SEPARATOR]).join(values)
+    given = [] if weights is None else weights if isinstance(weights, list) else [weights]
+    if not weighted or len(given) != len(values):  # weights missing, or not one a value
+        # Values alone: the list parse counts them (max_len) and finds no weights.
+        return bytes([_JSON_SEPARATOR]).join(values), not weighted
+    # Each weight as text, for the list parse to read and check as it does a TSV one.
+    return bytes([_JSON_SEPARATOR]).join(x + b":" + _json_weight(w)
+                                         for x, w in zip(values, given) if x), True
+
+
+def _json_weight(w: object) -> bytes:
+    """A JSON weight as the text the list parse reads: a number (an integer too long for a
+    float included: the parse refuses it), or a string of one; anything else, or a string
+    that could end the value early, is text that no number parse takes."""
+    if isinstance(w, (int, float)) and not isinstance(w, bool):
+        return repr(w).encode()
+    if isinstance(w, str) and ":" not in w and chr(_JSON_SEPARATOR) not in w:
+        return w.encode("utf-8")
+    return b"?"
 
 
 def _json_str(v: object) -> bytes:

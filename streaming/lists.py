@@ -14,8 +14,16 @@ Rules (the same for every format):
 - past ``max_len`` values a field truncates (the first ``max_len`` are kept, the rest counted
   per field) or, with ``on_overflow = "reject"``, the record is dead-lettered
   (``too_many_values``);
-- a weighted field's value ``id:weight`` splits at its last colon; a value with no colon
-  weighs 1; a weight that is not a finite number dead-letters the record (``bad_weight``).
+- a weighted field's value ``id:weight`` splits at its last colon; a value without a weight
+  (no colon), or a weight that is not a number of magnitude at most :data:`MAX_MAGNITUDE`,
+  dead-letters the record (``bad_weight``): a field the schema weighs never trains with a
+  weight nobody sent.
+
+:data:`MAX_MAGNITUDE` (1e18) bounds every number a record brings into training as it is: the
+weights, and the dense values of a ``transform = "none"`` field (an 18-digit integer, the
+longest a TSV dense field takes, is 1e18 at most; a ``log1p`` field takes any finite number,
+as its log is small). A float32 holds 3.4e38, so such a value is stored finite, and a
+weighted bag's pooled sum of up to 3.4e20 values (more than any record holds) stays finite.
 """
 
 from __future__ import annotations
@@ -28,9 +36,12 @@ import numpy as np
 from streaming.hashing import hash_spans
 from streaming.types import Schema, segment_positions
 
-__all__ = ["DEFAULT_SEPARATOR", "Jagged", "arrange", "jagged_ids", "select_rows", "split_spans"]
+__all__ = ["DEFAULT_SEPARATOR", "MAX_MAGNITUDE", "Jagged", "arrange", "in_range", "jagged_ids",
+           "select_rows", "split_spans"]
 
 DEFAULT_SEPARATOR = ","
+# The largest magnitude of a weight or a dense value (see the module's docstring).
+MAX_MAGNITUDE = 1e18
 _COLON = ord(":")
 
 
@@ -43,7 +54,8 @@ class Jagged:
         lengths: int32 ``[R, S]`` values of each (record, field).
         weights: float32 ``[nnz]``, or None when no field is weighted.
         too_many: bool ``[R]`` records over some field's ``max_len`` that reject.
-        bad_weight: bool ``[R]`` records with a weight that is not a finite number.
+        bad_weight: bool ``[R]`` records with a value that has no weight, or a weight that
+            is not a number in range (:func:`in_range`).
         truncated: Values dropped past ``max_len``, per field name (truncating fields only).
     """
 
@@ -129,7 +141,10 @@ def jagged_ids(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Sc
         colon = _last_colon(buf, v_start[wv], v_end[wv])
         at = wv[colon >= 0]
         parsed, ok = parse_floats(buf, colon[colon >= 0] + 1, v_end[at])
-        weights[at], weight_ok[at] = parsed, ok
+        ok &= in_range(parsed)
+        # Out-of-range weights are not cast (float32 would overflow): their records reject.
+        weights[at], weight_ok[at] = np.where(ok, parsed, 1.0), ok
+        weight_ok[wv[colon < 0]] = False  # a value of a weighted field sent without its weight
         v_end[at] = colon[colon >= 0]  # the id is what comes before the colon
     ids = hash_spans(buf, v_start, v_end, seeds[fld], slack=True)
     return arrange(rec, fld, ids, weights, weight_ok, r, schema)
@@ -162,6 +177,13 @@ def arrange(rec: np.ndarray, fld: np.ndarray, ids: np.ndarray, weights: np.ndarr
     return Jagged(values=ids[kept], lengths=np.minimum(counts, max_len).astype(np.int32),
                   weights=None if weights is None else weights[order][kept].astype(np.float32),
                   too_many=too_many, bad_weight=bad_weight, truncated=truncated)
+
+
+def in_range(values: np.ndarray) -> np.ndarray:
+    """bool: which ``values`` (float64) are finite with a magnitude of at most
+    :data:`MAX_MAGNITUDE`, so that float32 holds them and the sums they pool into."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(values) <= MAX_MAGNITUDE  # False for NaN as for infinities
 
 
 def _last_colon(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

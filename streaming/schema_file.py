@@ -34,7 +34,7 @@ from streaming.types import DenseField, Schema, SparseField
 __all__ = ["inline_fields", "load_schema"]
 
 _SPARSE_KEYS: dict[str, type] = {"table": str, "max_len": int, "pooling": str, "weighted": bool,
-                "on_overflow": str}
+                "on_overflow": str, "weights": str}
 _DENSE_KEYS: dict[str, type] = {"transform": str}
 _HEADER = re.compile(r"^\s*\[\s*(dense|sparse)\s*\.\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*\]")
 _KEY = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*=")

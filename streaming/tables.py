@@ -6,16 +6,21 @@
 Criteo TSV text (:func:`streaming.producer.file_chunks`).
 
 Each field of the schema (``--schema``) is read from the column of its own name, or from the one
-``--column-map FIELD=COLUMN,...`` names. Before anything is sent, every path is opened and every
-column checked: a missing column, or one whose type the consumer could not read (a dense field
-that is not numbers, a label that is not a number), stops with an error that names the
-field, the column, the file and the columns it has.
+``--column-map FIELD=COLUMN,...`` names. A weighted field's weights are read from the column the
+schema's ``weights`` names (``<column>_weights`` by default), or from the one
+``--column-map <field>_weights=COLUMN`` names. Before anything is sent, every path is opened and
+every column checked: a missing column (a weighted field's weights included: a field the
+schema weighs never trains with weights nobody sent), or one whose type the consumer could not
+read (a dense field that is not numbers, a label that is not a number), stops with an error that
+names the field, the column, the file and the columns it has.
 
 Values are sent as they are in the file, for the consumer to hash: an integer categorical column
 (user ids, item ids) becomes the text of its values, so that a user id of 5 and an item id of 5
 stay different features and a record decodes to the same ids from Parquet as from its TSV line.
 The messages are Arrow record batches (``--format arrow``) or TSV lines (``--format tsv``), both
-built column by column with pyarrow's compute functions, with no loop over records.
+built column by column with pyarrow's compute functions, with no loop over records. A value is
+sent as it is, whatever it holds (a NaN, 1e300, bytes that are not UTF-8), for the consumer to
+dead-letter by reason: a record never stops a replay.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from streaming.arrow import ipc_message
-from streaming.types import Schema
+from streaming.types import Schema, segment_positions
 
 __all__ = ["ColumnError", "TableSource", "arrow_messages", "is_table_path", "parse_column_map",
            "tsv_messages"]
@@ -50,8 +55,11 @@ def is_table_path(path: str) -> bool:
 
 
 def parse_column_map(spec: str, schema: Schema) -> dict[str, str]:
-    """``"label=click,C1=user_id"`` as ``{field: column}``; every key must be a schema field."""
-    fields = (schema.label, *schema.dense, *schema.sparse)
+    """``"label=click,C1=user_id"`` as ``{field: column}``; every key must be a schema field,
+    or a weighted field's weights (``<field>_weights``, or the name its ``weights`` gives)."""
+    weights = [name for f in schema.sparse_fields if f.weighted
+               for name in dict.fromkeys((f"{f.name}_weights", f.weights))]
+    fields = (schema.label, *schema.dense, *schema.sparse, *weights)
     out: dict[str, str] = {}
     for item in (s.strip() for s in spec.split(",")):
         if not item:
@@ -95,6 +103,7 @@ class _Field:
     name: str  # the schema's
     column: str  # the file's
     kind: str  # label, dense, sparse, list (a multi-valued sparse field), weights
+    weights_of: str = ""  # a weights column's field
 
 
 class TableSource:
@@ -123,9 +132,12 @@ class TableSource:
         for f in schema.sparse_fields:
             column = mapping.get(f.name, f.name)
             self.fields.append(_Field(f.name, column, "list" if f.multi_valued else "sparse"))
-            weights = f"{column}_weights"
-            if f.weighted and weights in self.dataset.schema.names:
-                self.fields.append(_Field(f"{f.name}_weights", weights, "weights"))
+            if f.weighted:
+                # Named by the map, else by the schema, else after the field's own column.
+                named = f.weights != f"{f.name}_weights"
+                weights = mapping.get(f.weights, mapping.get(
+                    f"{f.name}_weights", f.weights if named else f"{column}_weights"))
+                self.fields.append(_Field(f.weights, weights, "weights", f.name))
         self._check(self.dataset.schema)
 
     def _check(self, have: pa.Schema) -> None:
@@ -135,6 +147,8 @@ class TableSource:
         absent = [f for f in self.fields if f.column not in names]
         if absent:  # all of them at once: a renamed file misses several
             said = "; ".join(f"no column {f.column!r} for the schema's {f.kind} field {f.name!r}"
+                             + (f" (the weights of its weighted field {f.weights_of!r})"
+                                if f.weights_of else "")
                              + ("" if f.column == f.name else " (--column-map)") for f in absent)
             raise ColumnError(f"{said} in {where} (its columns: {shown}). --column-map "
                               f"{absent[0].name}=COLUMN,... names the column a field is in; "
@@ -165,7 +179,7 @@ class TableSource:
         """Record batches of up to ``chunk`` rows, columns named and typed for the consumer;
         ``count`` > 0 stops after that many records."""
         sent = 0
-        columns = [f.column for f in self.fields]
+        columns = list(dict.fromkeys(f.column for f in self.fields))  # one column, two fields
         for raw in self.dataset.to_batches(columns=columns, batch_size=chunk):
             if count and sent + raw.num_rows > count:
                 raw = raw.slice(0, count - sent)
@@ -179,16 +193,33 @@ class TableSource:
         arrays, fields = [], []
         for f in self.fields:
             a = raw.column(f.column)
-            if f.kind in ("sparse", "list") and pat.is_integer(a.type):
+            listed = pat.is_list(a.type) or pat.is_large_list(a.type)
+            if f.kind in ("label", "dense") and pat.is_float16(a.type):
+                a = pc.cast(a, pa.float32())  # compute functions take few half floats
+            elif f.kind == "list" and not listed:
+                a = _one_each(a)  # a field of many values sent as lists, one value each
+            elif f.kind == "sparse" and pat.is_integer(a.type):
                 a = pc.cast(a, pa.string())  # a raw value, hashed by the consumer per field
-            elif f.kind == "list" and (pat.is_list(a.type) or pat.is_large_list(a.type)) \
-                    and pat.is_integer(a.type.value_type):
+            if f.kind == "list" and pat.is_integer(a.type.value_type):
                 a = pc.cast(a, pa.list_(pa.string()))
             elif f.kind == "weights":
-                a = pc.cast(a, pa.list_(pa.float32()))
+                # Unchecked: a weight past float32 becomes an infinity the consumer refuses.
+                a = pc.cast(a, pa.list_(pa.float32()), safe=False)
             arrays.append(a)
-            fields.append(pa.field(f.name, a.type))
+            fields.append(pa.field(f.name, a.type, metadata={_WEIGHTS_OF: f.weights_of}
+                                   if f.weights_of else None))
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# A weights column's metadata key: the field whose values it weighs.
+_WEIGHTS_OF = b"hetgmp.weights_of"
+
+
+def _one_each(a: pa.Array) -> pa.Array:
+    """A column of values as lists of one (a null: an empty list)."""
+    lengths = (~np.asarray(a.is_null().to_numpy(zero_copy_only=False), bool)).astype(np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, a.drop_null())
 
 
 def _is_value(t: pa.DataType) -> bool:
@@ -196,19 +227,39 @@ def _is_value(t: pa.DataType) -> bool:
         pat.is_binary(t) or pat.is_large_binary(t)
 
 
+def _text(a: pa.Array) -> pa.Array:
+    """Values as the bytes of their text (binary: bytes that are not UTF-8 are sent as they
+    are, for the consumer to refuse the line)."""
+    if not (pat.is_string(a.type) or pat.is_large_string(a.type) or pat.is_binary(a.type)
+            or pat.is_large_binary(a.type)):
+        a = pc.cast(a, pa.string())
+    return pc.cast(a, pa.binary())
+
+
 def _joined(values: pa.Array, weights: pa.Array | None, separator: str) -> pa.Array:
-    """A list column as TSV text: its values joined by ``separator`` (``id:weight`` with
-    weights; a row whose weights do not match its values one to one is sent as it is, for the
-    consumer to dead-letter)."""
-    flat = pc.cast(pc.list_flatten(values), pa.string())
-    lengths = pc.fill_null(pc.list_value_length(values), 0)
+    """A list column as TSV text: its values joined by ``separator``, each ``id:weight`` with
+    weights. A null or empty value is no value (its weight goes with it); a row whose weights
+    are not one a value is sent without them, a null weight as none, for the consumer to
+    dead-letter (``bad_weight``)."""
+    flat = pc.fill_null(_text(pc.list_flatten(values)), b"")
+    lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy().astype(np.int64)
     if weights is not None:
-        same = pc.equal(pc.fill_null(pc.list_value_length(weights), 0), lengths)
-        if pc.all(same).as_py():
-            flat = pc.binary_join_element_wise(
-                flat, pc.cast(pc.list_flatten(weights), pa.string()), ":")
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths.to_numpy())]).astype(np.int32))
-    return pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(offsets, flat), separator), "")
+        wlen = pc.fill_null(pc.list_value_length(weights), 0).to_numpy().astype(np.int64)
+        same = np.flatnonzero(wlen == lengths)
+        # Value k of a matching row takes the weight at the same place in the row's weights.
+        at = np.full(len(flat), -1, np.int64)
+        at[segment_positions(_indptr(lengths), same)] = segment_positions(_indptr(wlen), same)
+        text = pc.take(_text(pc.list_flatten(weights)), pa.array(at, mask=at < 0))
+        text = pc.if_else(pc.equal(pc.binary_length(flat), 0), pa.scalar(None, pa.binary()), text)
+        flat = pc.binary_join_element_wise(flat, text, pa.scalar(b":"), null_handling="skip")
+    offsets = pa.array(_indptr(lengths).astype(np.int32))
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, flat),
+                            pa.scalar(separator.encode()))
+    return pc.fill_null(joined, b"")
+
+
+def _indptr(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
@@ -220,26 +271,34 @@ def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
 def tsv_messages(batch: pa.RecordBatch, per_message: int, separator: str = ",") -> list[bytes]:
     """Criteo TSV lines (label, dense..., sparse..., tab separated; null = empty field), joined
     ``per_message`` to a message by newlines. A list column's values are joined by
-    ``separator``, each ``id:weight`` when a ``<name>_weights`` column comes with it."""
+    ``separator``, each ``id:weight`` when its weights column comes with it (marked so by
+    :class:`TableSource`, or named ``<name>_weights``)."""
     texts = []
     names = batch.schema.names
+    weights_of = {}
+    for i, f in enumerate(batch.schema):
+        of = (f.metadata or {}).get(_WEIGHTS_OF, b"").decode() or (
+            f.name[:-len("_weights")] if f.name.endswith("_weights") else "")
+        if of in names and of != f.name:
+            weights_of[of] = i
+    written_with_values = set(weights_of.values())
     for i, a in enumerate(batch.columns):
-        name = names[i]
-        if name.endswith("_weights") and name[:-len("_weights")] in names:
-            continue  # written with its values
+        if i in written_with_values:
+            continue
         if pat.is_list(a.type) or pat.is_large_list(a.type):
-            weights = batch.column(f"{name}_weights") if f"{name}_weights" in names else None
-            texts.append(_joined(a, weights, separator))
+            w = weights_of.get(names[i])
+            texts.append(_joined(a, None if w is None else batch.column(w), separator))
             continue
         if i == 0 and pat.is_boolean(a.type):
             a = pc.cast(a, pa.int8())
         elif i == 0 and pat.is_floating(a.type):
-            # 1.0 -> "1"; a fractional label stays as it is, for the consumer to reject.
-            whole = pc.all(pc.equal(a, pc.floor(a))).as_py() is not False
-            a = pc.cast(a, pa.int64()) if whole else a
-        texts.append(pc.fill_null(pc.cast(a, pa.string()), ""))
-    lines = pc.binary_join_element_wise(*texts, "\t")
-    ended = pc.binary_join_element_wise(lines, pa.scalar(""), "\n")  # each line + "\n"
+            # 1.0 -> "1"; any other label (2.0, 0.5, NaN, 1e300) stays as it is, for the
+            # consumer to reject.
+            zero_one = pc.all(pc.or_(pc.equal(a, 0), pc.equal(a, 1))).as_py() is not False
+            a = pc.cast(a, pa.int8()) if zero_one else a
+        texts.append(pc.fill_null(_text(a), b""))
+    lines = pc.binary_join_element_wise(*texts, pa.scalar(b"\t"))
+    ended = pc.binary_join_element_wise(lines, pa.scalar(b""), pa.scalar(b"\n"))  # line + "\n"
     ended = ended.combine_chunks() if isinstance(ended, pa.ChunkedArray) else ended
     offsets_buf, data_buf = ended.buffers()[1], ended.buffers()[2]
     offsets = np.frombuffer(offsets_buf, np.int32)[ended.offset : ended.offset + len(ended) + 1]

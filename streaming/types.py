@@ -35,6 +35,8 @@ class SparseField:
         max_len: Values a record may carry (1: exactly one, as in Criteo).
         pooling: How a record's values make one vector: ``sum`` or ``mean``.
         weighted: Whether each value carries a weight (``id:weight``).
+        weights: A weighted field's JSON key and Arrow/Parquet column of weights (defaults
+            to ``<name>_weights``).
         on_overflow: Past ``max_len``: ``truncate`` (keep the first, count the rest) or
             ``reject`` (dead-letter the record).
     """
@@ -45,10 +47,15 @@ class SparseField:
     pooling: str = "sum"
     weighted: bool = False
     on_overflow: str = "truncate"
+    weights: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a sparse field needs a name")
+        if self.weights and not self.weighted:
+            raise ValueError("weights names a weighted field's weights: set weighted = true")
+        if self.weighted and not self.weights:
+            object.__setattr__(self, "weights", f"{self.name}_weights")
         if not self.table:
             object.__setattr__(self, "table", self.name)
         if self.max_len < 1:

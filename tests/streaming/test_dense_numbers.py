@@ -22,12 +22,22 @@ def _tsv(price: str, views: str = "3") -> bytes:
 
 @pytest.mark.parametrize(("text", "value"), [
     ("2.5", 2.5), ("-1e-3", -1e-3), (".5", 0.5), ("7", 7.0), ("", 0.0),
-    ("1234567890123456789012", 1.234567890123456789012e21),  # past int64: a float now
+    ("9.5e17", 9.5e17), ("-1e18", -1e18),  # as far as a transform-none value goes
 ])
 def test_tsv_dense_values_may_be_floats(text: str, value: float) -> None:
     d = Decoder(SCHEMA).decode([_tsv(text)])
     assert not d.rejects
     assert d.batch.dense[0].tolist() == pytest.approx([value, np.log1p(3.0)])
+
+
+def test_a_value_past_int64_is_a_float_on_a_log1p_field_and_too_large_on_a_field_of_none() -> None:
+    """log1p keeps any finite number small; a value trained as it is must stay within 1e18, so
+    that float32 holds it (1e39 was an infinity) and sums of it."""
+    past = "1234567890123456789012"
+    d = Decoder(SCHEMA).decode([_tsv("1", past), _tsv(past), _tsv("1e39")])
+    assert d.batch.dense.tolist() == [[1.0, pytest.approx(np.log1p(1.234567890123456789012e21))]]
+    assert [r.reason for r in d.rejects] == [RejectReason.BAD_DENSE] * 2
+    assert "1e+18" in d.rejects[0].detail
 
 
 @pytest.mark.parametrize("text", ["1.5.2", "nan", "inf", "-", "1e", "x1", "1" * 41])

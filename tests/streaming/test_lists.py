@@ -27,7 +27,7 @@ LINES = [b"1\t2.5\ta\tb,c,d,e\tx:0.5,y:2",
          b"0\t1\t\t\t",
          b"1\t0\tq\tr\tz,y,x",
          b"1\t0\tq\tr\tz:abc",
-         b"0\t-3.5\tb\ta,,a\ty"]
+         b"0\t-3.5\tb\ta,,a\ty:1"]
 
 
 def bags(batch: ClickBatch) -> list[list[list[int]]]:
@@ -60,7 +60,7 @@ def test_tsv_lists_weights_shared_tables_and_bad_records() -> None:
 
 
 def test_the_value_separator_is_configurable_and_checked() -> None:
-    line = b"1\t2\ta\tb|c\tx"
+    line = b"1\t2\ta\tb|c\tx:1"
     b = Decoder(SCHEMA, DecodeConfig(value_separator="|")).decode([line]).batch
     assert b.lengths.tolist() == [[1, 2, 1]]
     with pytest.raises(ValueError, match="value separator"):
@@ -74,7 +74,8 @@ def test_json_arrays_decode_to_the_tsv_decoders_batch() -> None:
         {"y": 0, "price": 1, "item": "", "history": [], "tags": None},
         {"y": 1, "price": 0, "item": "q", "history": "r", "tags": ["z", "y", "x"]},
         {"y": 1, "price": 0, "item": "q", "history": ["r"], "tags": ["z"], "tags_weights": ["abc"]},
-        {"y": 0, "price": -3.5, "item": "b", "history": ["a", "", "a"], "tags": ["y"]},
+        {"y": 0, "price": -3.5, "item": "b", "history": ["a", "", "a"], "tags": ["y"],
+         "tags_weights": [1]},
     ]
     got = Decoder(SCHEMA, DecodeConfig(format="json")).decode(
         [b"\n".join(json.dumps(r).encode() for r in records)])
