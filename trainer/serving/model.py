@@ -15,6 +15,7 @@ requests and the log's follower never wait on each other's arithmetic.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"
 log = logging.getLogger(__name__)
 
 _PUBLISH_MASK = (1 << GENERATION_SHIFT) - 1
+# Dense publishes assembled at once: a trainer's are whole before the next begins (one in
+# flight, two across a reader's restart); more are lost or forged parts.
+_ASSEMBLING_MAX = 4
+# Publishes a rank's marks are remembered by, to tell a replayed mark from a gap.
+_MARKED_KEEP = 256
 # How far a new generation may jump past the one held: runs that crashed before publishing
 # anything each take a number.
 MAX_GENERATION_JUMP = 1024
@@ -180,6 +186,8 @@ class Applied:
     dropped: int = 0
     gaps: int = 0
     incomplete: int = 0
+    replayed: int = 0
+    dense_dropped: int = 0
     generations: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
@@ -220,6 +228,8 @@ class ServingModel:
         self._numel = int(flat.size)
         self._world = world
         self._marks: dict[int, RankMark] = {}
+        # rank -> the publishes of this generation whose marks were read, the newest few.
+        self._marked: dict[int, collections.deque[int]] = {}
         self._counts: dict[tuple[int, int], int] = {}  # (rank, publish) -> messages seen
         # A checkpoint records the offsets stored when it was taken, without waiting for the
         # publish in flight: the first publish of each rank read after it may have messages
@@ -319,7 +329,7 @@ class ServingModel:
             # abandoned (it republishes the rows it restored).
             self._generation, self._base = h.generation, h.base
             self._world = h.world
-            self._marks = {}
+            self._marks, self._marked = {}, {}
             self._cut = set()  # a new run's publishes are read from their first message
             a.generations += 1
             with self._lock:
@@ -349,8 +359,20 @@ class ServingModel:
     def _dense_part(self, delta: Delta, version: int) -> None:
         if version <= self._dense_version:
             return
-        buf, seen = self._assembling.setdefault(
-            version, (np.zeros(delta.dense_size, np.float32), np.zeros(delta.dense_size, bool)))
+        if version not in self._assembling:
+            if len(self._assembling) >= _ASSEMBLING_MAX:
+                # A publish whose dense messages never all came (lost, or a writer that
+                # sends parts of many): the oldest goes, or serve grows by a model's worth
+                # of floats with every such publish number.
+                oldest = min(self._assembling)
+                if version < oldest:
+                    self.applied.dense_dropped += 1
+                    return
+                del self._assembling[oldest]
+                self.applied.dense_dropped += 1
+            self._assembling[version] = (np.zeros(delta.dense_size, np.float32),
+                                         np.zeros(delta.dense_size, bool))
+        buf, seen = self._assembling[version]
         end = delta.start + delta.values.size
         buf[delta.start:end] = delta.values
         seen[delta.start:end] = True
@@ -364,6 +386,17 @@ class ServingModel:
     def _mark(self, delta: Delta) -> None:
         h, a = delta.head, self.applied
         seen = self._counts.pop((h.rank, h.publish), 0) - 1  # less the mark itself
+        last = self._marks.get(h.rank)
+        marked = self._marked.setdefault(h.rank, collections.deque(maxlen=_MARKED_KEEP)) \
+            if h.generation == self._generation else None
+        if marked is not None and h.publish in marked:
+            # A publish whose mark was read already: a replay (a producer's retry, a copied
+            # message). Its rows were applied by version (nothing older replaces newer):
+            # neither a gap nor a publish missing messages.
+            a.replayed += 1
+            return
+        if marked is not None:
+            marked.append(h.publish)
         cut = h.rank in self._cut and h.publish <= (self._floor & _PUBLISH_MASK) + 1
         self._cut.discard(h.rank)
         if seen < delta.messages and cut:
@@ -375,7 +408,6 @@ class ServingModel:
                         seen, delta.messages)
         if h.generation < self._generation:
             return
-        last = self._marks.get(h.rank)
         if last is not None and h.publish != last.publish + 1:
             a.gaps += 1
             log.warning("rank %d: publish %d follows publish %d (missing or out of order)",

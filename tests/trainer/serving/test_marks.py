@@ -48,3 +48,44 @@ def test_a_publish_past_the_one_in_flight_at_the_checkpoint_is_counted_even_if_f
     model = _model()
     _publish(model, 7, parts=2, skip=1)  # not the publish after the checkpoint's
     assert model.applied.incomplete == 1
+
+
+def test_a_replayed_mark_is_neither_a_gap_nor_an_incomplete_publish() -> None:
+    model = _model()
+    for publish in (4, 5, 6):
+        _publish(model, publish, parts=2, skip=0)
+    head = Publish(rank=0, world=1, generation=1, publish=5, step=50, watermark_ms=5,
+                   lineage="abc")
+    model.apply(decode(mark_message(2, head)))  # publish 5's mark again (a producer's retry)
+    _publish(model, 5, parts=2, skip=0)  # the whole publish again
+    a = model.applied
+    assert (a.gaps, a.incomplete, a.replayed) == (0, 0, 2)
+    assert model.watermark_ms == 6  # the newest publish still holds
+    _publish(model, 8, parts=2, skip=0)  # publish 7 missing: a gap, as before
+    assert (a.gaps, a.incomplete) == (1, 0)
+
+
+def test_dense_publishes_that_never_complete_are_held_a_few_at_a_time() -> None:
+    from trainer.model import FlatParameters, build_model
+    from trainer.serving import dense_messages
+    from trainer.serving.model import model_config
+
+    shape = {**SHAPE, "hidden": [512, 512]}  # two dense messages a publish
+    n = FlatParameters(build_model(model_config(shape), 2, 1)).numel
+    model = ServingModel(shape, np.zeros(n, np.float32), lineage="abc",
+                         version=log_version(1, 3), world=1, step=30)
+    for publish in range(4, 60):  # each publish's first message only: never complete
+        head = Publish(rank=0, world=1, generation=1, publish=publish, step=publish,
+                       watermark_ms=publish, lineage="abc")
+        parts = dense_messages(np.full(n, publish, np.float32), head)
+        assert len(parts) == 2
+        model.apply(decode(parts[0]))
+    assert len(model._assembling) <= 4  # a model's worth of floats each, no more
+    assert model.applied.dense_dropped == 56 - len(model._assembling)
+    # A whole publish still replaces the dense parameters.
+    head = Publish(rank=0, world=1, generation=1, publish=60, step=60, watermark_ms=60,
+                   lineage="abc")
+    for m in dense_messages(np.full(n, 0.5, np.float32), head):
+        model.apply(decode(m))
+    assert model.applied.dense == 1 and model.dense_version == log_version(1, 60)
+    assert float(model.export()[3][0]) == 0.5
