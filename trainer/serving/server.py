@@ -20,7 +20,9 @@ says what it waits for. Routes:
   ``application/jsonl`` or ``application/json``: JSON lines), one record a line, the label field
   present and ignored. Answers ``{"scores": [...], "model": {...}}``, one score per record in
   order; a request with any malformed record is refused whole (400, each bad line's number and
-  reason), so that scores never shift against the records they belong to.
+  reason), so that scores never shift against the records they belong to. A record the decoder
+  takes but whose score is not finite (values too large for the model) is refused the same way
+  (reason ``out_of_range``). Every answer is counted under its status, a 500 included.
 * ``GET /healthz``: the process is alive, nothing it needs has failed, and its follower of
   the delta log is reading (503 with the error while it cannot).
 * ``GET /readyz``: a checkpoint is loaded and the log has been caught up with once.
@@ -234,6 +236,14 @@ class Service:
                                        **({"detail": r.detail} if r.detail else {})}
                                       for r in bad[:100]]}
         scores = self.model.score(decoded.batch)
+        finite = np.isfinite(np.asarray(scores)).reshape(len(decoded.batch), -1).all(axis=1)
+        if not finite.all():
+            lines_out = decoded.batch.offsets[~finite]
+            return 400, {"error": f"{lines_out.size} record(s) of {len(lines)} score to NaN or "
+                                  "an infinity; nothing was scored",
+                         "rejected": [{"line": int(i) + 1, "reason": "out_of_range",
+                                       "detail": "values too large for the model to score"}
+                                      for i in lines_out[:100]]}
         self.metrics.records.inc(len(scores))
         m = self.model
         wm, fresh = m.watermark_ms, m.fresh_ms
@@ -250,11 +260,17 @@ def build_app(service: Service, max_body_bytes: int, body_timeout_s: float = 30.
 
     async def predict(request: web.Request) -> web.Response:
         t0 = time.perf_counter()
-        status, reply = await _predict(request)
+        try:
+            status, reply = await _predict(request)
+            response = web.json_response(reply, status=status, dumps=_dumps)
+        except Exception:  # a fault of ours: answered, logged and counted, never a reset
+            log.exception("a /predict request failed")
+            status = 500
+            response = web.json_response({"error": "internal error (see the serve log)"},
+                                         status=500)
         service.metrics.requests.labels(str(status)).inc()
         if status == 200:
             service.metrics.latency.observe(time.perf_counter() - t0)
-        response = web.json_response(reply, status=status, dumps=_dumps)
         if status == 503:
             response.headers["Retry-After"] = "1"
         if status in (408, 413):
