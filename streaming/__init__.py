@@ -10,6 +10,7 @@ from streaming.codec import DecodeConfig, Decoded, Decoder
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.hashing import feature_id
 from streaming.kafka import (
+    ConnectStopped,
     KafkaRefused,
     KafkaSettings,
     KafkaUnavailable,
@@ -32,6 +33,7 @@ __all__ = [
     "ClickBatch",
     "ClickConsumer",
     "CommitError",
+    "ConnectStopped",
     "ConsumerCollector",
     "ConsumerConfig",
     "ConsumerFailed",

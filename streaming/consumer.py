@@ -34,7 +34,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -208,6 +208,7 @@ class ClickConsumer:
         *,
         partitions: Sequence[int] | None = None,
         clock: Clock | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
         """Create (not yet connect) a consumer.
 
@@ -217,6 +218,8 @@ class ClickConsumer:
             partitions: read exactly these partitions without a group (manual assignment);
                 None = join ``config.group_id`` (or read every partition if it is empty).
             clock: time source for backoff (tests pass a fake one).
+            stop: a stop flag (a signal's): :meth:`start` gives up waiting for an unreachable
+                broker once it is true (:class:`~streaming.kafka.ConnectStopped`).
         """
         self.kafka = kafka
         self.config = config or ConsumerConfig()
@@ -226,6 +229,7 @@ class ClickConsumer:
         self.stats = ConsumerStats()
         self._manual = list(partitions) if partitions is not None else None
         self._clock = clock or SystemClock()
+        self._stop = stop
         self._client: ConsumerClient | None = None
         self._dlq: DeadLetterSender | None = None
         self._positions: dict[int, int] = {}
@@ -249,12 +253,13 @@ class ClickConsumer:
         group = c.group_id or None
         # Before any consumer exists: its metadata requests would create the topic on Tansu.
         existing = topic_partitions(self.kafka, c.topic, c.topic_wait_s, self._clock,
-                                    c.connect_timeout_s)
+                                    c.connect_timeout_s, self._stop)
         if self._manual is not None and not set(self._manual) <= existing:
             raise ConsumerFailed(
                 f"partitions {sorted(set(self._manual) - existing)} of topic {c.topic!r} do not "
                 f"exist on {self.kafka.bootstrap_servers} (it has {len(existing)} partitions)")
-        self._client = connect_consumer(c.client, self.kafka, c.topic, group, c, self._clock)
+        self._client = connect_consumer(c.client, self.kafka, c.topic, group, c, self._clock,
+                                        stop=self._stop)
         try:
             self._attach(group, existing)
         except BaseException:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Literal, TypeVar
 from runtime import Clock, SystemClock, redact, register_secret, secret
 
 __all__ = [
+    "ConnectStopped",
     "KafkaSettings",
     "KafkaUnavailable",
     "TopicNotFound",
@@ -24,6 +25,10 @@ T = TypeVar("T")
 
 class KafkaUnavailable(RuntimeError):
     """No broker answered within the connect timeout."""
+
+
+class ConnectStopped(KafkaUnavailable):
+    """A stop was asked for (SIGINT, SIGTERM) while no broker had answered yet."""
 
 
 class TopicNotFound(RuntimeError):
@@ -119,11 +124,17 @@ def connect_with_retry(
     clock: Clock | None = None,
     initial_backoff_s: float = 0.5,
     max_backoff_s: float = 10.0,
+    stop: Callable[[], bool] | None = None,
 ) -> T:
     """Call ``factory`` until the cluster answers; exponential backoff with a log line per try.
 
+    ``stop`` (e.g. a signal's stop flag) is looked at before every try and through every wait:
+    a program asked to stop while the broker is unreachable (or refuses it) ends within one
+    try (``bootstrap_timeout_ms``) instead of retrying for ``timeout_s``.
+
     Raises:
         KafkaUnavailable: when ``timeout_s`` passes without a connection.
+        ConnectStopped: ``stop`` became true first.
     """
     import kafka.errors as ke
 
@@ -138,10 +149,20 @@ def connect_with_retry(
     deadline = clock.monotonic() + timeout_s
     backoff = initial_backoff_s
     attempt = 1
+    last: BaseException | None = None
     while True:
+        if stop is not None and stop():
+            raise ConnectStopped(
+                f"{what}: stopped while waiting for a Kafka broker at "
+                f"{settings.bootstrap_servers} ({_tries(attempt - 1)} unanswered"
+                + (f"; last error: {last}" if last is not None else "") + ")")
         try:
             return factory()
         except unreachable as exc:
+            last = exc
+            if stop is not None and stop():
+                attempt += 1
+                continue  # said at the top of the loop, with the error
             if clock.monotonic() + backoff > deadline:
                 raise KafkaUnavailable(
                     f"{what}: no Kafka broker answered at {settings.bootstrap_servers} "
@@ -155,9 +176,23 @@ def connect_with_retry(
                 type(exc).__name__,
                 backoff,
             )
-            clock.sleep(backoff)
+            _pause(clock, backoff, stop)
             backoff = min(backoff * 2, max_backoff_s)
             attempt += 1
+
+
+def _tries(n: int) -> str:
+    return f"{n} try" if n == 1 else f"{n} tries"
+
+
+def _pause(clock: Clock, seconds: float, stop: Callable[[], bool] | None) -> None:
+    """Sleep ``seconds``, in short naps when ``stop`` may cut the wait."""
+    if stop is None:
+        clock.sleep(seconds)
+        return
+    end = clock.monotonic() + seconds
+    while not stop() and (left := end - clock.monotonic()) > 0:
+        clock.sleep(min(left, 0.1))
 
 
 # Partitions a topic may be created with. librdkafka refuses metadata of a topic with more than
@@ -185,20 +220,24 @@ def ensure_topic(
     partitions: int,
     replication_factor: int = 1,
     timeout_s: float = 60.0,
+    stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Create ``topic`` with ``partitions`` partitions if missing; True if it was created.
+
+    ``stop``: ends the wait for a broker early (see :func:`connect_with_retry`).
 
     Raises:
         ValueError: ``partitions`` outside 1..:data:`MAX_PARTITIONS` (nothing is created).
         KafkaRefused: the cluster refused to list or create topics.
+        ConnectStopped: ``stop`` became true while no broker answered.
     """
     check_partitions(partitions)
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     admin = connect_with_retry(
-        lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, timeout_s
-    )
+        lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, timeout_s,
+        stop=stop)
     try:
         if topic in admin.list_topics():
             return False
@@ -223,6 +262,7 @@ def topic_partitions(
     wait_s: float = 0.0,
     clock: Clock | None = None,
     connect_timeout_s: float = 300.0,
+    stop: Callable[[], bool] | None = None,
 ) -> set[int]:
     """The partition ids of ``topic``, without creating it.
 
@@ -235,17 +275,20 @@ def topic_partitions(
         wait_s: how long to wait for the topic to appear (0 = report it missing at once).
         clock: time source for the wait (tests pass a fake one).
         connect_timeout_s: how long to wait for a broker to answer at all.
+        stop: ends the waits early (see :func:`connect_with_retry`).
 
     Raises:
-        TopicNotFound: ``topic`` does not exist after ``wait_s`` seconds.
+        TopicNotFound: ``topic`` does not exist after ``wait_s`` seconds (or a stop came
+            first).
         KafkaUnavailable: no broker answered within ``connect_timeout_s``.
+        ConnectStopped: ``stop`` became true while no broker answered.
     """
     from kafka.admin import KafkaAdminClient
 
     clock = clock or SystemClock()
     admin = connect_with_retry(
-        lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, connect_timeout_s, clock
-    )
+        lambda: KafkaAdminClient(**settings.client_kwargs()), "admin", settings, connect_timeout_s, clock,
+        stop=stop)
     try:
         deadline = clock.monotonic() + wait_s
         waiting = False
@@ -255,7 +298,7 @@ def topic_partitions(
             found = described.get(topic)
             if found is not None and found.get("partitions"):
                 return {int(p["partition_index"]) for p in found["partitions"]}
-            if clock.monotonic() >= deadline:
+            if clock.monotonic() >= deadline or (stop is not None and stop()):
                 others = sorted(name for name in described if not name.startswith("__"))
                 shown = ", ".join(others[:10]) + (", ..." if len(others) > 10 else "")
                 raise TopicNotFound(
@@ -268,6 +311,6 @@ def topic_partitions(
                 log.warning("topic %s does not exist on %s yet; waiting up to %.0fs for it",
                             topic, settings.bootstrap_servers, wait_s)
                 waiting = True
-            clock.sleep(min(1.0, max(deadline - clock.monotonic(), 0.0)))
+            _pause(clock, min(1.0, max(deadline - clock.monotonic(), 0.0)), stop)
     finally:
         admin.close()

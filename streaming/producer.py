@@ -501,12 +501,12 @@ def produce(
     else:
         raise ValueError(f"unknown source {config.source!r}: use 'synthetic' or 'file:PATH'")
 
-    ensure_topic(kafka, config.topic, config.partitions)
+    ensure_topic(kafka, config.topic, config.partitions, stop=stop.is_set)
     report = report if report is not None else ProduceReport()
     acks = _Acks(report)
     producer = record_sender(config.client, kafka, config.topic, acks=config.acks,
                              idempotence=config.idempotence, compression=config.compression,
-                             on_result=acks.result)
+                             on_result=acks.result, stop=stop.is_set)
     n_parts = producer.partitions()
     per_message = config.per_message
     pacer = _Pacer(config.rate, per_message, clock, stop) if config.rate > 0 else None

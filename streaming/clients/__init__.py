@@ -5,7 +5,7 @@ per message). ``client="auto"`` picks confluent-kafka where it is installed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from runtime import Clock
 from streaming.clients.base import (
@@ -66,16 +66,18 @@ def resolve(name: str) -> str:
 
 
 def connect_consumer(name: str, kafka: KafkaSettings, topic: str, group: str | None,
-                     settings: Any, clock: Clock, *, headers: bool = False) -> ConsumerClient:
+                     settings: Any, clock: Clock, *, headers: bool = False,
+                     stop: Callable[[], bool] | None = None) -> ConsumerClient:
     """A connected consumer of ``topic`` on library ``name`` (resolved); ``settings`` a
-    :class:`~streaming.consumer.ConsumerConfig`; ``headers``: read each message's headers."""
+    :class:`~streaming.consumer.ConsumerConfig`; ``headers``: read each message's headers;
+    ``stop``: ends a wait for an unreachable broker early (librdkafka's does not wait)."""
     if resolve(name) == "confluent":
         from streaming.clients.confluent import ConfluentConsumer
 
         return ConfluentConsumer(kafka, topic, group, settings, clock, headers)
     from streaming.clients.kafka_python import KafkaPythonConsumer
 
-    return KafkaPythonConsumer.connect(kafka, topic, group, settings, clock, headers)
+    return KafkaPythonConsumer.connect(kafka, topic, group, settings, clock, headers, stop)
 
 
 def dead_letter_sender(name: str, kafka: KafkaSettings) -> DeadLetterSender:
@@ -90,13 +92,16 @@ def dead_letter_sender(name: str, kafka: KafkaSettings) -> DeadLetterSender:
 
 
 def record_sender(name: str, kafka: KafkaSettings, topic: str, *, acks: str, idempotence: bool,
-                  compression: str, on_result: Any, linger_ms: int = 20) -> RecordSender:
+                  compression: str, on_result: Any, linger_ms: int = 20,
+                  stop: Callable[[], bool] | None = None) -> RecordSender:
     """A producer of ``topic`` on library ``name`` (resolved); see :class:`RecordSender`.
-    ``linger_ms``: how long a message waits for others to share its request."""
+    ``linger_ms``: how long a message waits for others to share its request; ``stop``: ends a
+    wait for an unreachable broker early."""
     if resolve(name) == "confluent":
         from streaming.clients.confluent import ConfluentSender
 
         return ConfluentSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms)
     from streaming.clients.kafka_python import KafkaPythonSender
 
-    return KafkaPythonSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms)
+    return KafkaPythonSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms,
+                             stop)

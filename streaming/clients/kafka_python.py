@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from runtime import Clock
 from streaming.clients.base import (
@@ -51,8 +51,10 @@ class KafkaPythonConsumer(ConsumerClient):
 
     @classmethod
     def connect(cls, kafka: KafkaSettings, topic: str, group: str | None, settings: Any,
-                clock: Clock, headers: bool = False) -> KafkaPythonConsumer:
-        """Connect, retrying while no broker answers. ``settings``: a ConsumerConfig."""
+                clock: Clock, headers: bool = False,
+                stop: Callable[[], bool] | None = None) -> KafkaPythonConsumer:
+        """Connect, retrying while no broker answers (until ``stop`` says so). ``settings``: a
+        ConsumerConfig."""
         from kafka import KafkaConsumer
 
         c = settings
@@ -73,7 +75,7 @@ class KafkaPythonConsumer(ConsumerClient):
             fetch_max_wait_ms=c.fetch_wait_ms,
         )
         consumer = connect_with_retry(lambda: KafkaConsumer(**kwargs), "consumer", kafka,
-                                      c.connect_timeout_s, clock)
+                                      c.connect_timeout_s, clock, stop=stop)
         self = cls(consumer, topic, kafka, headers)
         # The topic id arrives with this consumer's own metadata (the topic exists: asking is
         # safe; on Tansu a metadata request for a missing topic creates it).
@@ -232,7 +234,8 @@ class KafkaPythonSender(RecordSender):
     """Messages through a ``KafkaProducer``; two callbacks a message, no future kept."""
 
     def __init__(self, kafka: KafkaSettings, topic: str, acks: str, idempotence: bool,
-                 compression: str, on_result: Any, linger_ms: int = 20) -> None:
+                 compression: str, on_result: Any, linger_ms: int = 20,
+                 stop: Callable[[], bool] | None = None) -> None:
         from kafka import KafkaProducer
 
         self.topic = topic
@@ -249,6 +252,7 @@ class KafkaPythonSender(RecordSender):
             ),
             "producer",
             kafka,
+            stop=stop,
         )
 
     def partitions(self) -> int:

@@ -1,7 +1,8 @@
 """The Kafka tools of the ``hetgmp`` command: ``broker``, ``produce`` and ``consume``.
 
 Each command has a function that adds its flags to its subparser and one that runs it from the
-parsed flags and returns the exit status: 0 done, 1 failed while running, 2 refused settings.
+parsed flags and returns the exit status: 0 done, 1 failed while running, 2 refused settings,
+130 stopped by SIGINT or SIGTERM before the broker answered.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from runtime import add_flags, build, stop_on_signals
 from streaming import (
     BrokerUnavailable,
     ClickConsumer,
+    ConnectStopped,
     ConsumerConfig,
     ConsumerFailed,
     EmbeddedBroker,
@@ -40,6 +42,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# Exit status of a command stopped by a signal before it could begin (the shell's for Ctrl-C).
+STOPPED = 130
 
 
 def settings(cls: type[T], args: argparse.Namespace, prefix: str = "") -> T:
@@ -144,6 +149,9 @@ def run_produce(args: argparse.Namespace) -> int:
             produce(kafka, config, synthetic, stop=stop, progress=progress, report=report)
         except ProduceFailed as exc:
             failed = exc
+        except ConnectStopped as exc:
+            print(f"stopped: {exc}", file=sys.stderr)
+            return STOPPED
         except (KafkaRefused, KafkaUnavailable, TopicNotFound, ValueError,
                 FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -191,6 +199,9 @@ def run_consume(args: argparse.Namespace) -> int:
         return 2
     try:
         return _consume(args, kafka, config)
+    except ConnectStopped as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return STOPPED
     except (TopicNotFound, KafkaUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -201,7 +212,8 @@ def run_consume(args: argparse.Namespace) -> int:
 
 def _consume(args: argparse.Namespace, kafka: KafkaSettings, config: ConsumerConfig) -> int:
     t0 = last = idle_since = time.monotonic()
-    with stop_on_signals(threading.Event()) as stop, ClickConsumer(kafka, config) as consumer:
+    with stop_on_signals(threading.Event()) as stop, \
+            ClickConsumer(kafka, config, stop=stop.is_set) as consumer:
         if args.metrics_port:
             from streaming import ConsumerCollector
 

@@ -45,6 +45,8 @@ log = logging.getLogger("hetgmp.train")
 # --records when unset, by source: the synthetic stream needs a length; a Kafka run reads until
 # its topic stays idle (a default of 200,000 there cut longer replays short without a word).
 _RECORDS_BY_SOURCE = {"synthetic": 200_000, "kafka": 0}
+# Exit status of a run stopped by a signal before it could train (the shell's for Ctrl-C).
+_STOPPED = 130
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,7 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
 
 def run_train(args: argparse.Namespace) -> int:
     """``hetgmp train`` from its parsed flags: 0 trained, 1 a rank failed, 2 refused settings."""
-    from streaming import ConsumerFailed, TopicNotFound
+    from streaming import ConnectStopped, ConsumerFailed, KafkaUnavailable, TopicNotFound
     from trainer.checkpoint import CheckpointError
     from trainer.dist import (
         PeerLost,
@@ -363,8 +365,9 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hetgmp train: error: {exc}", file=sys.stderr)
         return 2
+    stop = stop_event()
     try:
-        with stop_on_signals(stop_event()) as stop:
+        with stop_on_signals(stop):
             if under_torchrun():
                 result = run_torchrun(run_rank, job, launch_config, stop)
                 if result.rank != 0:
@@ -375,14 +378,23 @@ def run_train(args: argparse.Namespace) -> int:
                 result = launch(run_rank, job, launch_config, stop)[0]
     except WorkerFailed as exc:
         log.debug("rank %d: %s", exc.rank, exc.detail)
+        if stop.is_set() and exc.summary.startswith(f"{ConnectStopped.__name__}:"):
+            print(f"stopped: rank {exc.rank}: {exc.summary.split(': ', 1)[1]}", file=sys.stderr)
+            return _STOPPED
         print(f"error: rank {exc.rank} failed: {exc.summary}", file=sys.stderr)
+        return 1
+    except ConnectStopped as exc:  # one rank in this process, or a torchrun rank
+        print(f"stopped: {exc}", file=sys.stderr)
+        return _STOPPED
+    except KafkaUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     except (ConsumerFailed, CheckpointError, Diverged, PeerLost, TopicNotFound) as exc:
         # A torchrun rank's own failure (launch() turns a child's into WorkerFailed).
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        return 130
+        return _STOPPED
     summary = _summary(result, args, launch_config.device)
     short = summary["steps_below_global_batch"]
     print(f"trained {summary['samples']:,} samples in {summary['steps']} steps on "

@@ -6,6 +6,8 @@ describes, for one rank, at the point a checkpoint recorded.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from trainer.sources.base import ResetOffsets, Resume, Source
 from trainer.sources.kafka import KafkaShard, KafkaSpec
 from trainer.sources.synthetic import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
@@ -28,7 +30,8 @@ SourceSpec = SyntheticSpec | KafkaSpec
 
 
 def open_source(spec: SourceSpec, global_batch: int, rank: int, world: int, *,
-                resume: Resume | None = None, max_records: int = 0) -> Source:
+                resume: Resume | None = None, max_records: int = 0,
+                stop: Callable[[], bool] | None = None) -> Source:
     """The source ``spec`` describes, for one rank of ``world``.
 
     Args:
@@ -39,7 +42,8 @@ def open_source(spec: SourceSpec, global_batch: int, rank: int, world: int, *,
         resume: Where a resumed run goes on (None: from the start).
         max_records: The run's record budget over all ranks (0: none); a synthetic range is cut
             to it, a Kafka source is capped step by step by the online loop.
+        stop: The job's stop flag: a Kafka source gives up waiting for a broker once it is set.
     """
     if isinstance(spec, SyntheticSpec):  # the one place that tells the specs apart
         return SyntheticShard(spec.remaining(resume, max_records), global_batch, rank, world)
-    return KafkaShard(spec, global_batch, rank, world, resume=resume)
+    return KafkaShard(spec, global_batch, rank, world, resume=resume, stop=stop)

@@ -99,14 +99,17 @@ class KafkaShard(Source):
     """This rank's partitions of a topic, ``local_batch`` records per step at most."""
 
     def __init__(self, spec: KafkaSpec, global_batch: int, rank: int, world: int,
-                 resume: Resume | None = None, clock: Clock | None = None) -> None:
+                 resume: Resume | None = None, clock: Clock | None = None,
+                 stop: Callable[[], bool] | None = None) -> None:
+        """Open this rank's share (``stop``: the job's stop flag, which ends a wait for an
+        unreachable broker with :class:`~streaming.ConnectStopped`)."""
         self.spec = spec
         self._clock = clock or SystemClock()
         lo, hi = shard_bounds(global_batch, rank, world)
         self.local_batch = max(1, hi - lo)
         c = spec.consumer
         partitions = topic_partitions(spec.kafka, c.topic, c.topic_wait_s, self._clock,
-                                      c.connect_timeout_s)
+                                      c.connect_timeout_s, stop)
         mine = [p for p in sorted(partitions) if p % world == rank]
         if not mine:
             log.warning("rank %d: no partition of %s (%d partitions, %d ranks)",
@@ -115,7 +118,8 @@ class KafkaShard(Source):
         # A per-rank budget: ranks read disjoint partitions, so shares add up to the total.
         lo, hi = shard_bounds(spec.records, rank, world) if spec.records else (0, 0)
         self._budget = hi - lo if spec.records else None
-        self.consumer = ClickConsumer(spec.kafka, spec.consumer, partitions=mine, clock=clock)
+        self.consumer = ClickConsumer(spec.kafka, spec.consumer, partitions=mine, clock=clock,
+                                      stop=stop)
         self.schema = self.consumer.schema
         self._buffer = self._new_buffer()
         # Past _hold_at records held back for order, the partitions ahead stop being fetched,
