@@ -156,6 +156,21 @@ class AutoPlacement:
         self.state, self.hash, self.graph = "rest", Tally(), Tally()
         return "hash"
 
+    def report(self, records: int) -> dict[str, object]:
+        """Where auto stands after ``records`` records: ``state``, every decision, the placement
+        ``in_force`` (graph while on trial or kept) and the one chosen (``kind``): ``graph``,
+        ``hash``, or ``undecided`` while a graph placement is on trial or none was tried yet
+        (a run that ends then never compared the two: ``records_to_decision`` says how many
+        more records its trial needed, None before a trial)."""
+        verdicts = [d for d in self.decisions if d["decision"] != "try graph"]
+        kind = {"graph": "graph", "rest": "hash", "trial": "undecided"}.get(
+            self.state, "hash" if verdicts else "undecided")
+        left = max(2 * self.trial_records - (records - self._since), 0) \
+            if self.state == "trial" else None
+        return {"state": self.state, "decisions": list(self.decisions),
+                "in_force": "graph" if self.state in ("trial", "graph") else "hash",
+                "kind": kind, "records_to_decision": left}
+
     def hash_estimate(self) -> float | None:
         """Bytes hash would have sent over the graph steps measured (None: no price yet)."""
         price = self.price

@@ -127,6 +127,7 @@ class StreamPlacements(PlacementSource):
         self.rank, self.world = trainer.comm.rank, trainer.comm.world
         self._says: str | None = None
         self._reported = 0
+        self._records = 0  # records trained as of the last control round
         self.routes()
 
     @property
@@ -146,6 +147,7 @@ class StreamPlacements(PlacementSource):
     def observe(self, ctl: Control, records: int, migrating: bool) -> bool:
         if self.repartitioner is not None and ctl.samples:
             self.repartitioner.observe(ctl.rows_not_held / ctl.samples, migrating)
+        self._records = records
         if self.auto is None:
             return False
         # A placement about to be received counts as a migration: no decision this round.
@@ -190,7 +192,7 @@ class StreamPlacements(PlacementSource):
     def report(self) -> dict[str, Any] | None:
         if self.auto is None:
             return None
-        return {"state": self.auto.state, "decisions": list(self.auto.decisions)}
+        return self.auto.report(self._records)
 
     def choice(self) -> tuple[bool, float | None, float | None] | None:
         if self.auto is None:

@@ -221,23 +221,29 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
     result.placement.update(version=p.version, explicit_ids=int(p.ids.size),
                             replicas=[int(r.size) for r in p.replicas])
     if result.online.get("placement_auto") is not None:
-        result.placement.update(_auto_in_force(result.online["placement_auto"]))
+        result.placement.update(_auto_in_force(result.online["placement_auto"], comm.rank == 0))
     elif result.placement.get("kind") == "online" and not loop.placements.computes:
         # One rank: no partitioner ever ran, hash (every row here) stayed in force.
         result.placement["kind"] = "hash"
     return result
 
 
-def _auto_in_force(auto: dict[str, Any]) -> dict[str, object]:
-    """What ``--placement auto`` ended on, from its report (``state``, ``decisions``): the
-    placement in force (``kind``: graph while it is on trial or kept, hash before a graph
-    placement was migrated to and while auto rests), auto's state, and its last decision
-    (``"none yet"``: it never compared the two, e.g. a run shorter than ``--warmup`` and two
-    repartition intervals). The start's ``online`` would hide all three."""
-    state = str(auto["state"])
+def _auto_in_force(auto: dict[str, Any], say: bool) -> dict[str, object]:
+    """What ``--placement auto`` ended on, from its report (:meth:`AutoPlacement.report`): the
+    placement it chose (``kind``: graph, hash, or ``undecided`` when the run ended before it
+    compared the two), the one ``in_force``, auto's state and its last decision (``"none
+    yet"``). The start's ``online`` would hide all of it."""
     decisions = auto.get("decisions") or []
-    return {"kind": "graph" if state in ("trial", "graph") else "hash", "auto_state": state,
-            "auto_decision": decisions[-1]["decision"] if decisions else "none yet"}
+    out = {"kind": auto["kind"], "in_force": auto["in_force"], "auto_state": auto["state"],
+           "auto_decision": decisions[-1]["decision"] if decisions else "none yet"}
+    if auto["kind"] == "undecided" and say:
+        left = auto.get("records_to_decision")
+        log.warning("--placement auto reached no decision: %s (the %s placement was in "
+                    "force)", "the run ended before a graph placement was computed and "
+                    "migrated in (--warmup records, then a partition)" if left is None else
+                    f"the run ended {left:,} records before the graph placement's trial (two "
+                    "--repartition-interval lengths) was over", auto["in_force"])
+    return out
 
 
 def find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:

@@ -57,6 +57,26 @@ def test_graph_is_kept_when_it_sends_fewer_bytes_than_hash_would_for_the_same_ba
     assert not auto.routes and not auto.feeding
 
 
+def test_a_run_that_ends_on_trial_reports_no_choice() -> None:
+    # The graph placement is in force while on trial, but auto has not chosen it: a summary
+    # that said "graph" read as a decision nobody took.
+    auto = AutoPlacement(TRIAL, margin=0.05)
+    assert auto.report(0)["kind"] == "undecided" and auto.report(0)["in_force"] == "hash"
+    records = _to_trial(auto, 0)
+    records, _ = _steps(auto, records, 5, placed=1_000, hash_rows=120)
+    r = auto.report(records)
+    assert (r["kind"], r["in_force"], r["state"]) == ("undecided", "graph", "trial")
+    assert r["records_to_decision"] == 2 * TRIAL - 500
+    records, _ = _steps(auto, records, 15, placed=1_000, hash_rows=120)
+    r = auto.report(records)
+    assert (r["kind"], r["in_force"], r["records_to_decision"]) == ("graph", "graph", None)
+    records, said = _steps(auto, records, 10, placed=1_300, hash_rows=120)
+    assert said == ["hash"] and auto.report(records)["kind"] == "hash"
+    records, said = _steps(auto, records, 40, placed=1_300, hash_rows=120)
+    assert said == ["graph"]  # tried again: hash in force, and chosen until the next verdict
+    assert (auto.report(records)["kind"], auto.report(records)["in_force"]) == ("hash", "hash")
+
+
 def test_graph_goes_back_to_hash_when_it_does_not_pay_then_is_tried_again_later() -> None:
     auto = AutoPlacement(TRIAL, margin=0.05)
     records = _to_trial(auto, 0)
