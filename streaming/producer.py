@@ -3,7 +3,9 @@
 Records are packed ``records_per_message`` to a Kafka message (newline separated): the consumer
 decodes one-record and many-record messages alike, and packing is what lets a Python producer
 reach 100k records/s (kafka-python's per-message cost dominates otherwise). Messages go to the
-topic's partitions round robin, so the partition of each record is a function of its index.
+topic's partitions round robin, going on where the topic ends, with times that never go back and
+start after its newest message (:mod:`streaming.append_order`): the order the trainer rebuilds
+(append time, offset, partition) is the order of sending, across produce calls too.
 
 Every message's result is checked (a callback per message, counting the records it carries): the
 report says how many records the broker acknowledged, and :func:`produce` raises
@@ -24,6 +26,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 import numpy as np
 
 from runtime import Clock, SystemClock
+from streaming.append_order import AppendOrder, PartitionEnd, topic_ends
 from streaming.clients import SendFailed, record_sender, resolve
 from streaming.kafka import KafkaSettings, check_partitions, ensure_topic
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
@@ -462,6 +465,19 @@ def _generate_in_child(synthetic: SyntheticConfig, config: ProduceConfig, depth:
         queue.close()
 
 
+def _append_order(kafka: KafkaSettings, config: ProduceConfig, partitions: int, clock: Clock,
+                  stop: threading.Event) -> AppendOrder:
+    """Where this call's messages go and when: on from where the topic ends (see
+    :mod:`streaming.append_order`)."""
+    ends = topic_ends(kafka, config.topic, partitions, config.client, clock=clock,
+                      stop=stop.is_set)
+    order = AppendOrder(ends or {p: PartitionEnd(0) for p in range(partitions)})
+    if order.continued:
+        log.info("topic %s holds %s messages: this call's go on after them", config.topic,
+                 f"{order.continued:,}")
+    return order
+
+
 def produce(
     kafka: KafkaSettings,
     config: ProduceConfig,
@@ -489,6 +505,7 @@ def produce(
     Raises:
         ProduceFailed: some record was not acknowledged by the broker (after the final flush);
             its ``report`` says how many were.
+        ConnectStopped: ``stop`` was set while no broker answered.
     """
     clock = clock or SystemClock()
     stop = stop or threading.Event()
@@ -507,7 +524,11 @@ def produce(
     producer = record_sender(config.client, kafka, config.topic, acks=config.acks,
                              idempotence=config.idempotence, compression=config.compression,
                              on_result=acks.result, stop=stop.is_set)
-    n_parts = producer.partitions()
+    try:
+        order = _append_order(kafka, config, producer.partitions(), clock, stop)
+    except BaseException:
+        producer.close()
+        raise
     per_message = config.per_message
     pacer = _Pacer(config.rate, per_message, clock, stop) if config.rate > 0 else None
     labels_kept: list[np.ndarray] = []
@@ -532,8 +553,8 @@ def produce(
                 report.records += n
                 sent += n
                 try:
-                    producer.send(payload, (report.messages - 1) % n_parts,
-                                  int(clock.time() * 1000), n)
+                    producer.send(payload, order.partition(),
+                                  order.stamp(int(clock.time() * 1000)), n)
                 except SendFailed as exc:  # no room in the buffer or no metadata in time
                     acks.failure(n, exc)
                     break

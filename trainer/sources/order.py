@@ -18,7 +18,11 @@ fewer waits. A partition caught up with its log cannot send anything older than 
 The key is a total order that every rank computes alike: with the project's producer (messages
 written round robin over the partitions, in time order), it is exactly the order in which the
 messages were appended, and ranks that each take their share of a global batch in this order
-together take the same records as one rank reading every partition.
+together take the same records as one rank reading every partition. That holds across produce
+calls too (a file's first 80% and then its last 20%): each call goes on with the round robin
+where the topic ends and stamps its messages after the topic's newest one
+(:mod:`streaming.append_order`); a call that started at partition 0 again put messages of one
+millisecond out of order.
 """
 
 from __future__ import annotations
