@@ -22,7 +22,10 @@ Failure handling:
   rejoining poll returns for the next ``next_batch``;
 * undecodable records: counted by reason and sent to the dead-letter topic with the reason in a
   header; the records around them decode as usual. Dead letters are flushed before each commit,
-  so a committed offset never covers a rejected record that was not dead-lettered.
+  so a committed offset never covers a rejected record that was not dead-lettered. A topic of
+  another format or schema (the first ``stop_on_rejects`` records or 16 messages all rejected,
+  none decoded) is :class:`~streaming.format_check.FormatMismatch` instead, which names the
+  flag to change (:mod:`streaming.format_check`).
 
 The Kafka client library (kafka-python or librdkafka's confluent-kafka) sits behind
 :class:`streaming.clients.ConsumerClient`; everything above is the same on either.
@@ -52,11 +55,13 @@ from streaming.clients import (
     resolve,
 )
 from streaming.codec import FORMATS, DecodeConfig, Decoder
+from streaming.format_check import FirstRecordsCheck, FormatMismatch
 from streaming.kafka import KafkaSettings, topic_partitions
 from streaming.positions import ConsumerFailed, LogGuard, LogLost
 from streaming.types import ClickBatch, Reject, Schema
 
-__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "LogLost"]
+__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "FormatMismatch",
+           "LogLost"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +133,12 @@ class ConsumerConfig:
     commit_retries: int = field(
         default=30, metadata={"help": "retries of a commit interrupted by a rebalance"}
     )
+    stop_on_rejects: int = field(
+        default=100,
+        metadata={"help": "stop with an error when the first this many records read (or the "
+                  "first 16 messages) are all rejected: the topic's format or schema is not "
+                  "the one given (a malformed record among good ones is dead-lettered); "
+                  "0 = dead-letter them and go on"})
 
     def __post_init__(self) -> None:
         # Checked here rather than where used: a bad value (max_record_bytes 0 rejected every
@@ -154,8 +165,9 @@ class ConsumerConfig:
             raise ValueError(f"connect_timeout_s must be positive, got {self.connect_timeout_s}")
         if not self.topic_wait_s >= 0:
             raise ValueError(f"topic_wait_s must be >= 0, got {self.topic_wait_s}")
-        if self.commit_retries < 0:
-            raise ValueError(f"commit_retries must be >= 0, got {self.commit_retries}")
+        if self.commit_retries < 0 or self.stop_on_rejects < 0:
+            raise ValueError(f"commit_retries and stop_on_rejects must be >= 0, got "
+                             f"{self.commit_retries} and {self.stop_on_rejects}")
 
     @property
     def dead_letter(self) -> str | None:
@@ -227,6 +239,8 @@ class ClickConsumer:
         self.decoder = Decoder(self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes,
                                                           self.config.value_separator))
         self.stats = ConsumerStats()
+        c = self.config
+        self._first = FirstRecordsCheck(c.topic, c.format, c.schema, c.stop_on_rejects)
         self._manual = list(partitions) if partitions is not None else None
         self._clock = clock or SystemClock()
         self._stop = stop
@@ -403,6 +417,8 @@ class ClickConsumer:
             part = fetched[lo:hi]
             decoded = self.decoder.decode(part.values, part.partitions, part.offsets,
                                           part.timestamps_ms)
+            # A topic of another format or schema stops here, before its rejects go anywhere.
+            self._first.check(part.values, len(decoded.batch), decoded.rejects)
             if decoded.rejects:
                 self._dead_letter(decoded.rejects)
             self.stats.truncated.update(decoded.truncated)
