@@ -329,7 +329,9 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "resumed_from_step": result.resumed_from,
         # Kafka: records handed out of event-time order because a rank's order buffer was
         # full (0 keeps the promise), and the source's other counts.
-        "event_time_order": result.source or None,
+        "event_time_order": {k: v for k, v in result.source.items()
+                             if k.startswith("order_")} or None,
+        **(_records_read(result.source) if args.source == "kafka" else {}),
         # Host wall time by phase, each the longest of any rank's (on CUDA a phase also waits
         # for the GPU work queued before it whenever it copies to the host).
         "seconds_by_phase": {phase: round(float(v), 3)
@@ -340,6 +342,38 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "replica_reads", "replica_refreshes", "replica_pushes", "staleness_histogram",
         "max_staleness", "embedding_bytes", "dense_bytes")})
     return out
+
+
+def _records_read(source: dict[str, int]) -> dict[str, Any]:
+    """What the ranks' consumers read, summed: records decoded (trained, held out, or read past
+    the record budget), messages, rejects by reason, dead letters, and list values cut to
+    ``max_len`` by field. A rejected record is dead-lettered, not trained: records in = records
+    decoded + rejected."""
+    def by(prefix: str) -> dict[str, int]:
+        return {k[len(prefix):]: v for k, v in sorted(source.items()) if k.startswith(prefix)}
+
+    rejected = by("rejected.")
+    return {"records_read": source.get("records_read", 0),
+            "messages_read": source.get("messages_read", 0),
+            "records_rejected": sum(rejected.values()), "rejected": rejected,
+            "dead_lettered": source.get("dead_lettered", 0),
+            "values_truncated": by("truncated.")}
+
+
+def _read_phrase(summary: dict[str, Any]) -> str:
+    """The printed summary's account of what a Kafka run read (empty for the synthetic one)."""
+    if "records_read" not in summary:
+        return ""
+    text = f"; read {summary['records_read']:,} records from Kafka"
+    if summary["records_rejected"]:
+        reasons = ", ".join(f"{why} {n:,}" for why, n in
+                            sorted(summary["rejected"].items(), key=lambda kv: -kv[1]))
+        text += (f", {summary['records_rejected']:,} rejected ({reasons}; "
+                 f"{summary['dead_lettered']:,} dead-lettered)")
+    truncated = sum(summary["values_truncated"].values())
+    if truncated:
+        text += f", {truncated:,} list values cut to max_len"
+    return text
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -408,7 +442,7 @@ def run_train(args: argparse.Namespace) -> int:
           f"{summary['bytes_per_sample']:,.0f} embedding bytes/sample "
           f"({summary['bytes_per_sample_all']:,.0f} with the dense all-reduce and the loop's), "
           f"{summary['remote_rows_per_sample']:.3f} remote rows/sample, "
-          f"max staleness {summary['max_staleness']}", flush=True)
+          f"max staleness {summary['max_staleness']}" + _read_phrase(summary), flush=True)
     print(json.dumps(strict_json(summary), allow_nan=False), flush=True)
     return 0
 

@@ -221,9 +221,15 @@ class KafkaShard(Source):
     def report(self) -> dict[str, int]:
         """How the event-time order went: records handed out of order because the buffer
         overflowed (times it did), times partitions read ahead were held, the most records
-        buffered."""
+        buffered; and what the consumer read: records decoded, messages, rejects by reason
+        (``rejected.REASON``), dead letters, list values truncated by field
+        (``truncated.FIELD``)."""
+        st = self.consumer.stats
         return {"order_overflows": self.order_overflows, "order_holds": self.order_holds,
-                "order_buffer_peak": self.order_peak}
+                "order_buffer_peak": self.order_peak, "records_read": st.records,
+                "messages_read": st.messages, "dead_lettered": st.dead_lettered,
+                **{f"rejected.{why}": n for why, n in st.rejected.items()},
+                **{f"truncated.{name}": n for name, n in st.truncated.items()}}
 
     def next_batch(self, cap: int | None = None) -> ClickBatch:
         """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""

@@ -90,6 +90,40 @@ def test_train_from_kafka_reads_every_partition_once(
 
 
 @pytest.mark.broker
+def test_the_summary_counts_records_read_rejected_and_dead_lettered(
+    capsys: pytest.CaptureFixture[str], kafka: KafkaSettings, unique
+) -> None:
+    """Records in = trained + dead-lettered, visible in the summary: the run used to show only
+    a sample count lower than what was produced."""
+    from kafka import KafkaProducer
+
+    topic = unique("read-counts")
+    produce(kafka, ProduceConfig(topic=topic, count=3_000, partitions=2, records_per_message=16),
+            SyntheticConfig(seed=6))
+    raw = KafkaProducer(**kafka.client_kwargs())
+    for i in range(5):  # after good records: malformed records among good ones (invariant 6)
+        raw.send(topic, value=b"not\ta\tcriteo\trecord %d" % i, partition=i % 2)
+    raw.send(topic, value=b"2" + b"\t1" * 39, partition=0)  # a label that is not 0/1
+    raw.flush()
+    raw.close()
+    code = main(["--workers", "2", "--source", "kafka", "--idle-s", "3",
+                 "--bootstrap-servers", kafka.bootstrap_servers, "--consumer-topic", topic,
+                 "--consumer-group-id", "", "--repartition-interval", "0", "--placement", "hash",
+                 *SMALL])
+    assert code == 0
+    out = capsys.readouterr().out
+    s = _summary(out)
+    assert s["records_read"] == s["samples"] == 3_000
+    assert s["rejected"] == {"bad_label": 1, "wrong_field_count": 5}
+    assert s["records_rejected"] == s["dead_lettered"] == 6
+    assert s["messages_read"] == -(-3_000 // 16) + 6  # 188 of 16 records (the last of 8)
+    assert s["values_truncated"] == {}
+    assert s["event_time_order"]["order_overflows"] == 0
+    assert "read 3,000 records from Kafka, 6 rejected (wrong_field_count 5, bad_label 1; " \
+           "6 dead-lettered)" in out.strip().splitlines()[-2]
+
+
+@pytest.mark.broker
 def test_records_appended_after_heldout_after_are_scored_and_never_trained(
     capsys: pytest.CaptureFixture[str], kafka: KafkaSettings, unique
 ) -> None:
