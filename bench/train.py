@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.lists import LIST_SHAPES, model_alone, pooling
 from partitioner import Placement
 from runtime import env_value
 from streaming.synthetic import SHAPES, SyntheticConfig, SyntheticStream
@@ -382,6 +383,23 @@ def _run_shape(args: argparse.Namespace, shape: str, link: str
     rows = [row("single", launch(run_rank, single, LaunchConfig(
         workers=1, device=args.device, keep_freed_memory=args.keep_freed_memory))[0])]
     _print(rows[-1])
+    ratios: dict[str, float] = {}
+    if shape in LIST_SHAPES and args.device == "cpu":
+        rows += [*model_alone(syn, model, base["store"], train, w, t),  # type: ignore[arg-type]
+                 pooling(syn, model, train, w)]
+        alone, bound, pooled = rows[-3:]
+        print(f"{'model_alone':>11}: {alone['samples_per_s']:>9,.0f} samples/s (plain PyTorch, "
+              f"nn.EmbeddingBag, one thread)", flush=True)
+        print(f"{'dense_only':>11}: {bound['samples_per_s']:>9,.0f} samples/s (the model on "
+              f"inputs pooled before the clock: the bound)", flush=True)
+        print(f"{'pooling':>11}: {pooled['rows_per_s']:>12,.0f} values/s forward and backward, "
+              f"{pooled['speed_over_embedding_bag']}x F.embedding_bag's with autograd's "
+              f"backward", flush=True)
+        ratios["speed_single_over_model_alone"] = round(
+            rows[0]["samples_per_s"] / max(alone["samples_per_s"], 1e-9), 3)
+        ratios["speed_single_over_dense_only"] = round(
+            rows[0]["samples_per_s"] / max(bound["samples_per_s"], 1e-9), 3)
+        ratios["pooling_over_embedding_bag"] = pooled["speed_over_embedding_bag"]
     hash_job = Job(**base, placement=Placement.hash(args.workers),
                    train=replace(train, placement="hash", route="off"))
     graph_jobs = {f"graph_s{s}": Job(**base, placement=graph,
@@ -416,7 +434,8 @@ def _run_shape(args: argparse.Namespace, shape: str, link: str
         _print(out)
 
     by = {r["config"]: r for r in rows}
-    ratios: dict[str, float] = {}
+    ratios["speed_hash_over_single"] = round(
+        float(by["hash"]["samples_per_s"]) / max(float(by["single"]["samples_per_s"]), 1e-9), 3)
     if "graph_s10" in by:
         g, hsh = by["graph_s10"], by["hash"]
         ratios["bytes_graph_s10_over_hash"] = round(

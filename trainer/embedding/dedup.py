@@ -25,11 +25,17 @@ class Unique(NamedTuple):
         inverse: For each input element, the position of its id in ``ids``
             (``ids[inverse]`` is the input).
         n: Number of distinct ids, a 0-d int64 tensor on the input's device.
+        order: The input's positions sorted by id (the sort's permutation).
+        rank: ``inverse[order]``, non-decreasing: the distinct id of each sorted element.
+            With ``order`` it lists each distinct id's occurrences together, which a
+            gradient summed per distinct id reads (:func:`trainer.model.pool_bags`).
     """
 
     ids: torch.Tensor
     inverse: torch.Tensor
     n: torch.Tensor
+    order: torch.Tensor
+    rank: torch.Tensor
 
 
 def unique_padded(flat: torch.Tensor) -> Unique:
@@ -45,8 +51,9 @@ def unique_padded(flat: torch.Tensor) -> Unique:
     if flat.dim() != 1:
         raise ValueError(f"unique_padded takes a 1-d tensor, got shape {tuple(flat.shape)}")
     if flat.numel() == 0:
-        return Unique(flat.clone(), torch.zeros(0, dtype=torch.int64, device=flat.device),
-                      torch.zeros((), dtype=torch.int64, device=flat.device))
+        none = torch.zeros(0, dtype=torch.int64, device=flat.device)
+        return Unique(flat.clone(), none, torch.zeros((), dtype=torch.int64, device=flat.device),
+                      none, none)
     ordered, order = torch.sort(flat)
     first = torch.ones_like(ordered, dtype=torch.bool)
     torch.ne(ordered[1:], ordered[:-1], out=first[1:])
@@ -55,4 +62,4 @@ def unique_padded(flat: torch.Tensor) -> Unique:
     # Equal ids write the same value to their rank: the scatter's result does not depend on
     # which write lands last. Positions past n keep the sorted input's values.
     ids = ordered.clone().scatter_(0, rank, ordered)
-    return Unique(ids, inverse, rank[-1] + 1)
+    return Unique(ids, inverse, rank[-1] + 1, order, rank)

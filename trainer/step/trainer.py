@@ -206,13 +206,15 @@ class Trainer:
         local, global_n = routed
         t1 = tick()
         ids = to_device(local.values, self.store.device)
-        padded, inverse, count = unique_padded(ids)
+        u = unique_padded(ids)
+        padded, inverse, count = u.ids, u.inverse, u.n
         pending = self._loss_pending
         plan = self.exchange.read(padded, count, self.step_index, c,
                                   None if pending is None else pending[0])
         self._carry_loss(c, plan.extra)
         t2 = tick()
-        loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, inverse)
+        loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, inverse,
+                                                          (u.order, u.rank))
         t3 = tick()
         self.exchange.write(plan, row_grads, c)
         t4 = tick()
@@ -255,35 +257,51 @@ class Trainer:
         return self._loss_ready is None or math.isfinite(self._loss_ready[0])
 
     def _backward(self, local: ClickBatch, global_n: int, values: torch.Tensor,
-                  inverse: torch.Tensor
+                  inverse: torch.Tensor, by_row: tuple[torch.Tensor, torch.Tensor]
                   ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor | None, ...]]:
-        """Forward and backward on the batch's rows (``values[inverse]``): (summed loss, each
-        distinct row's gradient, the dense parameters' gradients)."""
-        # The batch's rows are the leaf: its gradient is each row's gradient summed over its
-        # occurrences (index_add_ on CPU beats autograd's scatter for the gather's backward).
-        rows = values.index_select(0, inverse)
-        rows.requires_grad_(True)
+        """Forward and backward on the batch's rows (``values[inverse]``; ``by_row``: the
+        deduplication's order and rank, see :func:`~trainer.model.pool_bags`): (summed loss,
+        each distinct row's gradient, the dense parameters' gradients)."""
+        if local.one_value:
+            # The batch's rows are the leaf: its gradient is each row's gradient summed over
+            # its occurrences (index_add_ on CPU beats autograd's scatter for the gather's
+            # backward).
+            rows = values.index_select(0, inverse)
+            rows.requires_grad_(True)
+            pooled = self.pool(rows, local)
+        else:
+            # The distinct rows are the leaf: the fused bag kernel reads them where they lie
+            # and its backward sums each one's gradient (trainer.model.pooling).
+            rows = values.detach().requires_grad_(True)
+            pooled = self.pool(rows, local, inverse, by_row)
         with self.model_autocast():
-            logits = self.train_forward(self.pool(rows, local), self._dense_tensor(local.dense))
+            logits = self.train_forward(pooled, self._dense_tensor(local.dense))
         logits = logits.to(self.dtype)
         labels = to_device(local.labels, self.comm.device, self.dtype)
         loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
         loss = loss_sum / global_n
         grads = torch.autograd.grad(loss, [rows, *self.dense.params], allow_unused=True)
-        row_grads = torch.zeros_like(values)
-        if grads[0] is not None:
-            row_grads.index_add_(0, inverse, grads[0])
+        if not local.one_value:
+            row_grads = torch.zeros_like(values) if grads[0] is None else grads[0]
+        else:
+            row_grads = torch.zeros_like(values)
+            if grads[0] is not None:
+                row_grads.index_add_(0, inverse, grads[0])
         self.last_logits = logits.detach()
         return loss_sum, row_grads, grads[1:]
 
-    def pool(self, rows: torch.Tensor, batch: ClickBatch) -> torch.Tensor:
-        """The model's input ``[B, S, R]`` from the batch's looked-up rows ``[nnz, R]`` (in
-        the order of ``batch.values``): each (sample, field)'s bag pooled; a one-value batch's
-        rows as they are."""
+    def pool(self, rows: torch.Tensor, batch: ClickBatch, index: torch.Tensor | None = None,
+             by_row: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """The model's input ``[B, S, R]`` from the batch's looked-up rows: ``[nnz, R]`` in the
+        order of ``batch.values``, or with ``index`` (the row of each value; ``by_row``: it
+        sorted, see :func:`~trainer.model.pool_bags`) its distinct rows; each (sample,
+        field)'s bag pooled; a one-value batch's rows as they are."""
         if batch.one_value:
-            return rows.view(len(batch), batch.fields, rows.shape[1])
+            picked = rows if index is None else rows.index_select(0, index)
+            return picked.view(len(batch), batch.fields, rows.shape[1])
         weights = None if batch.weights is None else to_device(batch.weights, rows.device)
-        return pool_bags(rows, to_device(batch.lengths, rows.device), weights, self._mean)
+        return pool_bags(rows, to_device(batch.lengths, rows.device), weights, self._mean, index,
+                         by_row=by_row)
 
     def model_autocast(self) -> torch.autocast:
         """The model's forward under bf16 autocast with ``--autocast bf16`` (else disabled)."""
@@ -515,7 +533,7 @@ class Trainer:
         uniq, inverse = np.unique(batch.values, return_inverse=True)
         rows = self.exchange.read_only(uniq, replicas=local_view)
         index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
-        logits = self.model(self.pool(rows[index], batch), self._dense_tensor(batch.dense))
+        logits = self.model(self.pool(rows, batch, index), self._dense_tensor(batch.dense))
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
 
     def state(self) -> ModelState:

@@ -40,20 +40,36 @@ def _bags(table: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor, field: 
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("kind", ["sum", "mean", "weighted sum", "mixed"])
-def test_pooling_equals_embedding_bag_in_values_and_gradients(seed: int, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["sum", "mean", "weighted sum", "mixed", "weighted mixed"])
+@pytest.mark.parametrize("rows", ["gathered", "distinct", "distinct, sorted by the caller"])
+def test_pooling_equals_embedding_bag_in_values_and_gradients(seed: int, kind: str,
+                                                              rows: str) -> None:
+    # The rows as the trainer had them before (each value's row gathered, [nnz, R]) and as
+    # it hands them now: the table's rows once each, with the index of each value's row (and
+    # the deduplication's sort of it, which the backward reads).
     lengths, ids, weights, table = _case(seed)
     fields = lengths.shape[1]
     modes = {"sum": ["sum"] * fields, "mean": ["mean"] * fields,
-             "weighted sum": ["sum"] * fields, "mixed": ["sum", "mean", "mean", "sum"]}[kind]
-    w = weights if kind == "weighted sum" else None
+             "weighted sum": ["sum"] * fields, "mixed": ["sum", "mean", "mean", "sum"],
+             "weighted mixed": ["sum", "mean", "mean", "sum"]}[kind]
+    w = weights if kind.startswith("weighted") else None
     leaf = table.clone().requires_grad_(True)
-    got = pool_bags(leaf[ids], lengths, w, torch.tensor([m == "mean" for m in modes]))
+    mean = torch.tensor([m == "mean" for m in modes])
+    if rows == "gathered":
+        got = pool_bags(leaf[ids], lengths, w, mean)
+    else:
+        rank, order = torch.sort(ids, stable=True)
+        by_row = (order, rank) if rows.endswith("caller") else None
+        got = pool_bags(leaf, lengths, w, mean, ids, by_row=by_row)
     probe = torch.randn(got.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
     (got * probe).sum().backward()
     grad = torch.zeros_like(table)
     for f, mode in enumerate(modes):
-        want, weight = _bags(table, ids, lengths, f, mode, w)
+        # EmbeddingBag's mean ignores weights: a weighted mean is the weighted sum over the
+        # bag's length, as pool_bags documents.
+        want, weight = _bags(table, ids, lengths, f, "sum" if w is not None else mode, w)
+        if w is not None and mode == "mean":
+            want = want / lengths[:, f].clamp(min=1).unsqueeze(1)
         assert torch.allclose(got[:, f].detach(), want, rtol=1e-12, atol=1e-12), (f, mode)
         (want * probe[:, f]).sum().backward()
         grad += weight.grad
