@@ -458,12 +458,13 @@ class ServingModel:
             rows, unknown = self.table.gather(uniq)
             model = self._model[0]
         self.unknown_ids += unknown
-        emb = torch.from_numpy(rows)[torch.from_numpy(inverse.reshape(-1))]
+        table, index = torch.from_numpy(rows), torch.from_numpy(inverse.reshape(-1))
         if batch.one_value:
-            pooled = emb.view(len(batch), self.fields, -1)
-        else:  # as the trainer pools (Trainer.pool)
+            pooled = table[index].view(len(batch), self.fields, -1)
+        else:  # as the trainer pools (Trainer.pool): each value's row read where it lies
             weights = None if batch.weights is None else torch.from_numpy(batch.weights)
-            pooled = pool_bags(emb, torch.from_numpy(batch.lengths), weights, self._mean)
+            pooled = pool_bags(table, torch.from_numpy(batch.lengths), weights, self._mean,
+                               index)
         logits = model(pooled, torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)))
         return torch.sigmoid(logits).numpy().astype(np.float64)
 
