@@ -15,7 +15,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers: the machine's cores, at most 4 (each may start ranks and a broker).
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
-.PHONY: setup tools demo test test-fast test-gpu stress bench clean help
+.PHONY: setup tools demo test test-fast test-gpu stress fuzz bench clean help
 
 help:
 	@echo "make demo   - embedded Kafka broker + synthetic click stream + training, ends with a report"
@@ -24,6 +24,7 @@ help:
 	@echo "make stress - the thread ranks' exactness tests, STRESS_RUNS times, on a machine kept busy (--hog)"
 	@echo "make bench  - run the benchmarks (figures and ratios against in-run baselines)"
 	@echo "make test-gpu TORCH=<CUDA build> - on a GPU machine: the CUDA tests, GPU against CPU speed"
+	@echo "make fuzz   - the decoders' fuzz at length (hypothesis profile long; make test runs it briefly)"
 	@echo "make clean  - remove the virtual environment and build outputs"
 	@echo "Variables: TORCH=$(TORCH) PYTHON=$(PYTHON) DEMO_ARGS=... BENCH_ARGS=... PYTEST_ARGS=..."
 
@@ -84,6 +85,11 @@ stress: $(STAMP)
 # speed on the GPU against the CPU: bench/gpu_check.sh.
 test-gpu: $(STAMP)
 	PYTHON=$(PY) bash bench/gpu_check.sh
+
+# The decoders' property (every record decoded to finite values or rejected by reason, never a
+# raise) over many more drawn records than make test's few seconds: a few minutes.
+fuzz: $(STAMP)
+	HETGMP_FUZZ_PROFILE=long $(PY) -m pytest -q -p no:randomly tests/streaming/test_fuzz_decoders.py --hypothesis-show-statistics $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/hetgmp bench all $(BENCH_ARGS)
