@@ -5,8 +5,9 @@
   starts (a placed store looks ids up; this does not), sparse gradients, ``torch.optim.Adagrad``
   on the table and the trainer's dense optimizer (Adam) on the rest. No dedup, no exchange, no
   optimizer state per row kept apart: the ceiling a placed store can approach on one core.
-* ``dense_only``: the model alone on inputs pooled before the clock (no embedding work at all,
-  forward, backward and the dense optimizer): a bound nothing that learns rows can pass.
+* ``dense_only``: the model alone on inputs pooled before the clock (no embedding work at all:
+  forward, backward to the dense parameters and to the pooled inputs, whose gradient any
+  system that learns rows computes, and the dense optimizer): a bound nothing can pass.
 * ``pooling``: the pooling alone on a step's rows, forward and backward, values pooled a second:
   :func:`trainer.model.pool_bags` (the fused bag kernel both ways, fed the deduplication's sort)
   against ``torch.nn.functional.embedding_bag`` with autograd's own backward, on the same
@@ -94,9 +95,10 @@ def model_alone(syn: SyntheticConfig, model: ModelConfig, store: StoreConfig,
             net = build_model(model, len(schema.sparse), len(schema.dense))
             dense_opt = torch.optim.Adam(net.parameters(), lr=train.dense_lr)
             sparse_opt = torch.optim.Adagrad(table.parameters(), lr=store.lr)
-            if config == "dense_only":
+            if config == "dense_only":  # leaves that want a gradient, as rows do
                 with torch.no_grad():
-                    given = [pool(i, o, w, shape) for i, o, w, _, _, shape in inputs]
+                    given = [pool(i, o, w, shape).requires_grad_(True)
+                             for i, o, w, _, _, shape in inputs]
             began = time.perf_counter()
             for k, (index, offsets, weights, dense, labels, shape) in enumerate(inputs):
                 pooled = given[k] if config == "dense_only" else \
