@@ -257,13 +257,14 @@ class ArrowDecoder:
         rows_of = np.array([b.num_rows for b, _, _ in members], np.int64)
         msg = np.repeat(np.array([m for _, m, _ in members], np.int64), rows_of)
 
-        def column(name: str, null: object, to: pa.DataType = _FLOAT64) -> np.ndarray:
-            # One type before the nulls are filled (a boolean label cannot hold 2, an unsigned
-            # id not -1); unchecked, so that an id past int64 wraps negative and is refused.
-            chunks = [c if c.type == to else pc.cast(c, to, safe=False)
-                      for c in table.column(name).chunks]
+        def column(name: str, null: int, to: pa.DataType = _FLOAT64) -> np.ndarray:
+            chunks = table.column(name).chunks
             if any(c.null_count for c in chunks):
-                chunks = [c.fill_null(null) for c in chunks]
+                # A boolean label cannot hold the fill 2, an unsigned id not -1: those take
+                # ``to`` first (unchecked: an id past int64 wraps negative and is refused).
+                chunks = [(pc.cast(c, to, safe=False) if pat.is_boolean(c.type) or (
+                    null < 0 and pat.is_unsigned_integer(c.type)) else c).fill_null(null)
+                    for c in chunks]
             parts = [c.to_numpy(zero_copy_only=False) for c in chunks]
             return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
