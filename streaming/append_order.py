@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Literal, Mapping
 
 from runtime import Clock, SystemClock
 from streaming.kafka import ConnectStopped, KafkaSettings
@@ -89,7 +89,8 @@ class AppendOrder:
         return t
 
 
-def topic_ends(kafka: KafkaSettings, topic: str, partitions: int, client: str, *,
+def topic_ends(kafka: KafkaSettings, topic: str, partitions: int,
+               client: Literal["auto", "kafka-python", "confluent"], *,
                clock: Clock | None = None,
                stop: Callable[[], bool] | None = None) -> dict[int, PartitionEnd] | None:
     """Where each of ``topic``'s ``partitions`` ends, read from the broker (see the module).
