@@ -123,6 +123,21 @@ def test_the_summary_counts_records_read_rejected_and_dead_lettered(
            "6 dead-lettered)" in out.strip().splitlines()[-2]
 
 
+def test_the_read_counts_of_the_ranks_become_the_summarys_fields_and_its_phrase() -> None:
+    from trainer.app.train import _read_phrase, _records_read
+
+    summed = {"order_holds": 2, "records_read": 990, "messages_read": 70, "dead_lettered": 12,
+              "rejected.bad_label": 2, "rejected.too_many_values": 10, "truncated.hist": 7}
+    read = _records_read(summed)
+    assert read == {"records_read": 990, "messages_read": 70, "records_rejected": 12,
+                    "rejected": {"bad_label": 2, "too_many_values": 10}, "dead_lettered": 12,
+                    "values_truncated": {"hist": 7}}
+    assert _read_phrase(read) == ("; read 990 records from Kafka, 12 rejected (too_many_values "
+                                  "10, bad_label 2; 12 dead-lettered), 7 list values cut to "
+                                  "max_len")
+    assert _read_phrase({"samples": 5}) == ""  # the synthetic source reads nothing
+
+
 @pytest.mark.broker
 def test_records_appended_after_heldout_after_are_scored_and_never_trained(
     capsys: pytest.CaptureFixture[str], kafka: KafkaSettings, unique
