@@ -3,7 +3,7 @@
 No torch here. The names below are the package's public surface.
 """
 
-from streaming.arrow import ipc_message
+from streaming.arrow import batch_to_arrow, ipc_message
 from streaming.broker import BrokerUnavailable, EmbeddedBroker
 from streaming.clients import CommitError
 from streaming.codec import DecodeConfig, Decoded, Decoder
@@ -23,8 +23,9 @@ from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollec
 from streaming.positions import ConsumerFailed, LogLost
 from streaming.prefetch import Prefetcher
 from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
+from streaming.schema_file import parse_schema
 from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
-from streaming.types import ClickBatch, Reject, RejectReason, Schema
+from streaming.types import ClickBatch, Reject, RejectReason, Schema, SchemaError
 from streaming.window import AccessWindow, WindowConfig
 
 __all__ = [
@@ -53,16 +54,19 @@ __all__ = [
     "Reject",
     "RejectReason",
     "Schema",
+    "SchemaError",
     "SyntheticConfig",
     "SyntheticStream",
     "TopicNotFound",
     "WindowCollector",
     "WindowConfig",
     "auc",
+    "batch_to_arrow",
     "connect_with_retry",
     "ensure_topic",
     "feature_id",
     "ipc_message",
+    "parse_schema",
     "produce",
     "serve_metrics",
     "topic_partitions",

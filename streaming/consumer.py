@@ -58,10 +58,10 @@ from streaming.codec import FORMATS, DecodeConfig, Decoder
 from streaming.format_check import FirstRecordsCheck, FormatMismatch
 from streaming.kafka import KafkaSettings, topic_partitions
 from streaming.positions import ConsumerFailed, LogGuard, LogLost
-from streaming.types import ClickBatch, Reject, Schema
+from streaming.schema_file import parse_schema
+from streaming.types import ClickBatch, Reject
 
-__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "FormatMismatch",
-           "LogLost"]
+__all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "FormatMismatch", "LogLost"]
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class ClickConsumer:
         """
         self.kafka = kafka
         self.config = config or ConsumerConfig()
-        self.schema = Schema.parse(self.config.schema)
+        self.schema = parse_schema(self.config.schema)
         self.decoder = Decoder(self.schema, DecodeConfig(self.config.format, self.config.max_record_bytes,
                                                           self.config.value_separator))
         self.stats = ConsumerStats()

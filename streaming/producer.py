@@ -347,6 +347,7 @@ def _packed(chunks: Iterator[Chunk], per_message: int) -> Iterator[Packed]:
 
 def _replay(config: ProduceConfig) -> Iterator[Packed]:
     """The messages of ``file:PATH[,PATH...]``: TSV text files, or Parquet or Arrow tables."""
+    from streaming.schema_file import parse_schema
     from streaming.tables import (
         TableSource,
         arrow_messages,
@@ -354,7 +355,6 @@ def _replay(config: ProduceConfig) -> Iterator[Packed]:
         parse_column_map,
         tsv_messages,
     )
-    from streaming.types import Schema
 
     paths = [p for p in config.source[len("file:") :].split(",") if p]
     if not paths:
@@ -372,7 +372,7 @@ def _replay(config: ProduceConfig) -> Iterator[Packed]:
                              "and Arrow files; text files are sent as the TSV lines they hold")
         return _packed(_prefetch(file_chunks(paths, config.chunk_records, config.records)),
                        config.per_message)
-    schema = Schema.parse(config.schema)
+    schema = parse_schema(config.schema)
     source = TableSource(paths, schema, parse_column_map(config.column_map, schema))
     log.info("replaying %s: %s records, columns %s", config.source, f"{source.count():,}",
              ", ".join(f"{f.name}<-{f.column}" if f.name != f.column else f.name

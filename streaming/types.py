@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+import reprlib
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Sequence
@@ -9,8 +13,11 @@ from typing import Sequence
 import numpy as np
 
 __all__ = [
+    "MAX_FIELDS",
+    "MAX_LEN",
     "DenseField",
     "Schema",
+    "SchemaError",
     "SparseField",
     "ClickBatch",
     "Reject",
@@ -22,6 +29,49 @@ __all__ = [
 POOLINGS = ("sum", "mean")
 TRANSFORMS = ("log1p", "none")
 OVERFLOWS = ("truncate", "reject")
+# Values one record may carry in one field. The decoders hold max_len as int64 and a bag's
+# length as int32, and a million values is past what any sane --consumer-max-record-bytes lets
+# a record carry (64 KiB by default: 32,768 one-digit values); 10**20 was accepted and then
+# overflowed the decoder's int64.
+MAX_LEN = 1_000_000
+# Dense fields, and sparse fields, a schema may have (of each): a decoder lays out
+# [batch, fields] arrays, and counts ('13,26' form) were unbounded, so a typo of a few digits
+# asked for names until memory ran out. Criteo has 39 fields; large production models hundreds.
+MAX_FIELDS = 10_000
+# Names a message lists before "and N more" (a duplicate among 10,000 fields was reported as an
+# 89,047-character line).
+_LISTED = 5
+
+
+class SchemaError(ValueError):
+    """A schema refused: the message is one line saying what and, where known, where.
+
+    Attributes:
+        kind: ``dense`` or ``sparse``: the kind of field it is about ("" if none).
+        field: That field's name ("" if none).
+        key: The setting it is about (``max_len``, ``table``, ...; "" if none).
+    """
+
+    def __init__(self, message: str, kind: str = "", field: str = "", key: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.field, self.key = kind, field, key
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for messages: a name or a value from
+    a file can be megabytes long, nested thousands deep, or an int too long for ``str``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {int(value.bit_length() * 0.30103) + 1:,} digits"
+    cut = reprlib.Repr()
+    cut.maxstring = cut.maxother = limit
+    cut.maxlevel, cut.maxdict, cut.maxlist = 2, 4, 4
+    return cut.repr(value)
+
+
+def listed(names: Sequence[str]) -> str:
+    """The first few of ``names`` and how many more: ``'a', 'b', ... and 9,990 more``."""
+    head = ", ".join(shown(n) for n in names[:_LISTED])
+    return head if len(names) <= _LISTED else f"{head} and {len(names) - _LISTED:,} more"
 
 
 @dataclass(frozen=True)
@@ -31,7 +81,8 @@ class SparseField:
     Attributes:
         name: The field's name in the log.
         table: The embedding table its values name rows of; fields that share a table give the
-            same id to the same value. Defaults to the field's name.
+            same id to the same value. Defaults to the field's name. A table no other field
+            looks up is refused when it looks like a typo (:func:`table_typo`).
         max_len: Values a record may carry (1: exactly one, as in Criteo).
         pooling: How a record's values make one vector: ``sum`` or ``mean``.
         weighted: Whether each value carries a weight (``id:weight``).
@@ -39,6 +90,8 @@ class SparseField:
             to ``<name>_weights``).
         on_overflow: Past ``max_len``: ``truncate`` (keep the first, count the rest) or
             ``reject`` (dead-letter the record).
+        own_table: The table is this field's alone on purpose, however close its name is to
+            another's: no typo check.
     """
 
     name: str
@@ -48,24 +101,30 @@ class SparseField:
     weighted: bool = False
     on_overflow: str = "truncate"
     weights: str = ""
+    own_table: bool = False
 
     def __post_init__(self) -> None:
+        def refuse(key: str, what: str) -> SchemaError:
+            return SchemaError(what, "sparse", self.name, key)
+
         if not self.name:
-            raise ValueError("a sparse field needs a name")
+            raise SchemaError("a sparse field needs a name", "sparse")
         if self.weights and not self.weighted:
-            raise ValueError("weights names a weighted field's weights: set weighted = true")
+            raise refuse("weights", "weights names a weighted field's weights: set weighted = true")
         if self.weighted and not self.weights:
             object.__setattr__(self, "weights", f"{self.name}_weights")
         if not self.table:
             object.__setattr__(self, "table", self.name)
-        if self.max_len < 1:
-            raise ValueError(f"max_len must be at least 1, not {self.max_len}")
+        if not 1 <= self.max_len <= MAX_LEN:
+            raise refuse("max_len", f"max_len must be from 1 to {MAX_LEN:,}, "
+                                    f"not {shown(self.max_len)}")
         if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be sum or mean, not {self.pooling!r}")
+            raise refuse("pooling", f"pooling must be sum or mean, not {shown(self.pooling)}")
         if self.weighted and self.pooling != "sum":
-            raise ValueError("a weighted field pools by sum (weights scale the rows summed)")
+            raise refuse("pooling", "a weighted field pools by sum (weights scale the rows summed)")
         if self.on_overflow not in OVERFLOWS:
-            raise ValueError(f"on_overflow must be truncate or reject, not {self.on_overflow!r}")
+            raise refuse("on_overflow", f"on_overflow must be truncate or reject, "
+                                        f"not {shown(self.on_overflow)}")
 
     @property
     def multi_valued(self) -> bool:
@@ -83,9 +142,10 @@ class DenseField:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise ValueError("a dense field needs a name")
+            raise SchemaError("a dense field needs a name", "dense")
         if self.transform not in TRANSFORMS:
-            raise ValueError(f"transform must be log1p or none, not {self.transform!r}")
+            raise SchemaError(f"transform must be log1p or none, not {shown(self.transform)}",
+                              "dense", self.name, "transform")
 
 
 @dataclass(frozen=True)
@@ -97,6 +157,10 @@ class Schema:
     field changes its ids, reordering fields does not, and fields sharing a table share ids.
     ``dense`` and ``sparse`` are the names; ``dense_fields`` and ``sparse_fields`` the settings
     (one ``log1p`` value, and one value in a table of the field's name, unless given).
+
+    Raises:
+        SchemaError: More than :data:`MAX_FIELDS` dense or sparse fields, a name given twice,
+            no sparse field, or a table that looks like a typo (:func:`table_typo`).
     """
 
     label: str = "label"
@@ -106,18 +170,34 @@ class Schema:
     sparse_fields: tuple[SparseField, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
+        for kind, given in (("dense", self.dense), ("sparse", self.sparse)):
+            if len(given) > MAX_FIELDS:
+                raise SchemaError(f"{len(given):,} {kind} fields: a schema has at most "
+                                  f"{MAX_FIELDS:,} of each kind", kind)
         names = (self.label, *self.dense, *self.sparse)
-        if len(set(names)) != len(names):
-            raise ValueError(f"schema field names must be unique, got {names}")
+        again = [n for n, count in Counter(names).items() if count > 1]
+        if again:
+            # Located at the second use of the first name given twice (a file's line).
+            second = names.index(again[0], names.index(again[0]) + 1)
+            raise SchemaError(f"field names must be unique: {listed(again)} given more than "
+                              "once", "dense" if second <= len(self.dense) else "sparse",
+                              again[0])
         if not self.sparse:
-            raise ValueError("a schema needs at least one sparse (categorical) field")
+            raise SchemaError("a schema needs at least one sparse (categorical) field", "sparse")
         if not self.dense_fields:
             object.__setattr__(self, "dense_fields", tuple(DenseField(n) for n in self.dense))
         if not self.sparse_fields:
             object.__setattr__(self, "sparse_fields", tuple(SparseField(n) for n in self.sparse))
         if tuple(f.name for f in self.dense_fields) != self.dense or \
                 tuple(f.name for f in self.sparse_fields) != self.sparse:
-            raise ValueError("the fields' settings must name the schema's fields, in order")
+            raise SchemaError("the fields' settings must name the schema's fields, in order")
+        typo = table_typo(self.sparse_fields)
+        if typo is not None:
+            f, meant = typo
+            raise SchemaError(f"table {shown(f.table)} is looked up by no other field, so "
+                              f"{shown(f.name)} shares no rows: did you mean {shown(meant)}? "
+                              "(own_table = true if not)",
+                              "sparse", f.name, "table")
 
     @classmethod
     def of(cls, label: str, dense: Sequence[DenseField], sparse: Sequence[SparseField]) -> Schema:
@@ -142,54 +222,78 @@ class Schema:
 
     @classmethod
     def from_counts(cls, n_dense: int, n_sparse: int) -> Schema:
-        """Criteo-style names (``I1..``, ``C1..``) for the given counts."""
+        """Criteo-style names (``I1..``, ``C1..``) for the given counts (at most
+        :data:`MAX_FIELDS` each, checked before a name is made)."""
+        if not (0 <= n_dense <= MAX_FIELDS and 1 <= n_sparse <= MAX_FIELDS):
+            raise SchemaError(f"{shown(n_dense)} dense and {shown(n_sparse)} sparse fields: "
+                              f"a schema has 0 to {MAX_FIELDS:,} dense and 1 to "
+                              f"{MAX_FIELDS:,} sparse")
         return cls(
             dense=tuple(f"I{i}" for i in range(1, n_dense + 1)),
             sparse=tuple(f"C{i}" for i in range(1, n_sparse + 1)),
         )
 
-    @classmethod
-    def parse(cls, spec: str) -> Schema:
-        """Parse ``"13,26"`` (counts), ``"label=y;dense=a,b;sparse=c,d,e"`` (names, each with
-        optional settings: ``sparse=item,history:table=item:max_len=20:pooling=mean``), the path
-        of a schema file (``*.toml``, see :mod:`streaming.schema_file`), or the name of a
-        synthetic shape with lists (``multi_hot``, ``user_history``: its default schema)."""
-        spec = spec.strip()
-        if not spec or spec.lower() == "criteo":
-            return cls()
-        if spec in ("multi_hot", "user_history"):
-            from streaming.synthetic import SyntheticConfig
-
-            return SyntheticConfig(shape=spec).schema  # type: ignore[arg-type]
-        if spec.endswith(".toml"):
-            from streaming.schema_file import load_schema
-
-            return load_schema(spec)
-        if "=" not in spec:
-            try:
-                n_dense, n_sparse = (int(x) for x in spec.split(","))
-            except ValueError:
-                raise ValueError(
-                    f"schema {spec!r}: expected 'DENSE,SPARSE' counts or 'label=NAME;dense=A,B;sparse=C,D'"
-                ) from None
-            return cls.from_counts(n_dense, n_sparse)
-        parts: dict[str, str] = {}
-        for item in spec.split(";"):
-            key, _, value = item.partition("=")
-            parts[key.strip()] = value.strip()
-        unknown = set(parts) - {"label", "dense", "sparse"}
-        if unknown:
-            raise ValueError(f"schema {spec!r}: unknown keys {sorted(unknown)}")
-        from streaming.schema_file import inline_fields
-
-        return cls.of(parts.get("label", "label"),
-                      inline_fields("dense", parts.get("dense", ""), spec),
-                      inline_fields("sparse", parts.get("sparse", ""), spec))
-
     @property
     def num_fields(self) -> int:
         """Fields in a TSV line: label + dense + sparse."""
         return 1 + len(self.dense) + len(self.sparse)
+
+
+def table_typo(fields: Sequence[SparseField]) -> tuple[SparseField, str] | None:
+    """The first field whose table looks like a typo, and the table it was likely meant to be.
+
+    A field shares rows with every field of its table. A table that no other field looks up,
+    and that is not the field's own name (the default), is legal: a field renamed in the log
+    keeps its ids with its old name as its table. It is taken for a typo of a table that other
+    fields do share, or that a field looks up under its own name, when
+
+    * it is another field's name and that field looks up another table (meant: that table);
+    * it is one edit from such a table (a character added, dropped, changed, or two swapped;
+      letter case aside), ``difflib`` finds them at least 0.8 similar (so short names such as
+      ``C1`` and ``C2`` are not taken for each other), and they differ by more than their
+      numbers (``f_v1`` beside ``f_v2`` is a series). Names past 64 characters are not
+      compared.
+
+    ``table = "movies"`` beside a field ``movie`` shares nothing, and was meant to. A field
+    with ``own_table`` set is not checked."""
+    users = Counter(f.table for f in fields)
+    lone = [f for f in fields
+            if f.table != f.name and users[f.table] == 1 and not f.own_table]
+    if not lone:
+        return None
+    by_name = {f.name: f for f in fields}
+    targets = {t for t, n in users.items() if n > 1} | {f.table for f in fields if f.table == f.name}
+    # One deletion from each side meets for any single edit: an index of every target's
+    # deletions finds the candidates in time linear in the names (difflib over 10,000 names,
+    # once for each of 10,000 lone tables, took minutes).
+    near: dict[str, set[str]] = {}
+    for target in targets:
+        for variant in _deletions(target.casefold()):
+            near.setdefault(variant, set()).add(target)
+    for f in lone:
+        if f.table in by_name:
+            return f, by_name[f.table].table
+        key = f.table.casefold()
+        found = {c for v in _deletions(key) for c in near.get(v, ())} - {f.name}
+        close = [c for c in sorted(found) if key == c.casefold() or (
+                 _numbered(c) != _numbered(key)
+                 and difflib.SequenceMatcher(None, key, c.casefold()).ratio() >= 0.8)]
+        if close:
+            return f, close[0]
+    return None
+
+
+def _numbered(name: str) -> str:
+    """``name`` with each run of digits as ``#``: the names of one series come out alike."""
+    return re.sub(r"[0-9]+", "#", name.casefold())
+
+
+def _deletions(word: str) -> set[str]:
+    """``word`` and every string one character shorter (none for a word past 64 characters,
+    where the index would grow as the square of its length)."""
+    if len(word) > 64:
+        return set()
+    return {word, *(word[:i] + word[i + 1:] for i in range(len(word)))}
 
 
 def dense_features(raw: np.ndarray, log1p: np.ndarray | None = None) -> np.ndarray:
@@ -318,22 +422,6 @@ class ClickBatch:
         arrays = [getattr(self, f) for f in _PER_SAMPLE_AND_VALUE]
         return sum(int(a.nbytes) for a in arrays) + (
             0 if self.weights is None else int(self.weights.nbytes))
-
-    def to_arrow(self, schema: Schema):  # -> pyarrow.RecordBatch (import kept lazy: it is heavy)
-        """The batch as a ``pyarrow.RecordBatch`` with one column per schema field: an int64
-        column for a one-value field, ``list<int64>`` (and ``list<float>`` weights, named
-        ``<field>_weights``) for a field of many."""
-        import pyarrow as pa
-
-        from streaming.arrow import sparse_columns
-
-        columns = {schema.label: pa.array(self.labels),
-                   **{name: pa.array(self.dense[:, i]) for i, name in enumerate(schema.dense)},
-                   **sparse_columns(schema, self.values, self.lengths, self.weights)}
-        columns.update({"kafka_partition": pa.array(self.partitions),
-                        "kafka_offset": pa.array(self.offsets),
-                        "kafka_timestamp_ms": pa.array(self.timestamps_ms)})
-        return pa.RecordBatch.from_pydict(columns)
 
 
 _PER_SAMPLE = ("labels", "dense", "lengths", "partitions", "offsets", "timestamps_ms")

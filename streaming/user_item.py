@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime import fmix64
-from streaming.synthetic import SyntheticConfig, _zipf_cdf
+from streaming.synthetic_config import SyntheticConfig, zipf_cdf
 
 __all__ = ["UserItemShape", "context_vocab"]
 
@@ -58,12 +58,12 @@ class UserItemShape:
         self.vocab = context_vocab(c)
         rng = np.random.default_rng([c.seed, 0x0515])
         self._user_order = rng.permutation(c.users)
-        self._user_cdf = _zipf_cdf(c.users, c.user_zipf)
-        self._item_cdf = _zipf_cdf(c.items, c.item_zipf)
+        self._user_cdf = zipf_cdf(c.users, c.user_zipf)
+        self._item_cdf = zipf_cdf(c.items, c.item_zipf)
         self._history = c.history_len if c.shape == "user_history" else 0
         self._first_ctx = 3 if self._history else 2  # the first context field
         contexts = c.n_sparse - self._first_ctx
-        self._ctx_cdf = [_zipf_cdf(int(v), c.field_zipf) for v in self.vocab[self._first_ctx:]]
+        self._ctx_cdf = [zipf_cdf(int(v), c.field_zipf) for v in self.vocab[self._first_ctx:]]
         self._ctx_salt = rng.integers(0, 2**63, size=max(contexts, 1), dtype=np.uint64)
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 

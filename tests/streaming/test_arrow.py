@@ -14,8 +14,9 @@ from streaming.arrow import encode_arrow
 from streaming.codec import DecodeConfig, Decoder
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.producer import ProduceConfig, produce
+from streaming.schema_file import parse_schema
 from streaming.synthetic import SyntheticConfig, SyntheticStream
-from streaming.types import ClickBatch, Schema
+from streaming.types import ClickBatch
 
 STREAM = SyntheticStream(SyntheticConfig(seed=3))
 SCHEMA = STREAM.config.schema
@@ -114,7 +115,7 @@ def test_a_message_far_larger_than_its_records_is_too_large() -> None:
 
 
 def test_a_custom_schema_finds_its_columns_by_name() -> None:
-    schema = Schema.parse("label=y;dense=a;sparse=u,v")
+    schema = parse_schema("label=y;dense=a;sparse=u,v")
     table = pa.table({"extra": [1, 2], "v": ["x", "y"], "u": [3, 4], "a": [10, None], "y": [1, 0]})
     out = Decoder(schema, DecodeConfig("arrow")).decode([_ipc(table)])
     assert out.rejects == []

@@ -5,7 +5,8 @@ import pytest
 
 from streaming.codec import DecodeConfig, Decoder
 from streaming.hashing import feature_id
-from streaming.types import RejectReason, Schema
+from streaming.schema_file import parse_schema
+from streaming.types import RejectReason
 
 
 def tsv(label="1", dense=None, sparse=None) -> bytes:
@@ -113,15 +114,15 @@ def test_record_coordinates_follow_their_message():
 
 
 def test_custom_schema():
-    schema = Schema.parse("label=click;dense=age;sparse=user,item")
+    schema = parse_schema("label=click;dense=age;sparse=user,item")
     d = Decoder(schema).decode([b"1\t30\tu1\ti9", b"0\t\tu2\t"])
     assert d.batch.ids.shape == (2, 2) and not d.rejects
     assert d.batch.ids[0, 1] == feature_id("item", "i9")
-    assert Schema.parse("2,3").sparse == ("C1", "C2", "C3")
+    assert parse_schema("2,3").sparse == ("C1", "C2", "C3")
 
 
 def test_json_lines_decode_like_tsv():
-    schema = Schema.parse("label=y;dense=a,b;sparse=u,i")
+    schema = parse_schema("label=y;dense=a,b;sparse=u,i")
     rec = lambda y, a, b, u, i: json.dumps({"y": y, "a": a, "b": b, "u": u, "i": i}).encode()  # noqa: E731
     dj = Decoder(schema, DecodeConfig("json")).decode(
         [rec(1, 3, None, "x", "y") + b"\n" + b'{"y": 1, "a": "nope", "u": "x"}', rec(0, 0, 5, "x", 12)]
@@ -133,7 +134,7 @@ def test_json_lines_decode_like_tsv():
 
 
 def test_json_rejects_non_objects_and_bad_labels():
-    schema = Schema.parse("label=y;dense=a;sparse=u")
+    schema = parse_schema("label=y;dense=a;sparse=u")
     d = Decoder(schema, DecodeConfig("json")).decode(
         [b"[1,2]", b'{"y": 3, "u": "a"}', b"{not json", b'{"y":0,"u":"a"}']
     )
@@ -144,7 +145,7 @@ def test_json_dense_values_past_a_float_are_rejected_not_raised():
     """A dense value numpy cannot hold must dead-letter its record: raising would fail the batch
     after the consumer moved past it, and again after every restart. Past int64 is a float now;
     past a float (an integer of 400 digits, 1e999) is rejected."""
-    schema = Schema.parse("label=y;dense=a;sparse=u")
+    schema = parse_schema("label=y;dense=a;sparse=u")
     huge = b"9" * 400
     d = Decoder(schema, DecodeConfig("json")).decode(
         [b'{"y":1,"a":' + huge + b',"u":"x"}', b'{"y":1,"a":1e999,"u":"x"}',
@@ -157,7 +158,7 @@ def test_json_dense_values_past_a_float_are_rejected_not_raised():
 def test_json_nested_past_what_the_parser_takes_is_rejected_not_raised():
     """'[' * 30000: the json module raises RecursionError, which escaped the decoder (a 500 in
     serve; in the consumer, a batch that fails again after every restart)."""
-    schema = Schema.parse("label=y;dense=a;sparse=u")
+    schema = parse_schema("label=y;dense=a;sparse=u")
     d = Decoder(schema, DecodeConfig("json", max_record_bytes=1 << 20)).decode(
         [b"[" * 30000 + b"]" * 30000, b'{"y":1,"a":2,"u":"x"}', b'{"u":' * 20000]
     )

@@ -10,6 +10,7 @@ import pytest
 
 from streaming.arrow import ipc_message
 from streaming.codec import DecodeConfig, Decoder
+from streaming.schema_file import parse_schema
 from streaming.types import DenseField, RejectReason, Schema, SparseField
 
 SCHEMA = Schema.of("label", [DenseField("price", "none"), DenseField("views")],
@@ -109,5 +110,5 @@ def test_a_message_whose_every_line_is_rejected_decodes_to_nothing_and_its_reaso
     # Seen in serve: with no line left, the dense parse met an empty [0, D] array and raised.
     d = Decoder().decode([payload])
     assert len(d.batch) == 0 and [r.reason for r in d.rejects] == [RejectReason.INVALID_UTF8]
-    d = Decoder(Schema.parse("label=y;sparse=a")).decode([b"1\tx", b"\xff"])  # no dense field
+    d = Decoder(parse_schema("label=y;sparse=a")).decode([b"1\tx", b"\xff"])  # no dense field
     assert len(d.batch) == 1 and d.batch.dense.shape == (1, 0)

@@ -8,6 +8,7 @@ import pytest
 from streaming.arrow import encode_arrow
 from streaming.codec import DecodeConfig, Decoder
 from streaming.format_check import FirstRecordsCheck, FormatMismatch, sniff
+from streaming.schema_file import parse_schema
 from streaming.synthetic import SyntheticConfig, SyntheticStream
 from streaming.types import Schema
 
@@ -62,7 +63,7 @@ def test_text_read_as_another_format_stops_after_16_messages(given, found):
 
 def test_a_wrong_schema_stops_after_100_records_with_the_field_counts():
     check = FirstRecordsCheck("clicks", "tsv", "12,26", 100)
-    decoder = Decoder(Schema.parse("12,26"), DecodeConfig("tsv"))
+    decoder = Decoder(parse_schema("12,26"), DecodeConfig("tsv"))
     for _ in range(6):  # 96 records
         feed(check, decoder, [TSV])
     with pytest.raises(FormatMismatch) as err:

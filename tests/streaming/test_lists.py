@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streaming.arrow import ipc_message
+from streaming.arrow import batch_to_arrow, ipc_message
 from streaming.codec import DecodeConfig, Decoder
 from streaming.hashing import feature_id
 from streaming.tables import TableSource, arrow_messages, tsv_messages
@@ -141,7 +141,7 @@ def test_a_jagged_batch_slices_and_writes_list_columns() -> None:
     assert bags(b.take(np.array([2, 0]))) == [bags(b)[2], bags(b)[0]]
     assert bags(b.take(slice(1, 3))) == bags(b)[1:]
     assert bags(ClickBatch.concat([b.take(slice(0, 1)), b.take(slice(1, None))])) == bags(b)
-    arrow = b.to_arrow(SCHEMA)
+    arrow = batch_to_arrow(b, SCHEMA)
     assert arrow.column("history").to_pylist() == [row[1] for row in bags(b)]
     assert arrow.column("tags_weights").to_pylist() == [[0.5, 2.0], [], [1.0]]
     assert arrow.column("item").to_pylist() == [row[0][0] for row in bags(b)]

@@ -13,7 +13,7 @@ import pytest
 
 from streaming.arrow import ipc_message
 from streaming.codec import DecodeConfig, Decoded, Decoder
-from streaming.schema_file import load_schema
+from streaming.schema_file import load_schema, parse_schema
 from streaming.tables import ColumnError, TableSource, arrow_messages, parse_column_map, tsv_messages
 from streaming.types import DenseField, RejectReason, Schema, SparseField
 
@@ -196,7 +196,7 @@ def test_a_replay_sends_every_value_as_it_is_for_the_consumer_to_refuse(tmp_path
 def test_arrow_columns_that_stopped_the_decoder_are_refused_by_reason() -> None:
     """A boolean label with a null, a duplicated column, unsigned ids with a null: each raised
     out of the Arrow decoder (ArrowInvalid, KeyError)."""
-    schema = Schema.parse("label=y;dense=a;sparse=u")
+    schema = parse_schema("label=y;dense=a;sparse=u")
     decoder = Decoder(schema, DecodeConfig(format="arrow"))
     nulls = pa.RecordBatch.from_pydict({"y": pa.array([True, None, False]), "a": [1, 2, 3],
                                         "u": pa.array([1, None, 2**64 - 1], pa.uint64())})

@@ -15,8 +15,9 @@ from streaming.codec import DecodeConfig, Decoder
 from streaming.consumer import ClickConsumer, ConsumerConfig
 from streaming.kafka import TopicNotFound, topic_partitions
 from streaming.producer import ProduceConfig, produce
+from streaming.schema_file import parse_schema
 from streaming.tables import ColumnError, TableSource, parse_column_map, tsv_messages
-from streaming.types import ClickBatch, Schema
+from streaming.types import ClickBatch
 
 SCHEMA = "label=label;dense=age,visits;sparse=user,item,city"
 N = 3_000
@@ -54,7 +55,7 @@ def tsv_lines(t: pa.Table) -> list[bytes]:
 
 def decode(lines: list[bytes]) -> ClickBatch:
     n = len(lines)
-    d = Decoder(Schema.parse(SCHEMA), DecodeConfig("tsv"))
+    d = Decoder(parse_schema(SCHEMA), DecodeConfig("tsv"))
     out = d.decode(lines, np.zeros(n, np.int32), np.arange(n), np.zeros(n, np.int64))
     assert not out.rejects
     return out.batch
@@ -63,7 +64,7 @@ def decode(lines: list[bytes]) -> ClickBatch:
 def test_tsv_messages_are_the_files_lines_packed(tmp_path):
     t = table()
     pq.write_table(t, tmp_path / "log.parquet")
-    schema = Schema.parse(SCHEMA)
+    schema = parse_schema(SCHEMA)
     source = TableSource([str(tmp_path / "log.parquet")], schema, parse_column_map(MAPPING, schema))
     batches = list(source.batches(chunk=1_000))
     assert [b.num_rows for b in batches] == [1_000] * 3
@@ -75,7 +76,7 @@ def test_tsv_messages_are_the_files_lines_packed(tmp_path):
 def test_a_missing_column_is_named_with_the_way_to_map_it(tmp_path):
     path = tmp_path / "log.parquet"
     pq.write_table(table().drop_columns(["city"]), path)
-    schema = Schema.parse(SCHEMA)
+    schema = parse_schema(SCHEMA)
     with pytest.raises(ColumnError) as err:
         TableSource([str(path)], schema, parse_column_map(MAPPING, schema))
     msg = str(err.value)
@@ -91,7 +92,7 @@ def test_a_missing_column_is_named_with_the_way_to_map_it(tmp_path):
 def test_columns_the_consumer_cannot_read_are_refused(tmp_path):
     path = tmp_path / "log.parquet"
     pq.write_table(table().set_column(1, "age", pa.array(["1.5"] * N)), path)
-    schema = Schema.parse(SCHEMA)
+    schema = parse_schema(SCHEMA)
     with pytest.raises(ColumnError, match="'age'.*string.*numbers"):
         TableSource([str(path)], schema, parse_column_map(MAPPING, schema))
     with pytest.raises(ValueError, match="'nope' is not a field"):

@@ -25,6 +25,7 @@ from streaming import (
     KafkaSettings,
     KafkaUnavailable,
     ProduceConfig,
+    SchemaError,
     SyntheticConfig,
     TopicNotFound,
     produce,
@@ -199,6 +200,9 @@ def run_consume(args: argparse.Namespace) -> int:
         return 2
     try:
         return _consume(args, kafka, config)
+    except SchemaError as exc:  # refused as train and serve refuse it, before any broker is asked
+        print(f"hetgmp consume: error: --consumer-schema: {exc}", file=sys.stderr)
+        return 2
     except ConnectStopped as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return STOPPED

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from runtime import add_flags, directory_problem
-from streaming import KafkaSettings, Schema
+from streaming import KafkaSettings, parse_schema
 from trainer.app.commands import settings
 from trainer.serving import ServeConfig
 
@@ -169,7 +169,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"hetgmp serve: error: {problem}", file=sys.stderr)
         return 2
     try:
-        schema = Schema.parse(cfg.schema)
+        schema = parse_schema(cfg.schema)
     except ValueError as exc:
         print(f"hetgmp serve: error: --schema: {exc}", file=sys.stderr)
         return 2

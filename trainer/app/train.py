@@ -461,13 +461,13 @@ def auc_phrase(summary: dict[str, Any]) -> str:
 
 def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     """Refuse ranks, threads or a model this machine cannot hold (before any rank starts)."""
-    from streaming import Schema
+    from streaming import parse_schema
     from trainer.dist import job_ranks, under_torchrun
     from trainer.run import check_resources
     from trainer.sources import SyntheticSpec
 
     schema = (job.source.config.schema if isinstance(job.source, SyntheticSpec)
-              else Schema.parse(job.source.consumer.schema))
+              else parse_schema(job.source.consumer.schema))
     world = job_ranks(launch_config)
     here = 1 if under_torchrun() else launch_config.workers
     check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from small_serving import GEN, LINEAGE, PUBLISHES, SCHEMA
 from small_serving import small_model as _model
 
-from streaming import Schema
+from streaming import parse_schema
 from trainer.serving import Publish, decode, log_version, mark_message
 from trainer.serving.deltas import Delta
 from trainer.serving.server import Service
@@ -35,7 +35,7 @@ def _mark(rank: int, caught_up_ms: int, now_ms: int) -> Delta:
 
 
 def _gauges(model) -> dict[str, float]:
-    service = Service(model, None, Schema.parse(SCHEMA))
+    service = Service(model, None, parse_schema(SCHEMA))
     text = generate_latest(service.registry).decode()
     out = {}
     for line in text.splitlines():

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 from small_serving import SCHEMA, small_model
 
-from streaming import Schema
+from streaming import parse_schema
 from trainer.app.serve import listen
 from trainer.serving import ServeConfig, Service
 
@@ -29,7 +29,7 @@ class _Server:
     """serve's HTTP side on a thread of its own; ``port`` once it listens."""
 
     def __init__(self, cfg: ServeConfig) -> None:
-        self.service = Service(small_model(), None, Schema.parse(SCHEMA), "tsv",
+        self.service = Service(small_model(), None, parse_schema(SCHEMA), "tsv",
                                max_inflight_bytes=cfg.max_inflight_bytes)
         self.cfg, self.port = cfg, 0
         self._loop = asyncio.new_event_loop()

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from small_serving import GEN, PUBLISHES, small_model
 
-from streaming import Schema
+from streaming import parse_schema
 from streaming.hashing import feature_id
 from trainer.serving import Service, ServingModel, build_app, log_version
 
@@ -29,7 +29,7 @@ def post_all(bodies: list[tuple[bytes, str]], model: ServingModel | None = None
     counter by code afterwards."""
     from aiohttp.test_utils import TestClient, TestServer
 
-    service = Service(model or small_model(), None, Schema.parse(SCHEMA), "tsv")
+    service = Service(model or small_model(), None, parse_schema(SCHEMA), "tsv")
 
     async def run() -> list[tuple[int, Any]]:
         async with TestClient(TestServer(build_app(service, 1 << 20))) as client:
