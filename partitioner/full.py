@@ -37,6 +37,7 @@ from partitioner.graph import CompactWindow, compact, per_worker_counts
 from partitioner.greedy import alternate, edge_cost
 from partitioner.heap import release_freed_heap
 from partitioner.metis import BipartiteGraph, bipartite_graph, bipartite_parts, metis_parts
+from partitioner.sampling import uniform_sample
 from partitioner.types import PartitionConfig, Placement, WindowGraph
 
 __all__ = ["FullPartitioner", "metis_owners"]
@@ -107,13 +108,13 @@ def metis_owners(window: WindowGraph, config: PartitionConfig, nparts: int | Non
 
 def _sampled_graph(cw: CompactWindow, in_graph: np.ndarray, fraction: float,
                    config: PartitionConfig) -> BipartiteGraph:
-    """The graph of a uniform ``fraction`` of the samples and the graph ids they use twice or
-    more.
+    """The graph of a uniform ``fraction`` of the samples (``partitioner.sampling``) and the
+    graph ids they use twice or more.
 
     Degrees, hubs and edge weights are the sample's own (its steps are fewer).
     """
-    rng = np.random.default_rng(config.seed)
-    chosen = rng.random(cw.num_samples) < fraction
+    chosen = uniform_sample(cw.num_samples, fraction, config.seed, cw.entry_sample, cw.entry_id,
+                            cw.degree)
     picked = int(chosen.sum())
     entry_in = chosen[cw.entry_sample]
     degree = np.bincount(cw.entry_id[entry_in], minlength=cw.num_ids).astype(np.float64)

@@ -71,6 +71,7 @@ from partitioner.graph import (
 from partitioner.heap import release_freed_heap
 from partitioner.measures import routed_remote_rows
 from partitioner.metis import bipartite_parts
+from partitioner.sampling import uniform_sample
 from partitioner.types import PartitionConfig, PassReport, Placement, WindowGraph, find_sorted
 from partitioner.window_ids import WindowIds
 
@@ -136,8 +137,8 @@ def _within_cap(cw: CompactWindow, samples: np.ndarray, keep: np.ndarray,
     edges = int(np.count_nonzero(samples[cw.entry_sample] & keep[cw.entry_id]))
     if edges <= limit:
         return samples
-    rng = np.random.default_rng(cfg.seed)
-    return samples & (rng.random(samples.size) < limit / edges)
+    return samples & uniform_sample(samples.size, limit / edges, cfg.seed, cw.entry_sample,
+                                    cw.entry_id, cw.degree)
 
 
 def _take(move: np.ndarray, gain: np.ndarray, budget: int) -> np.ndarray:
