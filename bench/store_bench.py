@@ -106,7 +106,8 @@ def _run(batches: list[np.ndarray], args: argparse.Namespace
     for step, ids in enumerate(inputs):
         clock: dict[str, float] = {}
         began = time.perf_counter()
-        padded, inverse, count = unique_padded(ids)
+        u = unique_padded(ids)
+        padded, inverse, count = u.ids, u.inverse, u.n
         sync()
         clock["dedup"] = time.perf_counter()
         uniq, values, _, _ = store.lookup_padded(padded, count, step)  # the one readback

@@ -128,6 +128,12 @@ class _ModelCollector:
                                   "order in the log", value=a.gaps)
         yield CounterMetricFamily("hetgmp_serve_publishes_incomplete", "Publishes whose "
                                   "messages were not all seen", value=a.incomplete)
+        yield CounterMetricFamily("hetgmp_serve_publishes_replayed", "Publishes whose mark "
+                                  "was read again (a retry or a copy: nothing applied twice)",
+                                  value=a.replayed)
+        yield CounterMetricFamily("hetgmp_serve_dense_dropped", "Dense publishes dropped "
+                                  "before they were whole (at most a few are assembled at "
+                                  "once)", value=a.dense_dropped)
         yield GaugeMetricFamily("hetgmp_serve_model_step", "Training step of the newest "
                                 "complete publish applied", value=m.step)
         # No sample before every rank has published once. Lag is what the model misses of the
