@@ -345,15 +345,16 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
 
 
 def _records_read(source: dict[str, int]) -> dict[str, Any]:
-    """What the ranks' consumers read, summed: records decoded (trained, held out, or read past
-    the record budget), messages, rejects by reason, dead letters, and list values cut to
-    ``max_len`` by field. A rejected record is dead-lettered, not trained: records in = records
-    decoded + rejected."""
+    """What the ranks' consumers read, summed: every record in (``records_in``), of which
+    ``records_decoded`` (trained, held out, or read past the record budget) and
+    ``records_rejected`` (by reason, each dead-lettered, never trained), messages, dead letters,
+    and list values cut to ``max_len`` by field."""
     def by(prefix: str) -> dict[str, int]:
         return {k[len(prefix):]: v for k, v in sorted(source.items()) if k.startswith(prefix)}
 
     rejected = by("rejected.")
-    return {"records_read": source.get("records_read", 0),
+    decoded = source.get("records_read", 0)
+    return {"records_in": decoded + sum(rejected.values()), "records_decoded": decoded,
             "messages_read": source.get("messages_read", 0),
             "records_rejected": sum(rejected.values()), "rejected": rejected,
             "dead_lettered": source.get("dead_lettered", 0),
@@ -362,14 +363,14 @@ def _records_read(source: dict[str, int]) -> dict[str, Any]:
 
 def _read_phrase(summary: dict[str, Any]) -> str:
     """The printed summary's account of what a Kafka run read (empty for the synthetic one)."""
-    if "records_read" not in summary:
+    if "records_in" not in summary:
         return ""
-    text = f"; read {summary['records_read']:,} records from Kafka"
+    text = f"; read {summary['records_in']:,} records from Kafka"
     if summary["records_rejected"]:
         reasons = ", ".join(f"{why} {n:,}" for why, n in
                             sorted(summary["rejected"].items(), key=lambda kv: -kv[1]))
-        text += (f", {summary['records_rejected']:,} rejected ({reasons}; "
-                 f"{summary['dead_lettered']:,} dead-lettered)")
+        text += (f": {summary['records_decoded']:,} decoded, {summary['records_rejected']:,} "
+                 f"rejected ({reasons}; {summary['dead_lettered']:,} dead-lettered)")
     truncated = sum(summary["values_truncated"].values())
     if truncated:
         text += f", {truncated:,} list values cut to max_len"

@@ -113,14 +113,14 @@ def test_the_summary_counts_records_read_rejected_and_dead_lettered(
     assert code == 0
     out = capsys.readouterr().out
     s = _summary(out)
-    assert s["records_read"] == s["samples"] == 3_000
+    assert s["records_decoded"] == s["samples"] == 3_000 and s["records_in"] == 3_006
     assert s["rejected"] == {"bad_label": 1, "wrong_field_count": 5}
     assert s["records_rejected"] == s["dead_lettered"] == 6
     assert s["messages_read"] == -(-3_000 // 16) + 6  # 188 of 16 records (the last of 8)
     assert s["values_truncated"] == {}
     assert s["event_time_order"]["order_overflows"] == 0
-    assert "read 3,000 records from Kafka, 6 rejected (wrong_field_count 5, bad_label 1; " \
-           "6 dead-lettered)" in out.strip().splitlines()[-2]
+    assert "read 3,006 records from Kafka: 3,000 decoded, 6 rejected (wrong_field_count 5, " \
+           "bad_label 1; 6 dead-lettered)" in out.strip().splitlines()[-2]
 
 
 def test_the_read_counts_of_the_ranks_become_the_summarys_fields_and_its_phrase() -> None:
@@ -129,12 +129,13 @@ def test_the_read_counts_of_the_ranks_become_the_summarys_fields_and_its_phrase(
     summed = {"order_holds": 2, "records_read": 990, "messages_read": 70, "dead_lettered": 12,
               "rejected.bad_label": 2, "rejected.too_many_values": 10, "truncated.hist": 7}
     read = _records_read(summed)
-    assert read == {"records_read": 990, "messages_read": 70, "records_rejected": 12,
+    assert read == {"records_in": 1_002, "records_decoded": 990, "messages_read": 70,
+                    "records_rejected": 12,
                     "rejected": {"bad_label": 2, "too_many_values": 10}, "dead_lettered": 12,
                     "values_truncated": {"hist": 7}}
-    assert _read_phrase(read) == ("; read 990 records from Kafka, 12 rejected (too_many_values "
-                                  "10, bad_label 2; 12 dead-lettered), 7 list values cut to "
-                                  "max_len")
+    assert _read_phrase(read) == ("; read 1,002 records from Kafka: 990 decoded, 12 rejected "
+                                  "(too_many_values 10, bad_label 2; 12 dead-lettered), 7 list "
+                                  "values cut to max_len")
     assert _read_phrase({"samples": 5}) == ""  # the synthetic source reads nothing
 
 
