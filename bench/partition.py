@@ -11,8 +11,11 @@ Protocol (one run, every strategy on the same records):
 * Strategies: ``hash`` (row-wise hash sharding as in TorchRec/HugeCTR: no explicit owners, no
   replicas, samples split in arrival order), ``static`` (one full METIS partition of the first
   window, never updated: HET-GMP's offline approach), ``full`` (a full repartition every
-  period: the quality ceiling) and ``incremental`` (ours: refine the current placement every
-  period, starting from the same first full partition).
+  period: the quality ceiling), ``incremental`` (ours: refine the current placement every
+  period, starting from the same first full partition) and ``hetgmp-paper`` (HET-GMP's own
+  algorithm as its paper describes it, ``bench.hetgmp_paper``: one partition of the first
+  window from a random start, never updated, its replicas ranked its way under the same
+  budget). ``--strategy`` runs some of them (hash always).
 * Each period is cut into global batches of ``--global-batch`` samples; every non-hash strategy
   routes each batch with ``partitioner.route`` (capacity 1.05 x the mean). Remote rows per
   sample: per worker batch, the distinct ids neither owned nor replicated there, summed over
@@ -54,7 +57,9 @@ Protocol (one run, every strategy on the same records):
   online loop does once a period; here every record is new to it, so each pass looks at all of
   them), scored after every pass; its row is the last pass's, with the rows the passes moved.
   HET-GMP's offline partitioner also refines its METIS cut with alternating greedy passes;
-  ``static`` is METIS and replicas alone. JSON rows carry ``replica_basis`` and the mean
+  ``static`` is METIS and replicas alone. ``hetgmp-paper`` rows (``bench.partition_offline``)
+  are that algorithm's own partition, once per worker count, with the replicas of each budget;
+  they carry its ``cost_by_round``. JSON rows carry ``replica_basis`` and the mean
   ``replicas_per_worker``, the summary ``"protocol": "offline"``.
 
 Every row carries ``seconds`` (offline: the strategy's partitioning time; rolling: the mean
@@ -69,16 +74,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench.hetgmp_paper import PaperPartitioner
 from bench.memory import peak_mb, reset_peak
 from bench.records import _Records, dense_records
 from partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
+    Partitioner,
     Placement,
     WindowGraph,
     imbalance,
@@ -95,7 +103,11 @@ from streaming.synthetic import SHAPES, SyntheticBlock, SyntheticStream
 
 __all__ = ["build_parser", "main", "parse_args"]
 
-STRATEGIES = ("hash", "static", "full", "incremental")
+PAPER = "hetgmp-paper"
+STRATEGIES = ("hash", "static", "full", "incremental", PAPER)
+# Strategies that partition the first window only (offline approaches), never updated.
+ONCE = ("static", PAPER)
+OFFLINE_STRATEGIES = ("hash", "static", "incremental", PAPER)
 ORACLE = "segments"
 NUMBERINGS = ("hashed", "dense")
 
@@ -130,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hetgmp bench partition",
         description="Remote rows per sample, imbalance, migration and repartition time of the "
-                    "hash, static, full and incremental placements on the synthetic stream.")
+                    "hash, static, full, incremental and hetgmp-paper placements on the synthetic "
+                    "stream.")
     parser.add_argument("--workers", default="4,8", help="comma-separated worker counts")
     parser.add_argument("--window", type=int, default=200_000, help="window samples (W)")
     parser.add_argument("--global-batch", type=int, default=8192, help="samples per step")
@@ -186,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scale-passes", type=int, default=3,
                         help="incremental passes per window, each after --period-records new "
                              "records (--scale only)")
+    parser.add_argument("--strategy", default=None,
+                        help="comma-separated strategies to run (default: every one of the "
+                             f"protocol's: {', '.join(STRATEGIES[1:])}; --offline has no "
+                             f"full); hash always runs, the baseline of 'vs hash'; offline, "
+                             f"incremental brings static, its start. {PAPER}: HET-GMP's own "
+                             "algorithm as its paper describes it (bench/hetgmp_paper.py)")
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers "
                              "(--offline: 100k records)")
@@ -225,7 +244,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        or args.scale_passes < 0):
         parser.error("--scale-windows must be positive sizes and --scale-passes >= 0")
     args.worker_counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
+    args.strategies = _strategies(parser, args)
     return args
+
+
+def _strategies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The strategies ``--strategy`` names, in the protocol's order, hash first."""
+    allowed = OFFLINE_STRATEGIES if args.offline else STRATEGIES
+    if args.strategy is None:
+        return list(allowed)
+    if args.scale:
+        parser.error("--strategy picks rows of the rolling and --offline protocols, not --scale")
+    named = {x.strip() for x in str(args.strategy).split(",") if x.strip()}
+    if not named or not named <= set(allowed):
+        parser.error(f"--strategy takes comma-separated names among {', '.join(allowed)}")
+    if args.offline and "incremental" in named:
+        named.add("static")
+    return [name for name in allowed if name == "hash" or name in named]
 
 
 def _score(records: _Records, placement: Placement, global_batch: int,
@@ -283,16 +318,17 @@ def _run_workers(n: int, ids: _Records, args: argparse.Namespace,
                              replica_fraction=args.replica_fraction,
                              replica_basis=args.replica_basis,
                              route_rounds=args.route_rounds)
-    makers = {"static": FullPartitioner, "full": FullPartitioner,
-              "incremental": IncrementalPartitioner}
-    partitioners = {name: make(config) for name, make in makers.items()}
-    names = STRATEGIES + ((ORACLE,) if segments is not None else ())
+    makers: dict[str, Callable[[PartitionConfig], Partitioner]] = {
+        "static": FullPartitioner, "full": FullPartitioner,
+        "incremental": IncrementalPartitioner, PAPER: PaperPartitioner}
+    names = tuple(args.strategies) + ((ORACLE,) if segments is not None else ())
+    partitioners = {name: make(config) for name, make in makers.items() if name in names}
     current = {name: Placement.hash(n) for name in names}
     tracks = {name: _Track() for name in names}
     print(f"\n== {n} workers: window {w}, {args.periods} periods of {p} records, "
           f"global batch {args.global_batch} ==")
     header = f"{'period':>6} {'start':>8} | " + " | ".join(
-        f"{name:>11} rr/s  red  imb  migrated   sec" for name in names)
+        f"{name:>12} rr/s  red  imb  migrated   sec" for name in names)
     print(header)
     for t in range(args.periods):
         start = w + t * p
@@ -312,7 +348,7 @@ def _run_workers(n: int, ids: _Records, args: argparse.Namespace,
                 seconds = time.perf_counter() - began
                 migrated = plan_diff(old, new, args.row_bytes).rows_moved
                 current[name] = new
-            elif name in partitioners and (t == 0 or name != "static"):
+            elif name in partitioners and (t == 0 or name not in ONCE):
                 reset_peak()
                 began = time.perf_counter()
                 new = partitioners[name].partition(window, None if t == 0 else old)
@@ -347,7 +383,7 @@ def _run_workers(n: int, ids: _Records, args: argparse.Namespace,
             if name == "hash":
                 hash_rate = rate
             red = 100.0 * (1.0 - rate / hash_rate) if hash_rate else 0.0
-            cells.append(f"{name:>11} {rate:5.2f} {red:4.0f}% {max(step_imb, rows_imb):4.2f} "
+            cells.append(f"{name:>12} {rate:5.2f} {red:4.0f}% {max(step_imb, rows_imb):4.2f} "
                          f"{migrated:9d} {seconds:5.1f}")
         print(f"{t:>6} {start:>8} | " + " | ".join(cells), flush=True)
     return tracks
@@ -410,95 +446,6 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
     return rows
 
 
-def _offline_row(ids: _Records, placement: Placement, graph: WindowGraph,
-                 args: argparse.Namespace, strategy: str, basis: str, hash_rate: float,
-                 seconds: float, label: str = "", peak: float | None = None
-                 ) -> dict[str, object]:
-    """Score an offline placement on its own records, print its line and return its row."""
-    remote, samples, step_imb, _ = _score(ids, placement, args.global_batch,
-                                          split_in_order=False, rounds=args.route_rounds)
-    rate = remote / samples
-    imb = max(step_imb, row_imbalance(placement, graph.indices))
-    copies = int(placement.replica_counts().mean())
-    n = placement.num_workers
-    peak_text = "-" if peak is None else f"{peak:.0f}"
-    print(f"{n:>7} {strategy:>11} {basis:>9} {copies:>15} {rate:9.3f} "
-          f"{100 * (1 - rate / hash_rate):7.1f}% {imb:9.3f} {seconds:8.1f} {peak_text:>8}  "
-          f"{label}", flush=True)
-    return {"workers": n, "strategy": strategy, "replica_basis": basis,
-            "remote_rows_per_sample": round(rate, 4),
-            "reduction_vs_hash": round(1.0 - rate / hash_rate, 4), "imbalance": round(imb, 4),
-            "seconds": round(seconds, 3), "replicas_per_worker": copies, "peak_mem_mb": peak}
-
-
-def _offline(ids: _Records, args: argparse.Namespace, segments: np.ndarray | None = None
-             ) -> list[dict[str, object]]:
-    """HET-GMP's protocol: one partition of all the records, scored on those same records.
-
-    With ``segments`` (``--oracle``), each budget also scores the generator's communities as a
-    placement (``_oracle``), strategy ``segments``, before the partitioner's own.
-    """
-    graph = ids.graph()
-    rows: list[dict[str, object]] = []
-    print(f"{'workers':>7} {'strategy':>11} {'budget of':>9} {'mean replicas':>15} "
-          f"{'rr/sample':>9} {'vs hash':>8} {'imbalance':>9} {'seconds':>8} {'peak MB':>8}")
-    for n in args.worker_counts:
-        hashed = Placement.hash(n)
-        remote, samples, _, _ = _score(ids, hashed, args.global_batch, split_in_order=True)
-        hash_rate = remote / samples
-        rows.append({"workers": n, "strategy": "hash", "replica_basis": None,
-                     "remote_rows_per_sample": round(hash_rate, 4), "reduction_vs_hash": 0.0,
-                     "imbalance": 1.0, "seconds": 0.0, "replicas_per_worker": 0,
-                     "peak_mem_mb": None})
-        print(f"{n:>7} {'hash':>11} {'-':>9} {0:>15} {hash_rate:9.3f} {0.0:7.1f}% "
-              f"{1.0:9.3f} {0.0:8.1f}", flush=True)
-        for basis in args.offline_bases:
-            config = PartitionConfig(num_workers=n, global_batch=args.global_batch,
-                                     seed=args.seed if args.metis_seed is None
-                                     else args.metis_seed, min_count=1,
-                                     replica_fraction=args.replica_fraction, replica_basis=basis,
-                                     route_rounds=args.route_rounds)
-            if segments is not None:
-                began = time.perf_counter()
-                oracle = _oracle(graph, segments, config)
-                rows.append(_offline_row(ids, oracle, graph, args, ORACLE, basis, hash_rate,
-                                         time.perf_counter() - began))
-            # The full partition capped (METIS sees a sample of at most metis_edges edges) and
-            # uncapped (METIS sees them all), side by side: the cap must not cost quality.
-            for capped in (True, False):
-                reset_peak()
-                began = time.perf_counter()
-                cfg = config if capped else replace(config, metis_edges=0)
-                placement = FullPartitioner(cfg).partition(graph, None)
-                seconds = time.perf_counter() - began
-                row = _offline_row(ids, placement, graph, args, "static", basis, hash_rate,
-                                   seconds, label="capped" if capped else "uncapped",
-                                   peak=peak_mb())
-                rows.append({**row, "capped": capped})
-            refiner = IncrementalPartitioner(config, recent_fraction=1.0, recent_cap=None)
-            moved, kept, seconds = 0, 0, 0.0
-            peaks: list[float] = []
-            for done in range(1, args.offline_passes + 1):
-                reset_peak()
-                began = time.perf_counter()
-                repaired = refiner.partition(graph, placement)
-                seconds += time.perf_counter() - began
-                held = refiner.last_pass is not None and refiner.last_pass.kept_current
-                kept += int(held)
-                peak = peak_mb()
-                peaks += [] if peak is None else [peak]
-                moved += plan_diff(placement, repaired, args.row_bytes).rows_moved
-                placement = repaired
-                row = _offline_row(ids, placement, graph, args, "incremental", basis, hash_rate,
-                                   seconds, label=f"pass {done}" + (" kept" if held else ""),
-                                   peak=max(peaks) if peaks else None)
-            if args.offline_passes:
-                row.update(passes=args.offline_passes, rows_migrated=moved, kept_passes=kept,
-                           capped=True)
-                rows.append(row)
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     args = parse_args(argv)
@@ -529,7 +476,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.global_batch}, replicas {args.replica_fraction:.1%} per worker, one full "
               f"partition then {args.offline_passes} incremental passes, scored on the records "
               f"they were computed from")
-        offline = _offline(ids, args, segments)
+        from bench.partition_offline import run_offline
+
+        offline = run_offline(ids, args, segments)
         for row in offline:
             row.update(shape=args.shape, protocol="offline", records=args.records,
                        route_rounds=args.route_rounds, numbering=args.numbering)

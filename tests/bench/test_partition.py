@@ -25,7 +25,7 @@ def test_bench_prints_one_json_row_per_worker_count_and_strategy(
     assert summary["bench"] == "partition"
     rows = {(r["workers"], r["strategy"]): r for r in summary["rows"]}
     assert set(rows) == {(n, s) for n in (2, 3)
-                         for s in ("hash", "static", "full", "incremental")}
+                         for s in ("hash", "static", "full", "incremental", "hetgmp-paper")}
     keys = {"remote_rows_per_sample", "remote_rows_per_sample_after_drift", "rows_migrated",
             "repartition_seconds", "imbalance", "remote_share_unseen_ids",
             "remote_share_ids_seen_once"}
@@ -38,6 +38,8 @@ def test_bench_prints_one_json_row_per_worker_count_and_strategy(
         assert rows[(n, "incremental")]["remote_rows_per_sample"] < rows[(n, "hash")][
             "remote_rows_per_sample"]
         assert rows[(n, "static")]["rows_migrated"] == 0
+        # HET-GMP's algorithm partitions the first window once, as static does.
+        assert rows[(n, "hetgmp-paper")]["rows_migrated"] == 0
         assert rows[(n, "hash")]["imbalance"] < 1.01  # arrival-order split
 
 
@@ -47,7 +49,8 @@ def test_oracle_reference_goes_to_its_own_json_key(capsys: pytest.CaptureFixture
                  "--periods", "2", "--global-batch", "512", "--oracle"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static", "full", "incremental"}
+    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static", "full", "incremental",
+                                                        "hetgmp-paper"}
     (ceiling,) = summary["ceiling"]
     assert ceiling["strategy"] == "segments" and ceiling["workers"] == 2
     hash_rate = next(r["remote_rows_per_sample"] for r in summary["rows"]
@@ -72,7 +75,8 @@ def test_offline_protocol_scores_one_partition_on_its_own_records(
     rows = {(r["strategy"], r["replica_basis"]): r for r in summary["rows"]
             if r.get("capped", True)}
     assert set(rows) == {("hash", None), ("static", "touched"), ("static", "window"),
-                         ("incremental", "touched"), ("incremental", "window")}
+                         ("incremental", "touched"), ("incremental", "window"),
+                         ("hetgmp-paper", "touched"), ("hetgmp-paper", "window")}
     hash_rate = rows[("hash", None)]["remote_rows_per_sample"]
     touched, table = rows[("static", "touched")], rows[("static", "window")]
     # Scored on the records it was computed from, the partition beats hash sharding, and a
@@ -84,6 +88,9 @@ def test_offline_protocol_scores_one_partition_on_its_own_records(
     assert touched["replicas_per_worker"] < table["replicas_per_worker"]
     assert touched["remote_rows_per_sample"] < hash_rate
     assert table["remote_rows_per_sample"] < touched["remote_rows_per_sample"]
+    # HET-GMP's own algorithm on the same matrix gets the same copies under the table's budget.
+    assert rows[("hetgmp-paper", "window")]["replicas_per_worker"] == table["replicas_per_worker"]
+    assert rows[("hetgmp-paper", "window")]["remote_rows_per_sample"] < hash_rate
     # The incremental passes start from each static placement on the same records: a pass that
     # would fetch more keeps the placement it was given (METIS on these very records is hard to
     # beat), one that moves rows stays within the budget (a worker's touched rows change with the
@@ -114,6 +121,16 @@ def test_offline_runs_the_one_replica_basis_named(capsys: pytest.CaptureFixture[
     assert code == 0
     rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
     assert {r["replica_basis"] for r in rows} == {None, "window"}
+    assert [r["strategy"] for r in rows] == ["hash", "static", "static", "incremental",
+                                             "hetgmp-paper"]
+
+
+def test_offline_strategy_incremental_brings_its_static_start(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--offline", "--strategy", "incremental", "--records", "3000", "--workers", "2",
+                 "--global-batch", "512", "--replica-basis", "window", "--offline-passes", "1"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
     assert [r["strategy"] for r in rows] == ["hash", "static", "static", "incremental"]
 
 
@@ -125,7 +142,7 @@ def test_a_shape_with_lists_is_scored_with_the_users_as_the_oracles_communities(
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = {r["strategy"]: r for r in summary["rows"]}
-    assert set(rows) == {"hash", "static", "full", "incremental"}
+    assert set(rows) == {"hash", "static", "full", "incremental", "hetgmp-paper"}
     assert summary["shape"] == "user_history" and rows["hash"]["remote_rows_per_sample"] > 1
     # Scored on the same records: the graph placements fetch fewer rows than hash.
     assert rows["incremental"]["reduction_vs_hash"] > 0
@@ -140,7 +157,7 @@ def test_offline_oracle_scores_the_communities_once_per_budget(
                  "--global-batch", "512", "--offline-passes", "0"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static"}
+    assert {r["strategy"] for r in summary["rows"]} == {"hash", "static", "hetgmp-paper"}
     ceiling = {r["replica_basis"]: r for r in summary["ceiling"]}
     assert set(ceiling) == set(REPLICA_BASES)
     assert all(r["strategy"] == "segments" for r in ceiling.values())
