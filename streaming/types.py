@@ -160,7 +160,8 @@ class Schema:
 
     Raises:
         SchemaError: More than :data:`MAX_FIELDS` dense or sparse fields, a name given twice,
-            no sparse field, or a table that looks like a typo (:func:`table_typo`).
+            no sparse field, a weights column named as a field or another field's weights,
+            or a table that looks like a typo (:func:`table_typo`).
     """
 
     label: str = "label"
@@ -184,6 +185,15 @@ class Schema:
                               again[0])
         if not self.sparse:
             raise SchemaError("a schema needs at least one sparse (categorical) field", "sparse")
+        fields = set(names)
+        columns = Counter(f.weights for f in self.sparse_fields if f.weighted)
+        for f in self.sparse_fields:
+            if f.weighted and (f.weights in fields or columns[f.weights] > 1):
+                # A weights column that is also a field's (or another field's weights) would
+                # be read twice, as two things.
+                raise SchemaError(f"weights {shown(f.weights)} is the name of another field or "
+                                  "weights column: name the weights apart", "sparse", f.name,
+                                  "weights")
         if not self.dense_fields:
             object.__setattr__(self, "dense_fields", tuple(DenseField(n) for n in self.dense))
         if not self.sparse_fields:

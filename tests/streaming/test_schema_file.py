@@ -259,3 +259,24 @@ def test_every_schema_error_is_a_schema_error(tmp_path: Path) -> None:
             parse_schema(spec)
     with pytest.raises(SchemaError, match="nowhere.toml"):
         parse_schema(str(tmp_path / "nowhere.toml"))
+
+
+@pytest.mark.parametrize("weights", ["price", "item", "y", "hist_w"])
+def test_a_weights_column_named_as_a_field_or_other_weights_is_refused(
+        tmp_path: Path, weights: str) -> None:
+    # Issue 53: records whose weights column was another field's were rejected at random
+    # rather than the schema refused; now the schema says which name clashes.
+    text = f"""label = "y"
+[dense.price]
+[sparse.item]
+[sparse.hist]
+max_len = 4
+weighted = true
+weights = "hist_w"
+[sparse.tags]
+max_len = 4
+weighted = true
+weights = "{weights}"
+"""
+    with pytest.raises(SchemaError, match=f"weights '{weights}' is the name of another field"):
+        load_schema(_write(tmp_path, text))
