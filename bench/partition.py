@@ -82,6 +82,9 @@ import numpy as np
 from bench.hetgmp_paper import PaperPartitioner
 from bench.memory import peak_mb, reset_peak
 from bench.records import _Records, dense_records
+from bench.sweep import add_flags as add_sweep_flags
+from bench.sweep import check_flags as check_sweep_flags
+from bench.sweep import main_sweep
 from partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
@@ -207,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "algorithm as its paper describes it (bench/hetgmp_paper.py)")
     parser.add_argument("--quick", action="store_true",
                         help="small CI-sized run: W=50k, P=25k, 4 periods, 4 and 8 workers "
-                             "(--offline: 100k records)")
+                             "(--offline: 100k records; --sweep: 20k records, 2 shapes, one "
+                             "generator and seed, 4 workers)")
+    add_sweep_flags(parser)
     return parser
 
 
@@ -222,6 +227,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--numbering and --metis-seed are variants of the --offline protocol")
     if args.scale and (args.offline or args.oracle):
         parser.error("--scale is a protocol of its own: not with --offline or --oracle")
+    if args.sweep and (args.offline or args.oracle or args.scale):
+        parser.error("--sweep is a protocol of its own: not with --offline, --oracle or --scale")
+    if args.sweep:
+        check_sweep_flags(parser, args)
     if args.scale and args.shape not in ("segments", "user_item"):
         parser.error("--scale runs the shapes of one value a field (segments, user_item)")
     args.replica_basis = args.replica_basis or PartitionConfig.replica_basis
@@ -230,6 +239,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.records = min(args.records, 100_000)
         if args.scale:
             args.scale_windows, args.scale_passes = "50000,200000", 2
+        if args.sweep:
+            args.sweep_records, args.sweep_shapes = 20_000, "recipe,user_history"
+            args.sweep_generators, args.sweep_seeds, args.sweep_workers = "0", "0", "4"
     if args.records < 1 or not 0 <= args.replica_fraction <= 1:
         parser.error("--records must be positive and --replica-fraction in [0, 1]")
     if args.offline_passes < 0 or args.route_rounds < 0:
@@ -450,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     args = parse_args(argv)
     from streaming.synthetic import SyntheticConfig
+    if args.sweep:
+        return main_sweep(args)
     if args.scale:
         from bench.partition_scale import run as run_scale
 
