@@ -59,3 +59,28 @@ def test_two_workers_closed_form_matches_the_general_rounds() -> None:
         fast = assign_with_capacity(scores, cap)
         assert fast.tolist() == _assign_rounds(scores, cap).tolist()
         assert np.bincount(fast, minlength=2).max() <= cap
+        # Weighted scores (floats) take the closed form too, ties and all.
+        weighted = scores * rng.choice([0.25, 0.5, 1.0], size=scores.shape)
+        assert assign_with_capacity(weighted, cap).tolist() == \
+            _assign_rounds(weighted, cap).tolist()
+
+
+def test_the_rows_a_sample_alone_reads_outweigh_the_rows_every_sample_reads() -> None:
+    # Each sample reads a row of its own (worker 1's) and two rows every sample of the batch
+    # reads (worker 0's). Counted 1 each, worker 0 held more of every sample: all went there
+    # and worker 0 fetched 40 rows for them. Weighed by what holding them saves (the popular
+    # ones are fetched once wherever the samples go), all go to worker 1, which fetches 2.
+    own = np.arange(100, 140)
+    placement = Placement(1, 2, np.concatenate([[1, 2], own]), np.r_[0, 0, np.ones(40, int)])
+    batch = np.column_stack([own, np.ones(40, int), np.full(40, 2)])
+    workers = route(batch, placement, capacity_epsilon=1.0)
+    assert workers.tolist() == [1] * 40
+    from partitioner import fetched_rows
+    assert fetched_rows(batch, workers, placement) == 2
+
+
+def test_float_scores_are_not_outvoted_by_the_tie_break() -> None:
+    # The rounds rotate ties over workers with a small offset; it once was 1/(N + 1), which
+    # decided between scores closer than that (weighted scores, the greedy pass's costs).
+    scores = np.array([[1.1, 1.0, 0.0], [0.0, 1.0, 0.9], [0.9, 0.0, 1.0]])
+    assert _assign_rounds(scores, 3).tolist() == [0, 1, 2]  # it was [1, 2, 0]
