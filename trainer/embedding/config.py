@@ -1,4 +1,5 @@
-"""The embedding store's settings (``--store-*``): initial values, row optimizer, admission, eviction."""
+"""The embedding store's settings (``--store-*``): initial values, row optimizer (with CowClip
+and an L2 penalty), admission, eviction."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ class StoreConfig:
     adagrad_init: float = field(
         default=0.0, metadata={"help": "initial value of the row-wise Adagrad accumulator"}
     )
+    clip: Literal["auto", "cowclip", "none"] = field(
+        default="auto",
+        metadata={"help": "per-id gradient clip where owners apply gradients: cowclip clips "
+                  "each row's gradient to count x max(ratio x |row|, min) (CowClip, Zheng et "
+                  "al. 2023; count: the id's occurrences in the global batch); auto: cowclip "
+                  "under --batch-scaling cowclip, else none. See docs/large_batch.md"},
+    )
+    clip_ratio: float = field(
+        default=1.0, metadata={"help": "CowClip's r: the clip threshold per occurrence is r "
+                               "times the row's norm (the paper's r = 1)"}
+    )
+    clip_min: float = field(
+        default=1e-4, metadata={"help": "CowClip's lower bound zeta on r x |row| (rows near "
+                                "zero still move; the paper's 1e-5 to 1e-4)"}
+    )
+    l2: float = field(
+        default=0.0, metadata={"help": "embedding L2 penalty lambda, per occurrence: each row "
+                               "gradient gains lambda x count / batch x row (at --base-batch "
+                               "when --batch-scaling scales it)"}
+    )
     seed: int = field(
         default=0, metadata={"help": "seed of the initial row values (same on every rank)"}
     )
@@ -44,6 +65,14 @@ class StoreConfig:
             raise ValueError("lr and adagrad_eps must be positive, init_scale non-negative")
         if self.admit_after < 0 or self.evict_after < 0 or self.max_rows < 0:
             raise ValueError("admit_after, evict_after and max_rows must be non-negative")
+        if self.clip_ratio <= 0 or self.clip_min < 0 or self.l2 < 0:
+            raise ValueError("clip_ratio must be positive, clip_min and l2 non-negative")
+
+    @property
+    def clips(self) -> bool:
+        """Whether owners clip gradients (CowClip); "auto" is settled by the batch scaling rule
+        (:func:`trainer.step.scaled`) and reads as off until then."""
+        return self.clip == "cowclip"
 
     @property
     def state_width(self) -> int:

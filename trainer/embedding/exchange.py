@@ -126,7 +126,7 @@ class RowExchange(EmbeddingPath):
         self.replicas = replicas
         self.placement = placement
         self.s = staleness
-        self.dim = store.dim
+        self.dim, self.gw = store.dim, store.dim + store.optimizer.count_width  # gw: gradients'
         self.state_width = store.optimizer.state_width
         self.device = store.device
         self.audit: Audit | None = None
@@ -394,7 +394,7 @@ class RowExchange(EmbeddingPath):
         assert plan.parts is not None and plan.heard is not None and plan.asked is not None
         assert plan.own_ids is not None
         comm, me, world, s = self.comm, self.comm.rank, self.comm.world, self.s
-        table, dim = self.replicas, self.dim
+        table, dim = self.replicas, self.gw  # a gradient's width (with CowClip's count)
         rep_grads = grads.index_select(0, plan.replica)
         increments = table.optimizer.increments(rep_grads)
         push_slots = plan.replica_slots[plan.pushing]
@@ -468,12 +468,12 @@ class RowExchange(EmbeddingPath):
 
         Args:
             ids: Ids of single-update gradients (may repeat: one per contributor).
-            grads: ``[len(ids), dim]`` those gradients.
+            grads: ``[len(ids), gw]`` those gradients (with CowClip, their counts last).
             src: The rank each gradient came from.
-            pushed: Replica pushes ``(ids, [k, dim + state_width] summed gradient | summed
+            pushed: Replica pushes ``(ids, [k, gw + state_width] summed gradient | summed
                 state increments, update counts, source ranks)``.
         """
-        store, dim = self.store, self.dim
+        store, dim = self.store, self.gw
         p_ids = pushed[0] if pushed is not None else ids[:0]
         every = torch.cat([ids, p_ids])
         if every.numel() == 0:
@@ -536,7 +536,7 @@ class RowExchange(EmbeddingPath):
         slots, ids, owner = slots[self._t(perm)], ids[perm], owner[perm]
         summed, counts_t = table.take_push(slots)
         counts = counts_t.cpu().numpy()
-        width = self.dim + self.state_width
+        width = self.gw + self.state_width
         sent = np.bincount(owner, minlength=world).astype(np.int64)[:, None]
         received = comm.exchange_counts(sent, "flush")[:, 0]
         bounds = np.concatenate([[0], np.cumsum(sent[:, 0])])
@@ -555,7 +555,7 @@ class RowExchange(EmbeddingPath):
         pushed = (torch.cat(in_ids), rows_in, torch.cat(in_counts), torch.cat(in_src))
         self._log(step, pushed[0], pushed[3], pushed[2], after_reads=False)
         none = torch.zeros(0, dtype=torch.int64, device=device)
-        self._apply(none, rows_in[:, :0].reshape(0, self.dim), none, pushed)
+        self._apply(none, rows_in[:, :0].reshape(0, self.gw), none, pushed)
         return int(slots.numel())
 
     def read_only(self, uniq: np.ndarray, *, replicas: bool = False) -> torch.Tensor:

@@ -11,12 +11,14 @@ A copy carries what the protocol needs:
   for the others).
 * pending updates: the rank applies its own gradients to the copy at once (it reads its own
   writes) with its copy of the optimizer state, and accumulates the gradients
-  (``pending_grad``), the optimizer-state increments they made (``pending_state``, Adagrad's
-  ``mean(g**2)`` per update) and their count (``pending``). ``base`` is the copy's value
-  without them (the owner's row at the last refresh, plus the updates pushed since): the value
-  change they made is ``values - base``, so an update adds to ``values`` only. (Summing the
-  changes in a table of their own cost one more scatter of every update; ``base`` changes only
-  at pushes and refreshes, a small share of the updates.)
+  (``pending_grad``; with CowClip its last column sums their occurrences, the counts the
+  owner's clip of the push needs), the optimizer-state increments they made
+  (``pending_state``, Adagrad's ``mean(g**2)`` per update, before a clip) and their count
+  (``pending``). The copy's own update is clipped with its norm and its local count.
+  ``base`` is the copy's value without them (the owner's row at the last refresh, plus the
+  updates pushed since): the value change they made is ``values - base``, so an update adds
+  to ``values`` only. (Summing the changes in a table of their own cost one more scatter of
+  every update; ``base`` changes only at pushes and refreshes, a small share of the updates.)
 
 Read rule: a copy is used while its lag is at most ``s``; otherwise the owner's row replaces it
 (plus the pending changes: updates not yet pushed stay applied). Write rule: when more than
@@ -75,7 +77,7 @@ class ReplicaTable:
         zeros = lambda width: torch.zeros((n, width), dtype=dtype, device=dev)  # noqa: E731
         self.values = zeros(dim)
         self.state = zeros(optimizer.state_width)
-        self.pending_grad = zeros(dim)
+        self.pending_grad = zeros(dim + optimizer.count_width)  # CowClip: and the counts
         self.pending_state = zeros(optimizer.state_width)
         self.base = zeros(dim)
         self.stale = torch.ones(n, dtype=torch.bool, device=dev)
@@ -149,8 +151,9 @@ class ReplicaTable:
         return push, self.pending.index_select(0, t) + 1
 
     def take_push(self, slots: Slots) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the copies pushed now send: ``[k, dim + state_width]`` (summed gradient, then
-        summed state increments) and update counts; their pending is reset."""
+        """What the copies pushed now send: ``[k, dim + count_width + state_width]``
+        (summed gradient, with CowClip summed counts, then summed state increments) and
+        update counts; their pending is reset."""
         t = self._t(slots)
         push = torch.cat([self.pending_grad.index_select(0, t),
                           self.pending_state.index_select(0, t)], dim=1)

@@ -51,6 +51,7 @@ class DenseOptimizer:
         *,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float | None = None,
+        warmup_steps: int = 0,
     ) -> None:
         """Create the optimizer state for a buffer shaped like ``like``.
 
@@ -60,9 +61,13 @@ class DenseOptimizer:
             like: The flat parameter buffer.
             betas: Adam's moment decay rates.
             eps: Denominator epsilon (torch's defaults: 1e-8 Adam, 1e-10 Adagrad).
+            warmup_steps: The learning rate rises linearly over this many steps, ``lr * t / W``
+                at step ``t`` (from 1), then stays at ``lr`` (a batch scaling rule's warm-up;
+                the step count is checkpointed, so a resumed run goes on where it was).
         """
         self.kind = kind
-        self.lr = lr
+        self.base_lr = self.lr = lr
+        self.warmup_steps = warmup_steps
         self.betas = betas
         self.eps = eps if eps is not None else (1e-10 if kind == "adagrad" else 1e-8)
         self.steps = 0
@@ -73,6 +78,10 @@ class DenseOptimizer:
     def step(self, params: torch.Tensor, grads: torch.Tensor) -> None:
         """One update of ``params`` (in place) with ``grads``."""
         self.steps += 1
+        if self.steps <= self.warmup_steps:
+            self.lr = self.base_lr * self.steps / self.warmup_steps
+        else:
+            self.lr = self.base_lr
         if self.kind == "sgd":
             params.add_(grads, alpha=-self.lr)
             return

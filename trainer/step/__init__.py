@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.step.config import TrainConfig
+    from trainer.step.config import Scaling, TrainConfig, scaled
     from trainer.step.message import as_words, compact_ids, expand_ids, from_words
     from trainer.step.route_choice import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice
     from trainer.step.syncs import SyncCounter
@@ -20,6 +20,7 @@ __all__ = [
     "AUTO_ROUNDS",
     "ROUTE_AUTO",
     "RouteChoice",
+    "Scaling",
     "SyncCounter",
     "TrainConfig",
     "Trainer",
@@ -27,11 +28,14 @@ __all__ = [
     "compact_ids",
     "expand_ids",
     "from_words",
+    "scaled",
 ]
 
 __getattr__ = lazy_exports(__name__, {
     "SyncCounter": "trainer.step.syncs",
     "TrainConfig": "trainer.step.config",
+    "Scaling": "trainer.step.config",
+    "scaled": "trainer.step.config",
     "AUTO_ROUNDS": "trainer.step.route_choice",
     "ROUTE_AUTO": "trainer.step.route_choice",
     "RouteChoice": "trainer.step.route_choice",

@@ -36,7 +36,7 @@ from streaming import ClickBatch
 from trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
 from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreConfig, unique_padded
 from trainer.model import Bags, DenseOptimizer, FlatParameters, ModelConfig, build_model, pool_bags
-from trainer.step.config import TrainConfig
+from trainer.step.config import TrainConfig, scaled
 from trainer.step.message import pack_ids, pack_lists, unpack_ids, unpack_lists
 from trainer.step.route_choice import RouteChoice
 
@@ -119,7 +119,10 @@ class Trainer:
         self._clock = clock or SystemClock()
         self.placement = placement
         self.model_config = mc = model or ModelConfig()
-        self.train_config = tc = train or TrainConfig()
+        # --batch-scaling sets learning rates, L2 and the clip from the global batch.
+        self.scaling = scaled(train or TrainConfig(), store or StoreConfig())
+        self.train_config = tc = self.scaling.train
+        store = self.scaling.store
         self.n_fields, self.n_dense = n_fields, n_dense
         self.bags = bags = bags or Bags()
         if bags.mean and len(bags.mean) != n_fields:
@@ -143,7 +146,8 @@ class Trainer:
         self.replicas = ReplicaTable(placement.replicas[comm.rank], mc.row_dim,
                                      self.store.optimizer, dtype=self.dtype, device=device)
         self.exchange = RowExchange(comm, self.store, self.replicas, placement, tc.staleness)
-        self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat)
+        self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat,
+                                        warmup_steps=self.scaling.warmup_steps)
         self.loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
         self.step_index = 0
         self._totals = Totals()
@@ -215,6 +219,12 @@ class Trainer:
         t2 = tick()
         loss_sum, row_grads, dense_grads = self._backward(local, global_n, plan.values, inverse,
                                                           (u.order, u.rank))
+        opt = self.store.optimizer
+        if opt.config.l2 or opt.count_width:  # each row's occurrences: L2, CowClip's count
+            n = torch.zeros(len(plan.values), dtype=torch.int64, device=inverse.device)
+            row_grads = opt.gradients(row_grads, plan.values,
+                                      n.index_add_(0, inverse, torch.ones_like(inverse)), global_n)
+        opt.lr_factor = self.scaling.row_lr_factor(self.step_index)
         t3 = tick()
         self.exchange.write(plan, row_grads, c)
         t4 = tick()
