@@ -470,6 +470,8 @@ def _figures(config: DemoConfig, produced: ProduceReport, tl: Timeline, rank0: A
         "progressive_auc_last": round(aucs[-1], 4) if aucs else None,
         "freshness_p50_s": online.get("freshness_p50_s"),
         "freshness_p99_s": online.get("freshness_p99_s"),
+        "batch_fill_p50_s": online.get("batch_fill_p50_s"),
+        "batch_fill_p99_s": online.get("batch_fill_p99_s"),
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
         "last_checkpoint_records": checkpoint.records if checkpoint is not None else None,
         "checkpoint_dir": str(checkpoints),
@@ -497,7 +499,9 @@ def _table(config: DemoConfig, f: dict[str, Any]) -> list[tuple[str, Any]]:
         ("Largest staleness read", f"{f['max_staleness']} updates (bound {config.staleness})"),
         ("Rolling AUC at the end", num(f["progressive_auc_last"], 4)),
         ("Freshness (append to Kafka → gradient applied)",
-         f"p50 {num(f['freshness_p50_s'], 2)} s, p99 {num(f['freshness_p99_s'], 2)} s"),
+         f"p50 {num(f['freshness_p50_s'], 2)} s, p99 {num(f['freshness_p99_s'], 2)} s; of it, "
+         f"waiting for the batch to fill: p50 {num(f.get('batch_fill_p50_s'), 2)} s, "
+         f"p99 {num(f.get('batch_fill_p99_s'), 2)} s"),
         ("Checkpoints", f"{f['checkpoints']}; the last holds "
                         f"{num(f['last_checkpoint_records'])} records"),
         ("Serving (hetgmp serve)", f"{num(f.get('serve_requests_ok'))} requests answered "

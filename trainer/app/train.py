@@ -326,6 +326,12 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
             result.sent_by_kind.get(k, 0) for k in ONLINE_KINDS))), 1),
         "freshness_p50_s": result.online.get("freshness_p50_s"),
         "freshness_p99_s": result.online.get("freshness_p99_s"),
+        # What the batch costs of it: a record's wait for the newest record of its step's
+        # batch to be appended (rank 0's records); a larger batch waits longer to fill.
+        "batch_fill_p50_s": result.online.get("batch_fill_p50_s"),
+        "batch_fill_p99_s": result.online.get("batch_fill_p99_s"),
+        # --batch-scaling: the rule and what it set (learning rates, L2, warm-up, clip).
+        "batch_scaling": _scaling(args).record(),
         "resumed_from_step": result.resumed_from,
         # Kafka: records handed out of event-time order because a rank's order buffer was
         # full (0 keeps the promise), and the source's other counts.
@@ -342,6 +348,13 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         "replica_reads", "replica_refreshes", "replica_pushes", "staleness_histogram",
         "max_staleness", "embedding_bytes", "dense_bytes")})
     return out
+
+
+def _scaling(args: argparse.Namespace) -> Any:
+    """What ``--batch-scaling`` sets from the flags (:func:`trainer.step.scaled`)."""
+    from trainer.step import scaled
+
+    return scaled(build(TrainConfig, args), build(StoreConfig, args, "store", seed=args.seed))
 
 
 def _records_read(source: dict[str, int]) -> dict[str, Any]:
@@ -400,6 +413,8 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hetgmp train: error: {exc}", file=sys.stderr)
         return 2
+    if job.train.batch_scaling != "none":
+        print(_scaling(args).describe(), flush=True)
     stop = stop_event()
     try:
         with stop_on_signals(stop):
@@ -443,9 +458,19 @@ def run_train(args: argparse.Namespace) -> int:
           f"{summary['bytes_per_sample']:,.0f} embedding bytes/sample "
           f"({summary['bytes_per_sample_all']:,.0f} with the dense all-reduce and the loop's), "
           f"{summary['remote_rows_per_sample']:.3f} remote rows/sample, "
-          f"max staleness {summary['max_staleness']}" + _read_phrase(summary), flush=True)
+          f"max staleness {summary['max_staleness']}" + _read_phrase(summary)
+          + _fill_phrase(summary), flush=True)
     print(json.dumps(strict_json(summary), allow_nan=False), flush=True)
     return 0
+
+
+def _fill_phrase(summary: dict[str, Any]) -> str:
+    """Freshness and the part of it the batch costs, when records carried append times."""
+    p50, fill = summary["freshness_p50_s"], summary["batch_fill_p50_s"]
+    if p50 is None or p50 != p50:
+        return ""
+    return (f"; freshness p50 {p50:.2f} s, of which waiting for the batch to fill "
+            f"{fill:.2f} s (p99 {summary['batch_fill_p99_s']:.2f} s)")
 
 
 def auc_phrase(summary: dict[str, Any]) -> str:

@@ -27,7 +27,10 @@ Schema of ``MANIFEST.json`` (every key required unless marked; anything else is 
     created            number                 Unix time it was completed
     files              {name: {"bytes": int >= 0, "sha256": 64 hex digits}}
                        exactly rank-00000.npz .. rank-<world-1>.npz, dense.npz, placement.npz
-    extra              object                 settings checked at resume (the model shape)
+    extra              object                 settings checked at resume (the model shape);
+                                              its batch_scaling (the --batch-scaling rule
+                                              and what it set: learning rates, L2, warm-up,
+                                              clip) is recorded, not checked
     model              object                 (optional) the model delta log it covers:
         topic          string                 the delta-log topic
         lineage        string                 the checkpoint directory's name in the log

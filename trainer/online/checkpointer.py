@@ -189,7 +189,11 @@ def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any],
             f"{manifest.path} holds offsets of topic {manifest.topic!r}, this run reads "
             f"{topic!r}: use another --checkpoint-dir")
     saved = manifest.extra
-    diff = {k: (saved.get(k), v) for k, v in extra.items() if k in saved and saved[k] != v}
+    if "batch_scaling" in saved and saved["batch_scaling"] != extra.get("batch_scaling"):
+        log.warning("%s was trained under batch scaling %s; this run sets %s", manifest.path,
+                    saved["batch_scaling"], extra.get("batch_scaling"))
+    diff = {k: (saved.get(k), v) for k, v in extra.items()
+            if k in saved and saved[k] != v and k != "batch_scaling"}
     if diff:
         detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in diff.items())
         raise ckpt.CheckpointError(f"{manifest.path} was written by another model ({detail})")

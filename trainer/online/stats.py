@@ -81,6 +81,9 @@ class LoopStats:
         self.history: collections.deque[StepRecord] = collections.deque(maxlen=history)
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=events)
         self.freshness = FreshnessHistogram()
+        # The part of freshness a batch costs: a record's wait for the newest record of its
+        # step's batch (on this rank) to be appended, the batch filling up behind it.
+        self.fill = FreshnessHistogram()
         self.backlog = 0
         self.placements = 0
         self.sample_imbalance = 1.0
@@ -102,6 +105,7 @@ class LoopStats:
         live = stamps >= self._started_ms
         self.backlog += int(stamps.size - live.sum())
         self.freshness.add(fresh[live])
+        self.fill.add((stamps.max() - stamps[live]) / 1000.0)
         return fresh[live]
 
     def report(self) -> dict[str, Any]:
@@ -116,4 +120,6 @@ class LoopStats:
             "freshness_p99_s": f.percentile(99),
             "freshness_count": f.count,
             "freshness_backlog": self.backlog,
+            "batch_fill_p50_s": self.fill.percentile(50),
+            "batch_fill_p99_s": self.fill.percentile(99),
         }

@@ -40,7 +40,7 @@ from trainer.run.evaluation import Progressive, score_batches, score_heldout
 from trainer.run.job import Job, RankResult
 from trainer.run.placement import Start, initial_placement
 from trainer.sources import KafkaSpec, Resume, Source, open_source
-from trainer.step import Trainer
+from trainer.step import Trainer, scaled
 
 __all__ = ["gather_totals", "run_jobs", "run_rank"]
 
@@ -288,7 +288,9 @@ def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None
             "bottom": list(m.bottom), "dtype": m.dtype, "fields": n_fields,
             "dense": n_dense, "row_optimizer": job.store.optimizer,
             "dense_optimizer": job.train.dense_optimizer, "row_seed": job.store.seed,
-            "row_init_scale": job.store.init_scale}
+            "row_init_scale": job.store.init_scale,
+            # Recorded, not required equal at resume (check_compatible says when it differs).
+            "batch_scaling": scaled(job.train, job.store).record()}
 
 
 def open_delta_sink(job: Job, comm: Comm) -> Any:
