@@ -79,3 +79,25 @@ def test_a_pass_never_raises_remote_rows_under_the_trainers_routing(
         placement = repaired
     if rounds == 0:  # passes that help are let through: the guard judges, it does not veto
         assert moved > 0
+
+
+def test_the_guard_judges_whole_batches_spread_over_the_pass() -> None:
+    # Issue 55, item 4: it judged the newest 65,536 samples of a pass over 500k, and refused
+    # passes that helped the rest. Now: whole global batches spread over all of them.
+    from partitioner.incremental import _GUARD_SAMPLES, _judged
+
+    lengths = np.random.default_rng(0).integers(1, 5, 300_000)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    window = WindowGraph(indptr, np.arange(indptr[-1]))  # entry k holds id k
+    judged = _judged(window, 200_000, _BATCH)
+    assert judged.num_samples == _GUARD_SAMPLES
+    # Each judged sample is a whole sample of the window, newest last; its batches reach
+    # back to the first of the pass's 200,000 samples.
+    first_id = judged.indices[judged.indptr[:-1]]
+    sample_of = np.searchsorted(indptr, first_id, side="right") - 1
+    assert np.array_equal(np.diff(judged.indptr), lengths[sample_of])
+    assert sample_of[-1] == 299_999 and sample_of[0] < 100_000 + _BATCH
+    runs = np.split(sample_of, np.flatnonzero(np.diff(sample_of) != 1) + 1)
+    assert all(r.size % _BATCH == 0 for r in runs)  # whole global batches
+    # A pass over fewer samples is judged on all of them, as before.
+    assert _judged(window, 50_000, _BATCH).num_samples == 50_000
