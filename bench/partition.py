@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.hetgmp_paper import PaperPartitioner
+from partitioner.hetgmp import PaperPartitioner
 from bench.memory import peak_mb, reset_peak
 from bench.records import _Records, dense_records
 from bench.sweep import add_flags as add_sweep_flags

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from bench.hetgmp_paper import PaperPartition, paper_partition
+from partitioner.hetgmp import PaperPartition, paper_partition
 from bench.memory import peak_mb, reset_peak
 from bench.partition import ORACLE, PAPER, _oracle, _score
 from bench.records import _Records

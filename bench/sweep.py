@@ -206,7 +206,7 @@ def _runs(m: Matrix, n: int, seed: int, args: argparse.Namespace
 def _paper() -> Any:
     """The published algorithm's partition function, where the bench has it."""
     try:
-        from bench.hetgmp_paper import paper_partition
+        from partitioner.hetgmp import paper_partition
     except ImportError:  # pragma: no cover - the baseline ships with the bench
         return None
     return paper_partition

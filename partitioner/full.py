@@ -28,6 +28,7 @@ workers, 9.93 at 8).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -36,11 +37,15 @@ from partitioner.assemble import build_placement, match_labels
 from partitioner.graph import CompactWindow, compact, per_worker_counts
 from partitioner.greedy import alternate, edge_cost
 from partitioner.heap import release_freed_heap
+from partitioner.hetgmp import paper_partition
+from partitioner.measures import judged_batches, routed_remote_rows
 from partitioner.metis import BipartiteGraph, bipartite_graph, bipartite_parts, metis_parts
 from partitioner.sampling import uniform_sample
 from partitioner.types import PartitionConfig, Placement, WindowGraph
 
 __all__ = ["FullPartitioner", "metis_owners"]
+
+log = logging.getLogger(__name__)
 
 # Integer scale of the METIS edge weights (they must be positive integers).
 _EDGE_SCALE = 16
@@ -126,22 +131,58 @@ def _sampled_graph(cw: CompactWindow, in_graph: np.ndarray, fraction: float,
     return bipartite_graph(cw, keep, id_edge_weight=weight.astype(np.int64), sample_mask=chosen)
 
 
+# Samples the comparison of the two full partitions routes (whole batches spread over the
+# window): as many as the incremental pass's guard.
+_JUDGED_SAMPLES = 65_536
+
+
 class FullPartitioner:
-    """Repartition the whole window with METIS on every call (see the module docstring)."""
+    """Repartition the whole window with METIS on every call (see the module docstring).
+
+    Attributes:
+        last_choice: From ``compare_from`` workers: which of METIS's and HET-GMP's placements
+            the last call kept, and the rows each fetched on the judged samples (None below).
+    """
 
     def __init__(self, config: PartitionConfig) -> None:
         self.config = config
+        self.last_choice: dict[str, object] | None = None
 
     def partition(self, window: WindowGraph, current: Placement | None) -> Placement:
-        """Partition ``window`` from scratch; ``current`` only fixes labels and cold rows."""
+        """Partition ``window`` from scratch; ``current`` only fixes labels and cold rows.
+
+        From ``config.compare_from`` workers up, HET-GMP's own algorithm partitions the window
+        too, and the placement that fetches fewer rows on it (whole batches spread over it,
+        routed as the trainer routes) is kept; ``last_choice`` says which and by how much."""
         n = self.config.num_workers
         if current is not None and current.num_workers != n:
             raise ValueError("current placement has a different worker count")
         # Version 0 is the hash placement every job starts from; the first computed one is 1.
         version = 1 if current is None else current.version + 1
+        self.last_choice = None
         if window.num_samples == 0:
             base = current or Placement.hash(n)
             return base.with_version(version)
+        ours = self._metis(window, current, version)
+        c = self.config
+        if not c.compare_from or n < c.compare_from or window.weights is not None:
+            return ours
+        release_freed_heap()
+        theirs = paper_partition(window, c, version=version).placement
+        judged = judged_batches(window, c.global_batch, _JUDGED_SAMPLES)
+        rows = [routed_remote_rows((judged.indptr, judged.indices), p, c.global_batch,
+                                   c.route_rounds, c.epsilon) for p in (ours, theirs)]
+        kept = int(rows[1] < rows[0])
+        self.last_choice = {"kept": ("metis", "hetgmp")[kept], "rows_metis": rows[0],
+                            "rows_hetgmp": rows[1], "samples_judged": judged.num_samples}
+        log.info("full partition at %d workers: METIS %d rows, HET-GMP's algorithm %d rows on "
+                 "%d samples: kept %s", n, rows[0], rows[1], judged.num_samples,
+                 self.last_choice["kept"])
+        return (ours, theirs)[kept]
+
+    def _metis(self, window: WindowGraph, current: Placement | None, version: int
+               ) -> Placement:
+        n = self.config.num_workers
         cw, _, id_part, _ = metis_owners(window, self.config)
         base = current or Placement.hash(n)
         owner = base.owner_of(cw.ids)

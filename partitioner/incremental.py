@@ -69,7 +69,7 @@ from partitioner.graph import (
     soft_batches,
 )
 from partitioner.heap import release_freed_heap
-from partitioner.measures import routed_remote_rows
+from partitioner.measures import judged_batches, routed_remote_rows
 from partitioner.metis import bipartite_parts
 from partitioner.sampling import uniform_sample
 from partitioner.types import PartitionConfig, PassReport, Placement, WindowGraph, find_sorted
@@ -363,31 +363,6 @@ def _refine(cw: CompactWindow, owner: np.ndarray, replicas: np.ndarray, eligible
 _GUARD_SAMPLES = 65_536
 
 
-def _judged(window: WindowGraph, new_count: int, global_batch: int) -> WindowGraph:
-    """What the guard routes: the pass's samples, or when they are more than
-    ``_GUARD_SAMPLES`` that many in whole global batches spread evenly over them (the newest
-    batch among them). The newest 65,536 alone judged a pass over a whole offline window by its
-    last 13% and refused passes that helped the rest: 1.282 remote rows a sample kept instead
-    of 1.220 on a static stream at 4 workers under batch-aware routing (issue 55)."""
-    recent = window.tail(new_count)
-    if new_count <= _GUARD_SAMPLES:
-        return recent
-    batch = max(int(global_batch), 1)
-    batches = new_count // batch  # whole ones, counted back from the newest sample
-    wanted = max(_GUARD_SAMPLES // batch, 1)
-    # Counted back from the newest sample, so that every batch taken is a whole one.
-    chosen = np.unique(np.linspace(0, batches - 1, min(wanted, batches)).round().astype(int))
-    ends = new_count - chosen * batch
-    starts = ends - batch
-    rows = np.concatenate([np.arange(a, b) for a, b in zip(starts[::-1], ends[::-1])])
-    lengths = np.diff(recent.indptr)[rows]
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    entries = np.repeat(recent.indptr[rows], lengths) + (
-        np.arange(int(lengths.sum())) - np.repeat(indptr[:-1], lengths))
-    weights = None if recent.weights is None else recent.weights[rows]
-    return WindowGraph(indptr, recent.indices[entries], weights)
-
-
 def _routed_rows(window: WindowGraph, placement: Placement, cfg: PartitionConfig) -> int:
     """Rows the samples of ``window`` fetch under ``placement``, trained in order a global batch
     at a time and routed as the trainer routes them (``cfg.route_rounds``)."""
@@ -475,7 +450,7 @@ class IncrementalPartitioner:
         ids, row_balance = cw.num_ids, int(np.count_nonzero(placement.owner_of(cw.ids) != owner))
         del cw
         release_freed_heap()  # before the next pass numbers its window beside what this one left
-        judged = _judged(window, new_count, cfg.global_batch)
+        judged = judged_batches(window.tail(new_count), cfg.global_batch, _GUARD_SAMPLES)
         if _routed_rows(judged, placement, cfg) > _routed_rows(judged, current, cfg):
             # Never worse on its own samples under the trainer's routing: the steps judge
             # moves one at a time by soft counts with a capacity over the whole window, and row

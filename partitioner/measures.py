@@ -9,9 +9,10 @@ import numpy as np
 
 from partitioner.batch_routing import route_batch
 from partitioner.routing import Samples, as_csr, route
-from partitioner.types import MigrationPlan, Placement
+from partitioner.types import MigrationPlan, Placement, WindowGraph
 
 __all__ = [
+    "judged_batches",
     "imbalance",
     "migrated_bytes",
     "migrated_rows",
@@ -55,6 +56,30 @@ def remote_ids(batch_ids: Samples, worker_of_sample: np.ndarray,
     missing_workers = entry_worker[~held]
     return [np.unique(missing_ids[missing_workers == worker])
             for worker in range(placement.num_workers)]
+
+
+def judged_batches(window: WindowGraph, global_batch: int, limit: int) -> WindowGraph:
+    """What a placement is judged on: ``window``, or when it holds more than ``limit`` samples,
+    that many in whole global batches spread evenly over it, counted back from the newest
+    sample (which is in the last one). A guard that judged a pass over a whole offline window
+    by its newest 65,536 samples (13%) refused passes that helped the rest: 1.282 remote rows
+    a sample kept instead of 1.220 on a static stream at 4 workers, batch-aware routing."""
+    if window.num_samples <= limit:
+        return window
+    batch = max(int(global_batch), 1)
+    count = window.num_samples
+    batches = count // batch  # whole ones, counted back from the newest sample
+    wanted = max(limit // batch, 1)
+    chosen = np.unique(np.linspace(0, batches - 1, min(wanted, batches)).round().astype(int))
+    ends = count - chosen * batch
+    starts = ends - batch
+    rows = np.concatenate([np.arange(a, b) for a, b in zip(starts[::-1], ends[::-1])])
+    lengths = np.diff(window.indptr)[rows]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    entries = np.repeat(window.indptr[rows], lengths) + (
+        np.arange(int(lengths.sum())) - np.repeat(indptr[:-1], lengths))
+    weights = None if window.weights is None else window.weights[rows]
+    return WindowGraph(indptr, window.indices[entries], weights)
 
 
 def routed_remote_rows(samples: Samples, placement: Placement, global_batch: int,

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from bench.hetgmp_paper import (
+from partitioner.hetgmp import (
     PaperPasses,
     PaperSettings,
     paper_cost,

@@ -84,12 +84,13 @@ def test_a_pass_never_raises_remote_rows_under_the_trainers_routing(
 def test_the_guard_judges_whole_batches_spread_over_the_pass() -> None:
     # Issue 55, item 4: it judged the newest 65,536 samples of a pass over 500k, and refused
     # passes that helped the rest. Now: whole global batches spread over all of them.
-    from partitioner.incremental import _GUARD_SAMPLES, _judged
+    from partitioner.incremental import _GUARD_SAMPLES
+    from partitioner.measures import judged_batches
 
     lengths = np.random.default_rng(0).integers(1, 5, 300_000)
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     window = WindowGraph(indptr, np.arange(indptr[-1]))  # entry k holds id k
-    judged = _judged(window, 200_000, _BATCH)
+    judged = judged_batches(window.tail(200_000), _BATCH, _GUARD_SAMPLES)
     assert judged.num_samples == _GUARD_SAMPLES
     # Each judged sample is a whole sample of the window, newest last; its batches reach
     # back to the first of the pass's 200,000 samples.
@@ -100,4 +101,4 @@ def test_the_guard_judges_whole_batches_spread_over_the_pass() -> None:
     runs = np.split(sample_of, np.flatnonzero(np.diff(sample_of) != 1) + 1)
     assert all(r.size % _BATCH == 0 for r in runs)  # whole global batches
     # A pass over fewer samples is judged on all of them, as before.
-    assert _judged(window, 50_000, _BATCH).num_samples == 50_000
+    assert judged_batches(window.tail(50_000), _BATCH, _GUARD_SAMPLES).num_samples == 50_000
