@@ -79,7 +79,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from partitioner.hetgmp import PaperPartitioner
 from bench.memory import peak_mb, reset_peak
 from bench.records import _Records, dense_records
 from bench.sweep import add_flags as add_sweep_flags
@@ -101,6 +100,7 @@ from partitioner import (
 )
 from partitioner.assemble import build_placement
 from partitioner.graph import compact, per_worker_counts
+from partitioner.hetgmp import PaperPartitioner
 from partitioner.types import REPLICA_BASES, find_sorted
 from streaming.synthetic import SHAPES, SyntheticBlock, SyntheticStream
 

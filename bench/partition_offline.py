@@ -16,7 +16,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from partitioner.hetgmp import PaperPartition, paper_partition
 from bench.memory import peak_mb, reset_peak
 from bench.partition import ORACLE, PAPER, _oracle, _score
 from bench.records import _Records
@@ -29,6 +28,7 @@ from partitioner import (
     plan_diff,
     row_imbalance,
 )
+from partitioner.hetgmp import PaperPartition, paper_partition
 
 __all__ = ["run_offline"]
 

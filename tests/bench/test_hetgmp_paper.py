@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from bench.partition import main
+from partitioner import PartitionConfig, WindowGraph
 from partitioner.hetgmp import (
     PaperPasses,
     PaperSettings,
@@ -17,8 +19,6 @@ from partitioner.hetgmp import (
     replica_priority,
     soft_table,
 )
-from bench.partition import main
-from partitioner import PartitionConfig, WindowGraph
 
 # The tiny case: 6 samples, ids 10..14 (compact 0..4), 2 workers, a global batch of 4, so
 # b = 2 samples a worker batch and M = 6 / 2 = 3 samples a worker.
