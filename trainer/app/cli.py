@@ -27,7 +27,8 @@ _EPILOG = (
 # hands each benchmark the flags it defines). The choices, usage and help all come from here.
 _BENCH_MODULES = {"ingest": "ingest", "partition": "partition", "train": "train",
                   "online": "online", "serve": "serve", "chaos": "chaos", "store": "store_bench",
-                  "gpu": "gpu", "waits": "waits", "scale": "scale", "all": "suite"}
+                  "gpu": "gpu", "waits": "waits", "scale": "scale", "batch": "batch",
+                  "all": "suite"}
 BENCHMARKS = tuple(_BENCH_MODULES)
 
 
