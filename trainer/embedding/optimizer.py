@@ -5,7 +5,8 @@ owner creates the same row, and a row that was evicted comes back as a fresh one
 
 CowClip (adaptive column-wise clipping; Zheng et al., AAAI 2023, code in
 bytedance/LargeBatchCTR). With ``g_j`` the gradient of id ``j``'s row ``w_j`` (the step's loss
-is the batch's mean log-loss, as there), ``cnt_j`` the id's occurrences in the global batch,
+is the batch's mean log-loss, as there), ``cnt_j`` the id's occurrences in the global batch
+(every lookup: the paper counts the samples holding the id, the same for one-value fields),
 ``r`` the ratio (``--store-clip-ratio``) and ``zeta`` the lower bound (``--store-clip-min``)::
 
     clip_t   = cnt_j * max(r * ||w_j||, zeta)

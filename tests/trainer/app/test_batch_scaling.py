@@ -55,3 +55,14 @@ def test_the_batch_fill_is_each_records_wait_for_the_newest_of_its_batch() -> No
     assert report["batch_fill_p50_s"] == pytest.approx(1.5, rel=0.03)
     assert report["batch_fill_p99_s"] == pytest.approx(3.0, rel=0.03)
     assert report["freshness_p50_s"] == pytest.approx(2.5, rel=0.03)
+
+
+def test_the_printed_line_says_what_the_batch_costs_of_freshness_when_known() -> None:
+    from trainer.app.train import _fill_phrase
+
+    known = {"freshness_p50_s": 2.5, "batch_fill_p50_s": 1.5, "batch_fill_p99_s": 3.0}
+    assert _fill_phrase(known) == ("; freshness p50 2.50 s, of which waiting for the batch to "
+                                   "fill 1.50 s (p99 3.00 s)")
+    # No append times (the synthetic source), or only a backlog: nothing said.
+    assert _fill_phrase({**known, "freshness_p50_s": float("nan")}) == ""
+    assert _fill_phrase({**known, "freshness_p50_s": None}) == ""
