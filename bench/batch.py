@@ -46,19 +46,19 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from partitioner import Placement
-from streaming import ClickBatch
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.dist import LaunchConfig
-from trainer.dist.comm import Comm
-from trainer.dist.launcher import launch, resolve_device
-from trainer.embedding import StoreConfig
-from trainer.model import Bags, ModelConfig
-from trainer.run import graph_placement
-from trainer.run.evaluation import score_heldout
-from trainer.sources import SyntheticSpec
-from trainer.sources.synthetic import shard_bounds, synthetic_batch
-from trainer.step import TrainConfig, Trainer, scaled
+from hetgmp.partitioner import Placement
+from hetgmp.streaming import ClickBatch
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.comm import Comm
+from hetgmp.trainer.dist.launcher import launch, resolve_device
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import Bags, ModelConfig
+from hetgmp.trainer.run import graph_placement
+from hetgmp.trainer.run.evaluation import score_heldout
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.sources.synthetic import shard_bounds, synthetic_batch
+from hetgmp.trainer.step import TrainConfig, Trainer, scaled
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="row-wise Adagrad's learning rate at the base batch")
     p.add_argument("--store-l2", type=float, default=1e-4,
                    help="embedding L2 lambda at the base batch (per occurrence, see "
-                        "trainer.embedding.optimizer)")
+                        "hetgmp.trainer.embedding.optimizer)")
     p.add_argument("--dense-lr", type=float, default=TrainConfig.dense_lr,
                    help="Adam's learning rate at the base batch")
     p.add_argument("--clip-ratio", type=float, default=StoreConfig.clip_ratio, help="CowClip's r")

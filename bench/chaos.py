@@ -40,10 +40,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.chaos_ledger import LedgerWatch, account, topic_offsets
-from runtime import free_port
-from streaming import EmbeddedBroker, KafkaSettings, ProduceConfig, SyntheticConfig, produce
-from trainer import checkpoint as ckpt
-from trainer.testing import FaultFile
+from hetgmp.runtime import free_port
+from hetgmp.streaming import EmbeddedBroker, KafkaSettings, ProduceConfig, SyntheticConfig, produce
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.testing import FaultFile
 
 __all__ = ["KINDS", "build_parser", "main", "parse_args"]
 

@@ -1,8 +1,8 @@
 """The job the chaos benchmark supervises: ``python -m bench.chaos_job CONFIG.json``.
 
 Two (or ``workers``) CPU ranks train online from the chaos topic with checkpoints, every rank
-keeping a ledger of what it trained (:class:`trainer.testing.Ledgered`) and watching the fault
-file the driver arms (:class:`trainer.testing.FaultFile`): both observers of the run. It exits
+keeping a ledger of what it trained (:class:`hetgmp.trainer.testing.Ledgered`) and watching the fault
+file the driver arms (:class:`hetgmp.trainer.testing.FaultFile`): both observers of the run. It exits
 0 when the topic stays idle, 1 when a rank failed (the supervisor then starts it again with
 ``resume``).
 """
@@ -13,15 +13,15 @@ import json
 import sys
 from pathlib import Path
 
-from runtime import setup_logging
-from streaming import ConsumerConfig, KafkaSettings
-from trainer.dist import LaunchConfig, WorkerFailed, launch, stop_event
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, run_rank
-from trainer.sources import KafkaSpec
-from trainer.step import TrainConfig
-from trainer.testing import FaultFile, Ledgered
+from hetgmp.runtime import setup_logging
+from hetgmp.streaming import ConsumerConfig, KafkaSettings
+from hetgmp.trainer.dist import LaunchConfig, WorkerFailed, launch, stop_event
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, run_rank
+from hetgmp.trainer.sources import KafkaSpec
+from hetgmp.trainer.step import TrainConfig
+from hetgmp.trainer.testing import FaultFile, Ledgered
 
 
 def job_of(c: dict) -> Job:

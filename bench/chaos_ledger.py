@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming import KafkaSettings
-from trainer.testing import read_ledger
+from hetgmp.streaming import KafkaSettings
+from hetgmp.trainer.testing import read_ledger
 
 __all__ = ["Account", "LedgerWatch", "account", "topic_offsets"]
 
@@ -125,7 +125,7 @@ def topic_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> 
 
     from kafka import KafkaConsumer, TopicPartition
 
-    from streaming import topic_partitions
+    from hetgmp.streaming import topic_partitions
 
     parts = sorted(topic_partitions(kafka, topic))
     client = KafkaConsumer(**kafka.client_kwargs(), enable_auto_commit=False)

@@ -4,7 +4,7 @@ One rank, DeepFM, embedding dim 64, hidden 256,128, float32, the in-memory synth
 (batches generated before the clock starts), for each global batch (``--batches``, default
 8,192 and 65,536), in one run:
 
-* ``trainer``: the trainer's step (:meth:`trainer.step.Trainer.step`): the batch copied to the
+* ``trainer``: the trainer's step (:meth:`hetgmp.trainer.step.Trainer.step`): the batch copied to the
   rank's device once, its ids deduplicated there (``trainer.embedding.dedup``), the rows read,
   created and updated by the store on the device (``trainer.embedding.EmbeddingStore``), and
   the host waiting once a step (the step's counts, with the last step's loss);
@@ -44,14 +44,14 @@ import torch
 
 from bench.devices import parse_device, synchronizer
 from bench.memory import peak_mb, reset_peak
-from partitioner import Placement
-from streaming import ClickBatch, SyntheticStream
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import PHASES
-from trainer.dist.comm import LocalComm
-from trainer.model import ModelConfig
-from trainer.sources import synthetic_batch
-from trainer.step import SyncCounter, TrainConfig, Trainer
+from hetgmp.partitioner import Placement
+from hetgmp.streaming import ClickBatch, SyntheticStream
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import PHASES
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.sources import synthetic_batch
+from hetgmp.trainer.step import SyncCounter, TrainConfig, Trainer
 
 __all__ = ["PATHS", "build_parser", "main", "parse_args"]
 

@@ -47,7 +47,7 @@ echo "== one rank, deepfm dim 64, hidden 256,128, $RECORDS records"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() {  # name device threads batch: the run's JSON summary (its last line) into $tmp/<name>
-    "$PY" -m trainer.app.cli train --device "$2" --threads "$3" --global-batch "$4" --workers 1 \
+    "$PY" -m hetgmp.trainer.app.cli train --device "$2" --threads "$3" --global-batch "$4" --workers 1 \
         --records "$RECORDS" --heldout 0 --model deepfm --embed-dim 64 --hidden 256,128 \
         --placement hash --log-every 0 --log-level WARNING | tail -n 1 >"$tmp/$1"
 }

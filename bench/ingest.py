@@ -8,7 +8,7 @@ MLPerf DLRM-DCNv2's 26 lists of 214 values a record, as comma-separated TSV fiel
 
 * ``raw``: a plain ``KafkaConsumer`` that iterates the messages and counts them (the baseline:
   what any Python consumer pays before doing anything with the data), and
-* ``decoded``: :class:`streaming.consumer.ClickConsumer`, which also decodes every record into a
+* ``decoded``: :class:`hetgmp.streaming.consumer.ClickConsumer`, which also decodes every record into a
   columnar batch (labels, log-dense features, hashed int64 feature ids).
 
 Both read every partition by manual assignment (no group join in the timing), alternate runs, and
@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streaming.broker import EmbeddedBroker
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
 __all__ = ["build_parser", "main", "parse_args"]
 

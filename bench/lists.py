@@ -9,7 +9,7 @@
   forward, backward to the dense parameters and to the pooled inputs, whose gradient any
   system that learns rows computes, and the dense optimizer): a bound nothing can pass.
 * ``pooling``: the pooling alone on a step's rows, forward and backward, values pooled a second:
-  :func:`trainer.model.pool_bags` (the fused bag kernel both ways, fed the deduplication's sort)
+  :func:`hetgmp.trainer.model.pool_bags` (the fused bag kernel both ways, fed the deduplication's sort)
   against ``torch.nn.functional.embedding_bag`` with autograd's own backward, on the same
   distinct rows and index.
 """
@@ -24,12 +24,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from streaming import ClickBatch
-from streaming.synthetic import SyntheticConfig
-from trainer.embedding import StoreConfig, unique_padded
-from trainer.model import Bags, ModelConfig, build_model, pool_bags
-from trainer.sources import SyntheticSpec, open_source
-from trainer.step import TrainConfig
+from hetgmp.streaming import ClickBatch
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.embedding import StoreConfig, unique_padded
+from hetgmp.trainer.model import Bags, ModelConfig, build_model, pool_bags
+from hetgmp.trainer.sources import SyntheticSpec, open_source
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["LIST_SHAPES", "model_alone", "pooling"]
 

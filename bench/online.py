@@ -46,19 +46,19 @@ from typing import Any
 
 import numpy as np
 
-from streaming.broker import EmbeddedBroker
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, ProduceReport, produce
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import EMBEDDING_KINDS, ONLINE_KINDS, LaunchConfig
-from trainer.dist.launcher import launch, resolve_device
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, RankResult, run_rank
-from trainer.sources import KafkaSpec
-from trainer.step import TrainConfig
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, ProduceReport, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import EMBEDDING_KINDS, ONLINE_KINDS, LaunchConfig
+from hetgmp.trainer.dist.launcher import launch, resolve_device
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, RankResult, run_rank
+from hetgmp.trainer.sources import KafkaSpec
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["build_parser", "main", "parse_args", "job_series"]
 
@@ -171,7 +171,7 @@ def _run_mode(args: argparse.Namespace, broker: EmbeddedBroker, mode: str) -> di
     config = ProduceConfig(topic=topic, count=args.records, rate=args.rate,
                            partitions=args.partitions)
     # The topic must exist before the ranks look up its partitions.
-    from streaming.kafka import ensure_topic
+    from hetgmp.streaming.kafka import ensure_topic
 
     ensure_topic(kafka, topic, args.partitions)
     report = ProduceReport()

@@ -84,7 +84,7 @@ from bench.records import _Records, dense_records
 from bench.sweep import add_flags as add_sweep_flags
 from bench.sweep import check_flags as check_sweep_flags
 from bench.sweep import main_sweep
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
@@ -98,11 +98,11 @@ from partitioner import (
     route_batch,
     row_imbalance,
 )
-from partitioner.assemble import build_placement
-from partitioner.graph import compact, per_worker_counts
-from partitioner.hetgmp import PaperPartitioner
-from partitioner.types import REPLICA_BASES, find_sorted
-from streaming.synthetic import SHAPES, SyntheticBlock, SyntheticStream
+from hetgmp.partitioner.assemble import build_placement
+from hetgmp.partitioner.graph import compact, per_worker_counts
+from hetgmp.partitioner.hetgmp import PaperPartitioner
+from hetgmp.partitioner.types import REPLICA_BASES, find_sorted
+from hetgmp.streaming.synthetic import SHAPES, SyntheticBlock, SyntheticStream
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -461,7 +461,7 @@ def _summary(n: int, tracks: dict[str, _Track], args: argparse.Namespace,
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     args = parse_args(argv)
-    from streaming.synthetic import SyntheticConfig
+    from hetgmp.streaming.synthetic import SyntheticConfig
     if args.sweep:
         return main_sweep(args)
     if args.scale:

@@ -19,7 +19,7 @@ import numpy as np
 from bench.memory import peak_mb, reset_peak
 from bench.partition import ORACLE, PAPER, _oracle, _score
 from bench.records import _Records
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
@@ -28,7 +28,7 @@ from partitioner import (
     plan_diff,
     row_imbalance,
 )
-from partitioner.hetgmp import PaperPartition, paper_partition
+from hetgmp.partitioner.hetgmp import PaperPartition, paper_partition
 
 __all__ = ["run_offline"]
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from bench.memory import peak_mb, reset_peak
 from bench.partition import _Records, _score
-from partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
+from hetgmp.partitioner import IncrementalPartitioner, PartitionConfig, Placement, WindowGraph
 
 __all__ = ["run"]
 
@@ -48,7 +48,7 @@ _GENERATE_SLICE = 250_000
 
 
 def _generate(shape: str, seed: int, records: int) -> np.ndarray:
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=seed, shape=cast(Shape, shape)))
     first = stream.block_ids(stream.take(0, min(records, _GENERATE_SLICE)))

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner import WindowGraph
-from streaming.synthetic import SyntheticBlock, SyntheticStream
+from hetgmp.partitioner import WindowGraph
+from hetgmp.streaming.synthetic import SyntheticBlock, SyntheticStream
 
 __all__ = ["dense_records"]
 

@@ -40,15 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import Placement
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import EMBEDDING_KINDS, KINDS, ThreadComm, run_threads
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, RankResult, run_rank
-from trainer.sources import SyntheticSpec
-from trainer.step import TrainConfig
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import EMBEDDING_KINDS, KINDS, ThreadComm, run_threads
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, RankResult, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["build_parser", "job_of", "main", "measure"]
 

@@ -20,7 +20,7 @@ Training runs, ``publish_<s>s``, one for each of ``--publish-intervals`` (defaul
   a log without deduplication would carry).
 * Serving speed, after training ended (the model fixed): ``--clients`` clients send requests
   back to back for ``--serve-s`` s: latency p50/p99 and records/s. The ceiling: the same
-  decoded records scored by a :class:`~trainer.serving.ServingModel` in this process (gather
+  decoded records scored by a :class:`~hetgmp.trainer.serving.ServingModel` in this process (gather
   and forward pass, no HTTP, no decoding), one thread.
 
 ``poisoned``, on the last training run's checkpoint directory and delta log (no more
@@ -80,23 +80,23 @@ from bench.serve_probes import (
     post,
     wait_settled,
 )
-from runtime import free_ports
-from streaming import Decoder
-from streaming.broker import EmbeddedBroker
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings, ensure_topic
-from streaming.producer import ProduceConfig, ProduceReport, produce
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer import checkpoint as ckpt
-from trainer.app.serve import LINGER_S
-from trainer.dist import LaunchConfig
-from trainer.dist.launcher import launch
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, RankResult, run_rank
-from trainer.sources import KafkaSpec
-from trainer.step import TrainConfig
+from hetgmp.runtime import free_ports
+from hetgmp.streaming import Decoder
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings, ensure_topic
+from hetgmp.streaming.producer import ProduceConfig, ProduceReport, produce
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.app.serve import LINGER_S
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.launcher import launch
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, RankResult, run_rank
+from hetgmp.trainer.sources import KafkaSpec
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["FIELDS", "build_parser", "main", "parse_args"]
 
@@ -277,7 +277,7 @@ def _forward_alone(manifest: ckpt.Manifest, bodies: list[bytes], seconds: float)
     """Records/s of ServingModel.score on decoded requests, one thread."""
     import torch
 
-    from trainer.serving import ServingModel
+    from hetgmp.trainer.serving import ServingModel
 
     torch.set_num_threads(1)
     model = ServingModel.from_checkpoint(manifest)

@@ -1,6 +1,6 @@
 """What the serve benchmark does to ``hetgmp serve`` besides asking it for scores.
 
-* :class:`ServeProcess`: one ``hetgmp serve`` subprocess (``python -m trainer.app.cli serve``),
+* :class:`ServeProcess`: one ``hetgmp serve`` subprocess (``python -m hetgmp.trainer.app.cli serve``),
   a context manager that stops it (terminate, wait, kill), with what the benchmark reads of it:
   ``/readyz``'s step, ``/metrics``' delta counters (:func:`wait_settled`).
 * A poisoned copy of a delta log (:func:`copy_with_poison`): the topic's messages in order,
@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming import KafkaSettings, connect_with_retry, ensure_topic, ipc_message, topic_partitions
-from trainer.serving import Publish, Rejected, decode, dense_messages, mark_message, row_messages
+from hetgmp.streaming import KafkaSettings, connect_with_retry, ensure_topic, ipc_message, topic_partitions
+from hetgmp.trainer.serving import Publish, Rejected, decode, dense_messages, mark_message, row_messages
 
 __all__ = ["POISON_KINDS", "PoisonedCopy", "ServeProcess", "Stalled", "copy_with_poison", "craft",
            "expected_reason", "metric_sums", "post", "wait_settled"]
@@ -66,7 +66,7 @@ class ServeProcess:
     def __init__(self, log_path: Path, checkpoint_dir: Path, kafka: KafkaSettings, port: int,
                  *extra: str) -> None:
         self.log_path, self.url = log_path, f"http://127.0.0.1:{port}"
-        self.argv = [sys.executable, "-m", "trainer.app.cli", "serve", "--checkpoint-dir",
+        self.argv = [sys.executable, "-m", "hetgmp.trainer.app.cli", "serve", "--checkpoint-dir",
                      str(checkpoint_dir), "--bootstrap-servers", kafka.bootstrap_servers,
                      "--port", str(port), *extra]
         self._proc: subprocess.Popen[bytes] | None = None

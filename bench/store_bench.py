@@ -3,19 +3,19 @@
 Per step of one rank training on the synthetic stream (``--batch`` samples x 26 fields, for
 each batch size given; the ids generated before the clock starts and copied to ``--device``
 there too: the input pipeline's copy is not this benchmark's), as the one-rank training step
-(:meth:`trainer.step.Trainer.step` through ``RowExchange``) drives the store:
+(:meth:`hetgmp.trainer.step.Trainer.step` through ``RowExchange``) drives the store:
 
 * ``dedup``: the batch's distinct ids and each entry's position among them
-  (:func:`trainer.embedding.unique_padded`, their count left on the device);
+  (:func:`hetgmp.trainer.embedding.unique_padded`, their count left on the device);
 * ``lookup``: the store's rows of those ids, created on first use
-  (:meth:`~trainer.embedding.EmbeddingStore.lookup_padded`: the step's one readback);
+  (:meth:`~hetgmp.trainer.embedding.EmbeddingStore.lookup_padded`: the step's one readback);
 * ``gather``: each entry's row (``index_select`` by the inverse), what the model reads;
 * ``scatter``: a gradient per entry summed per distinct id (``index_add_``), what the backward
   pass hands the store;
 * ``apply``: the row optimizer's step on those rows (row-wise Adagrad,
-  :meth:`~trainer.embedding.EmbeddingStore.apply`).
+  :meth:`~hetgmp.trainer.embedding.EmbeddingStore.apply`).
 
-The store is :class:`trainer.embedding.EmbeddingStore` with its default settings (on a CPU with
+The store is :class:`hetgmp.trainer.embedding.EmbeddingStore` with its default settings (on a CPU with
 its CPU-only shortcuts, as training there runs it). On CUDA the device is synchronised at each
 phase's end. The first ``--warmup`` steps are not timed. ``rows_per_s`` is distinct ids a
 second through the whole step, ``lookup_rows_per_s`` and ``apply_rows_per_s`` through those
@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from bench.devices import parse_device, synchronizer
-from trainer.embedding import EmbeddingStore, StoreConfig, unique_padded
+from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig, unique_padded
 
 __all__ = ["PHASES", "build_parser", "main", "parse_args"]
 
@@ -213,7 +213,7 @@ def _grown(batches: list[np.ndarray], size: int, args: argparse.Namespace) -> di
 
 def grow_main(args: argparse.Namespace) -> int:
     """The ``--rows`` protocol; the last printed line is the JSON summary."""
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=args.seed))
     size = args.batch_sizes[0]
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.sizes:
         return grow_main(args)
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=args.seed))
     total = args.warmup + args.steps

@@ -46,7 +46,7 @@ import numpy as np
 
 from bench.matrices import recipe
 from bench.memory import peak_mb, reset_peak
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
@@ -54,9 +54,9 @@ from partitioner import (
     WindowGraph,
     routed_remote_rows,
 )
-from partitioner.measures import remote_rows
-from runtime import fmix64
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.partitioner.measures import remote_rows
+from hetgmp.runtime import fmix64
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
 __all__ = ["Matrix", "add_flags", "check_flags", "main_sweep", "matrices", "run_sweep",
            "summarise"]
@@ -208,7 +208,7 @@ def _runs(m: Matrix, n: int, seed: int, args: argparse.Namespace
 def _paper() -> Any:
     """The published algorithm's partition function, where the bench has it."""
     try:
-        from partitioner.hetgmp import paper_partition
+        from hetgmp.partitioner.hetgmp import paper_partition
     except ImportError:  # pragma: no cover - the baseline ships with the bench
         return None
     return paper_partition

@@ -67,17 +67,17 @@ from typing import Any
 import numpy as np
 
 from bench.lists import LIST_SHAPES, model_alone, pooling
-from partitioner import Placement
-from runtime import env_value
-from streaming.synthetic import SHAPES, SyntheticConfig, SyntheticStream
-from trainer.dist import KINDS, PHASES, LaunchConfig, Totals
-from trainer.dist.comm import Comm
-from trainer.dist.launcher import launch, resolve_device
-from trainer.embedding import StoreConfig
-from trainer.model import Bags, ModelConfig
-from trainer.run import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
-from trainer.sources import SyntheticSpec, open_source
-from trainer.step import TrainConfig, Trainer
+from hetgmp.partitioner import Placement
+from hetgmp.runtime import env_value
+from hetgmp.streaming.synthetic import SHAPES, SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist import KINDS, PHASES, LaunchConfig, Totals
+from hetgmp.trainer.dist.comm import Comm
+from hetgmp.trainer.dist.launcher import launch, resolve_device
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import Bags, ModelConfig
+from hetgmp.trainer.run import Job, RankResult, gather_totals, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import SyntheticSpec, open_source
+from hetgmp.trainer.step import TrainConfig, Trainer
 
 __all__ = ["build_parser", "main", "parse_args"]
 

@@ -1,7 +1,8 @@
 """Host waits for the device a training step, by number of ranks: ``hetgmp bench waits``.
 
 The yardstick of issue 26's "at most one small device-to-host copy a step". Rank 0's steps of
-:meth:`trainer.step.Trainer.step` are counted by :class:`trainer.step.syncs.SyncCounter`: on CUDA
+:meth:`~hetgmp.trainer.step.Trainer.step` are counted by
+:class:`~hetgmp.trainer.step.syncs.SyncCounter`: on CUDA
 what torch reports, on a CPU the audit of the operations that would wait on CUDA (it does not
 see copies in; the store's CPU-only shortcuts, ``EmbeddingStore.cpu_shortcuts``, are off so
 that it counts the path CUDA takes). Ranks beyond one are threads of this process
@@ -18,12 +19,12 @@ import json
 from typing import Any
 
 from bench.devices import parse_device
-from partitioner import Placement
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.model import ModelConfig
-from trainer.step import SyncCounter, TrainConfig, Trainer
-from trainer.testing import StreamSource
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import LocalComm, ThreadComm, run_threads
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.step import SyncCounter, TrainConfig, Trainer
+from hetgmp.trainer.testing import StreamSource
 
 __all__ = ["build_parser", "main"]
 

@@ -5,11 +5,11 @@ selection, sample routing, migration plans and the measures the benchmark report
 torch, no I/O.
 """
 
-from partitioner.batch_routing import fetched_rows, refine_counted, refine_routing, route_batch
-from partitioner.full import FullPartitioner
-from partitioner.idindex import IdIndex
-from partitioner.incremental import IncrementalPartitioner
-from partitioner.measures import (
+from hetgmp.partitioner.batch_routing import fetched_rows, refine_counted, refine_routing, route_batch
+from hetgmp.partitioner.full import FullPartitioner
+from hetgmp.partitioner.idindex import IdIndex
+from hetgmp.partitioner.incremental import IncrementalPartitioner
+from hetgmp.partitioner.measures import (
     imbalance,
     migrated_bytes,
     migrated_rows,
@@ -20,9 +20,9 @@ from partitioner.measures import (
     row_imbalance,
     sample_imbalance,
 )
-from partitioner.plan import plan_diff
-from partitioner.routing import Samples, as_csr, capacity, route, route_window
-from partitioner.types import (
+from hetgmp.partitioner.plan import plan_diff
+from hetgmp.partitioner.routing import Samples, as_csr, capacity, route, route_window
+from hetgmp.partitioner.types import (
     REPLICA_BASES,
     MigrationPlan,
     PartitionConfig,

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from partitioner.graph import CompactWindow, per_worker_counts, route_compact, soft_batches
-from partitioner.replicas import choose_replicas
-from partitioner.types import PartitionConfig, Placement, default_owner, find_sorted
+from hetgmp.partitioner.graph import CompactWindow, per_worker_counts, route_compact, soft_batches
+from hetgmp.partitioner.replicas import choose_replicas
+from hetgmp.partitioner.types import PartitionConfig, Placement, default_owner, find_sorted
 
 __all__ = ["balance_rows", "build_placement", "match_labels", "replica_matrix"]
 

@@ -1,6 +1,6 @@
 """Batch-aware routing: a sample is cheap on the worker that already fetches its rows this batch.
 
-:func:`partitioner.route` sends each sample to the worker holding most of its rows, one sample
+:func:`hetgmp.partitioner.route` sends each sample to the worker holding most of its rows, one sample
 at a time. But a worker fetches each remote row once per batch, however many of its samples use
 it: what a sample costs on a worker is the rows it needs there that nothing else routed there
 fetches already (HET-GMP's soft cost). :func:`route_batch` starts from :func:`route`'s answer and
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.routing import Samples, as_csr, capacity_of, route, sample_sizes
-from partitioner.types import Placement
+from hetgmp.partitioner.routing import Samples, as_csr, capacity_of, route, sample_sizes
+from hetgmp.partitioner.types import Placement
 
 __all__ = ["fetched_rows", "refine_counted", "refine_routing", "route_batch"]
 

@@ -33,15 +33,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from partitioner.assemble import build_placement, match_labels
-from partitioner.graph import CompactWindow, compact, per_worker_counts
-from partitioner.greedy import alternate, edge_cost
-from partitioner.heap import release_freed_heap
-from partitioner.hetgmp import paper_partition
-from partitioner.measures import judged_batches, routed_remote_rows
-from partitioner.metis import BipartiteGraph, bipartite_graph, bipartite_parts, metis_parts
-from partitioner.sampling import uniform_sample
-from partitioner.types import PartitionConfig, Placement, WindowGraph
+from hetgmp.partitioner.assemble import build_placement, match_labels
+from hetgmp.partitioner.graph import CompactWindow, compact, per_worker_counts
+from hetgmp.partitioner.greedy import alternate, edge_cost
+from hetgmp.partitioner.heap import release_freed_heap
+from hetgmp.partitioner.hetgmp import paper_partition
+from hetgmp.partitioner.measures import judged_batches, routed_remote_rows
+from hetgmp.partitioner.metis import BipartiteGraph, bipartite_graph, bipartite_parts, metis_parts
+from hetgmp.partitioner.sampling import uniform_sample
+from hetgmp.partitioner.types import PartitionConfig, Placement, WindowGraph
 
 __all__ = ["FullPartitioner", "metis_owners"]
 

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioner.routing import assign_with_capacity, capacity_of, sample_sizes
-from partitioner.types import WindowGraph
+from hetgmp.partitioner.routing import assign_with_capacity, capacity_of, sample_sizes
+from hetgmp.partitioner.types import WindowGraph
 
 __all__ = [
     "CompactWindow",

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.graph import CompactWindow, per_worker_counts, sample_scores, soft_batches
-from partitioner.routing import assign_with_capacity, capacity_of, sample_sizes
-from partitioner.types import PartitionConfig
+from hetgmp.partitioner.graph import CompactWindow, per_worker_counts, sample_scores, soft_batches
+from hetgmp.partitioner.routing import assign_with_capacity, capacity_of, sample_sizes
+from hetgmp.partitioner.types import PartitionConfig
 
 __all__ = ["alternate", "edge_cost"]
 

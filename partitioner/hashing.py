@@ -1,10 +1,10 @@
-"""Default owners of ids: ``fmix64(id) mod num_workers`` (the mixer: :mod:`runtime.hashing`)."""
+"""Default owners of ids: ``fmix64(id) mod num_workers`` (the mixer: :mod:`hetgmp.runtime.hashing`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from runtime import fmix64
+from hetgmp.runtime import fmix64
 
 __all__ = ["default_owner"]
 

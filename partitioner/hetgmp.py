@@ -1,6 +1,6 @@
 """HET-GMP's partitioner as its paper describes it, written here: the baseline strategy
 ``hetgmp-paper`` of ``hetgmp bench partition``, and the full partition's second candidate at
-16 workers and more (:class:`~partitioner.FullPartitioner`, ``PartitionConfig.compare_from``).
+16 workers and more (:class:`~hetgmp.partitioner.FullPartitioner`, ``PartitionConfig.compare_from``).
 
 The algorithm (Miao et al., "HET-GMP", SIGMOD 2022). Samples and ids form a bipartite graph;
 every sample gets a worker, every id an owner. With ``M`` samples per worker and ``b`` per
@@ -67,8 +67,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from partitioner.graph import dense_numbering, soft_batches
-from partitioner.types import (
+from hetgmp.partitioner.graph import dense_numbering, soft_batches
+from hetgmp.partitioner.types import (
     PartitionConfig,
     Placement,
     WindowGraph,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime import fmix64
+from hetgmp.runtime import fmix64
 
 __all__ = ["IdIndex"]
 

@@ -57,9 +57,9 @@ import math
 
 import numpy as np
 
-from partitioner.assemble import build_placement, replica_matrix
-from partitioner.full import FullPartitioner
-from partitioner.graph import (
+from hetgmp.partitioner.assemble import build_placement, replica_matrix
+from hetgmp.partitioner.full import FullPartitioner
+from hetgmp.partitioner.graph import (
     CompactWindow,
     compact,
     local_counts_compact,
@@ -68,12 +68,12 @@ from partitioner.graph import (
     per_worker_counts,
     soft_batches,
 )
-from partitioner.heap import release_freed_heap
-from partitioner.measures import judged_batches, routed_remote_rows
-from partitioner.metis import bipartite_parts
-from partitioner.sampling import uniform_sample
-from partitioner.types import PartitionConfig, PassReport, Placement, WindowGraph, find_sorted
-from partitioner.window_ids import WindowIds
+from hetgmp.partitioner.heap import release_freed_heap
+from hetgmp.partitioner.measures import judged_batches, routed_remote_rows
+from hetgmp.partitioner.metis import bipartite_parts
+from hetgmp.partitioner.sampling import uniform_sample
+from hetgmp.partitioner.types import PartitionConfig, PassReport, Placement, WindowGraph, find_sorted
+from hetgmp.partitioner.window_ids import WindowIds
 
 __all__ = ["IncrementalPartitioner"]
 

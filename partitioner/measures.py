@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.batch_routing import route_batch
-from partitioner.routing import Samples, as_csr, route
-from partitioner.types import MigrationPlan, Placement, WindowGraph
+from hetgmp.partitioner.batch_routing import route_batch
+from hetgmp.partitioner.routing import Samples, as_csr, route
+from hetgmp.partitioner.types import MigrationPlan, Placement, WindowGraph
 
 __all__ = [
     "judged_batches",
@@ -85,8 +85,8 @@ def judged_batches(window: WindowGraph, global_batch: int, limit: int) -> Window
 def routed_remote_rows(samples: Samples, placement: Placement, global_batch: int,
                        rounds: int = 0, capacity_epsilon: float = 0.05) -> int:
     """Remote rows of ``samples`` trained in order, a global batch a step, each batch routed as
-    the trainer routes it: :func:`~partitioner.route`, or with ``rounds``
-    :func:`~partitioner.route_batch`. The sum over steps and workers of :func:`remote_rows`."""
+    the trainer routes it: :func:`~hetgmp.partitioner.route`, or with ``rounds``
+    :func:`~hetgmp.partitioner.route_batch`. The sum over steps and workers of :func:`remote_rows`."""
     indptr, values = as_csr(samples)
     total = 0
     for lo in range(0, indptr.size - 1, max(int(global_batch), 1)):

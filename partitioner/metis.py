@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner.graph import CompactWindow
-from partitioner.heap import release_freed_heap
+from hetgmp.partitioner.graph import CompactWindow
+from hetgmp.partitioner.heap import release_freed_heap
 
 __all__ = ["BipartiteGraph", "bipartite_graph", "bipartite_parts", "metis_parts"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.types import MigrationPlan, Placement, find_sorted
+from hetgmp.partitioner.types import MigrationPlan, Placement, find_sorted
 
 __all__ = ["plan_diff"]
 

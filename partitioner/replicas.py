@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.graph import CompactWindow, per_worker_counts, soft_batches
+from hetgmp.partitioner.graph import CompactWindow, per_worker_counts, soft_batches
 
 __all__ = ["choose_replicas"]
 

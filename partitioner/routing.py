@@ -25,8 +25,8 @@ import math
 
 import numpy as np
 
-from partitioner.types import Placement, WindowGraph
-from runtime import fmix64
+from hetgmp.partitioner.types import Placement, WindowGraph
+from hetgmp.runtime import fmix64
 
 __all__ = [
     "Samples",

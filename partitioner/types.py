@@ -12,9 +12,9 @@ from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
-from partitioner.hashing import default_owner
-from partitioner.idindex import IdIndex
-from runtime import fmix64
+from hetgmp.partitioner.hashing import default_owner
+from hetgmp.partitioner.idindex import IdIndex
+from hetgmp.runtime import fmix64
 
 __all__ = [
     "MAX_WORKERS",

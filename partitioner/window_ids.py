@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner.types import WindowGraph
+from hetgmp.partitioner.types import WindowGraph
 
 __all__ = ["WindowIds"]
 

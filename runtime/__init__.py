@@ -6,8 +6,8 @@ with secrets masked, and the 64-bit mixer every process agrees on.
 The environment is read here only (:func:`env_value`).
 """
 
-from runtime.clock import Clock, FakeClock, SystemClock
-from runtime.config import (
+from hetgmp.runtime.clock import Clock, FakeClock, SystemClock
+from hetgmp.runtime.config import (
     add_flags,
     build,
     directory_problem,
@@ -16,10 +16,10 @@ from runtime.config import (
     redact,
     secret,
 )
-from runtime.hashing import FMIX_C1, FMIX_C2, fmix64, fmix64_int
-from runtime.lazy import lazy_exports
-from runtime.logs import register_secret, setup_logging
-from runtime.processes import (
+from hetgmp.runtime.hashing import FMIX_C1, FMIX_C2, fmix64, fmix64_int
+from hetgmp.runtime.lazy import lazy_exports
+from hetgmp.runtime.logs import register_secret, setup_logging
+from hetgmp.runtime.processes import (
     die_with_parent,
     free_port,
     free_ports,

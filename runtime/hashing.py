@@ -1,9 +1,9 @@
 """The 64-bit mixer every process agrees on: MurmurHash3's finaliser (fmix64).
 
-Feature ids (:mod:`streaming.hashing`), default owners (:func:`partitioner.default_owner`),
+Feature ids (:mod:`hetgmp.streaming.hashing`), default owners (:func:`hetgmp.partitioner.default_owner`),
 index buckets and the initial rows of the embedding table all use it, here on numpy arrays and
 Python integers. (The device computes the same bits in 16-bit limbs, since torch has no uint64
-arithmetic: :mod:`trainer.embedding.device_init`, checked against this one.) Python's
+arithmetic: :mod:`hetgmp.trainer.embedding.device_init`, checked against this one.) Python's
 ``hash()`` is never used: it is salted per process, and owners and ids must agree across
 processes, runs and machines.
 """

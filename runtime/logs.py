@@ -3,7 +3,7 @@
 kafka-python's admin client logs its whole configuration at DEBUG, SASL password included, and a
 library's exception text may quote a setting too. So masking cannot rely on each caller: every
 secret the project hands to a client is registered here (:func:`register_secret`, called by
-:meth:`streaming.KafkaSettings.client_kwargs`), and the one formatter every handler uses
+:meth:`hetgmp.streaming.KafkaSettings.client_kwargs`), and the one formatter every handler uses
 replaces each registered value in the finished line (message, arguments and traceback alike).
 """
 

@@ -3,13 +3,13 @@
 No torch here. The names below are the package's public surface.
 """
 
-from streaming.arrow import batch_to_arrow, ipc_message
-from streaming.broker import BrokerUnavailable, EmbeddedBroker
-from streaming.clients import CommitError
-from streaming.codec import DecodeConfig, Decoded, Decoder
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.hashing import feature_id
-from streaming.kafka import (
+from hetgmp.streaming.arrow import batch_to_arrow, ipc_message
+from hetgmp.streaming.broker import BrokerUnavailable, EmbeddedBroker
+from hetgmp.streaming.clients import CommitError
+from hetgmp.streaming.codec import DecodeConfig, Decoded, Decoder
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.hashing import feature_id
+from hetgmp.streaming.kafka import (
     ConnectStopped,
     KafkaRefused,
     KafkaSettings,
@@ -19,14 +19,14 @@ from streaming.kafka import (
     ensure_topic,
     topic_partitions,
 )
-from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector, serve_metrics
-from streaming.positions import ConsumerFailed, LogLost
-from streaming.prefetch import Prefetcher
-from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
-from streaming.schema_file import parse_schema
-from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
-from streaming.types import ClickBatch, Reject, RejectReason, Schema, SchemaError
-from streaming.window import AccessWindow, WindowConfig
+from hetgmp.streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector, serve_metrics
+from hetgmp.streaming.positions import ConsumerFailed, LogLost
+from hetgmp.streaming.prefetch import Prefetcher
+from hetgmp.streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream, auc
+from hetgmp.streaming.types import ClickBatch, Reject, RejectReason, Schema, SchemaError
+from hetgmp.streaming.window import AccessWindow, WindowConfig
 
 __all__ = [
     "AccessWindow",

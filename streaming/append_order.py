@@ -1,7 +1,7 @@
 """The order a producer appends in, kept across produce calls.
 
 The trainer hands a rank's records out by the key ``(append time, offset, partition)``
-(:mod:`trainer.sources.order`). Messages written round robin over ``P`` partitions, with
+(:mod:`hetgmp.trainer.sources.order`). Messages written round robin over ``P`` partitions, with
 times that never go back, are in that key's order exactly when message ``i`` of the topic sits
 at offset ``i // P`` of partition ``i % P``: messages appended in one millisecond are then
 ordered by offset, then partition, as they were sent. A produce call that started its round
@@ -35,8 +35,8 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Literal, Mapping
 
-from runtime import Clock, SystemClock
-from streaming.kafka import ConnectStopped, KafkaSettings
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming.kafka import ConnectStopped, KafkaSettings
 
 __all__ = ["AppendOrder", "PartitionEnd", "topic_ends"]
 
@@ -101,14 +101,14 @@ def topic_ends(kafka: KafkaSettings, topic: str, partitions: int,
         partitions: its partition count.
         client: the client library (``auto``, ``kafka-python`` or ``confluent``).
         clock: time source for the connection's backoff.
-        stop: ends the wait for a broker (:class:`~streaming.kafka.ConnectStopped`).
+        stop: ends the wait for a broker (:class:`~hetgmp.streaming.kafka.ConnectStopped`).
 
     Returns:
         The end of every partition, or None when some partition's end could not be read
         within ``_POLLS`` polls (said in the log).
     """
-    from streaming.clients import connect_consumer
-    from streaming.consumer import ConsumerConfig
+    from hetgmp.streaming.clients import connect_consumer
+    from hetgmp.streaming.consumer import ConsumerConfig
 
     settings = ConsumerConfig(topic=topic, group_id="", client=client, fetch_wait_ms=10)
     consumer = connect_consumer(client, kafka, topic, None, settings, clock or SystemClock(),

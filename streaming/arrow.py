@@ -7,7 +7,7 @@ operations per message, whatever its number of records, and no text is parsed:
 * ``label``: any integer, boolean or floating column, every value 0 or 1;
 * each dense field: an integer or float column (null = missing, as an empty TSV field; NaN or
   an infinity dead-letters the record, as does a magnitude over
-  :data:`~streaming.lists.MAX_MAGNITUDE` on a ``transform = "none"`` field), through the
+  :data:`~hetgmp.streaming.lists.MAX_MAGNITUDE` on a ``transform = "none"`` field), through the
   field's transform exactly as the TSV decoder does (``log(1 + max(x, 0))`` by default);
 * each sparse field either a string or binary column of the raw values, hashed as the TSV decoder
   hashes them (so a record decodes to the same ids in either format; null = empty), or an integer
@@ -36,9 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
-from streaming.hashing import field_seeds, hash_spans
-from streaming.lists import MAX_MAGNITUDE, arrange, in_range, select_rows
-from streaming.types import (
+from hetgmp.streaming.hashing import field_seeds, hash_spans
+from hetgmp.streaming.lists import MAX_MAGNITUDE, arrange, in_range, select_rows
+from hetgmp.streaming.types import (
     ClickBatch,
     Reject,
     RejectReason,
@@ -64,7 +64,7 @@ def encode_arrow(
         labels: ``[B]`` 0/1 labels (written as int8).
         dense: ``[B, D]`` raw integer features, negative where missing (written as int32
             when they fit).
-        ids: int64 ``[B, S]`` feature ids, already hashed (see :mod:`streaming.hashing`);
+        ids: int64 ``[B, S]`` feature ids, already hashed (see :mod:`hetgmp.streaming.hashing`);
             with ``lengths``, the batch's jagged values (``ClickBatch.values``).
         rows_per_message: records per message.
         lengths: int32 ``[B, S]`` values of each (record, field), or None (one each); a
@@ -321,7 +321,7 @@ class ArrowDecoder:
                       msg: np.ndarray, rows_of: np.ndarray, members: list, meta: list[np.ndarray],
                       rejects: list[Reject]) -> ClickBatch:
         """:meth:`_decode_group` for a schema with list fields: every field's values as
-        ``(record, field, id, weight)`` entries, laid out by :func:`streaming.lists.arrange`."""
+        ``(record, field, id, weight)`` entries, laid out by :func:`hetgmp.streaming.lists.arrange`."""
         s, n = self.schema, table.num_rows
         recs, flds, ids, weights, weight_ok = [], [], [], [], []
         bad_id = np.zeros(n, dtype=bool)

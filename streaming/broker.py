@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from runtime import die_with_parent, free_port, port_free
+from hetgmp.runtime import die_with_parent, free_port, port_free
 
 __all__ = ["EmbeddedBroker", "BrokerUnavailable", "find_tansu", "kafka_ready"]
 

@@ -1,14 +1,14 @@
-"""Decoding click-log messages into columnar :class:`~streaming.types.ClickBatch` values.
+"""Decoding click-log messages into columnar :class:`~hetgmp.streaming.types.ClickBatch` values.
 
 A Kafka message holds one record or many newline-separated records; both decode the same way,
 because every message of a poll is joined into one buffer and split into lines together. The
 whole batch is decoded with numpy over that buffer (field boundaries from the positions of tabs
 and newlines, integers parsed digit column by digit column, categoricals hashed by
-:func:`streaming.hashing.hash_spans`), so the cost per record is a handful of vector operations,
+:func:`hetgmp.streaming.hashing.hash_spans`), so the cost per record is a handful of vector operations,
 not a Python loop over records and fields. Python touches single lines only on the error path
 (non-ASCII bytes to validate, JSON lines that fail to parse).
 
-A record that cannot be decoded becomes a :class:`~streaming.types.Reject` with its reason; the
+A record that cannot be decoded becomes a :class:`~hetgmp.streaming.types.Reject` with its reason; the
 records around it decode as usual. Empty lines are not records (a trailing newline is common);
 a message with no record at all is rejected as ``empty_message``.
 """
@@ -22,8 +22,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from streaming.hashing import field_seeds, hash_spans
-from streaming.lists import (
+from hetgmp.streaming.hashing import field_seeds, hash_spans
+from hetgmp.streaming.lists import (
     DEFAULT_SEPARATOR,
     MAX_MAGNITUDE,
     Jagged,
@@ -31,7 +31,7 @@ from streaming.lists import (
     jagged_ids,
     select_rows,
 )
-from streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
+from hetgmp.streaming.types import ClickBatch, Reject, RejectReason, Schema, dense_features
 
 __all__ = ["FORMATS", "Decoder", "Decoded", "DecodeConfig"]
 
@@ -60,11 +60,11 @@ class DecodeConfig:
     Attributes:
         format: ``tsv`` (Criteo: label, dense..., sparse..., tab separated), ``json`` (one
             object per line, keys = schema field names) or ``arrow`` (one Arrow IPC record
-            batch per message, see :mod:`streaming.arrow`).
+            batch per message, see :mod:`hetgmp.streaming.arrow`).
         max_record_bytes: longer records are rejected as ``too_large`` before any parsing (an
             Arrow message: more than this many bytes a record).
         value_separator: TSV: the character between a list field's values (see
-            :mod:`streaming.lists`).
+            :mod:`hetgmp.streaming.lists`).
     """
 
     format: Literal["tsv", "json", "arrow"] = "tsv"
@@ -113,7 +113,7 @@ class Decoder:
         self._log1p = self.schema.log1p
         self._arrow = None
         if self.config.format == "arrow":
-            from streaming.arrow import ArrowDecoder  # pyarrow is heavy: loaded when used
+            from hetgmp.streaming.arrow import ArrowDecoder  # pyarrow is heavy: loaded when used
 
             self._arrow = ArrowDecoder(self.schema, self.config.max_record_bytes)
 

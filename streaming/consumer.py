@@ -7,14 +7,14 @@ says so (auto-commit is off), so a trainer commits exactly what its checkpoint h
 
 Failure handling:
 
-* broker not up at start: :func:`streaming.kafka.connect_with_retry` (backoff, a log line a try);
-* topic missing at start: :class:`~streaming.kafka.TopicNotFound` at once (or after
+* broker not up at start: :func:`hetgmp.streaming.kafka.connect_with_retry` (backoff, a log line a try);
+* topic missing at start: :class:`~hetgmp.streaming.kafka.TopicNotFound` at once (or after
   ``topic_wait_s``), never a silent wait;
 * broker restart mid-stream: the client reconnects inside ``poll``; poll errors are logged and
   retried with backoff rather than raised;
 * a log that went backwards or was replaced (a broker that lost its storage, a topic created
-  again): :class:`~streaming.positions.LogLost`, raised before any record of the new log is
-  returned and before the snapshot moves (:mod:`streaming.positions` has the checks). Starting
+  again): :class:`~hetgmp.streaming.positions.LogLost`, raised before any record of the new log is
+  returned and before the snapshot moves (:mod:`hetgmp.streaming.positions` has the checks). Starting
   positions are resolved here (the committed offset, else ``auto_offset_reset``), and the
   client library's own reset is off, so that it never jumps over records silently;
 * group rebalance: revoked partitions leave the snapshot (their new owner resumes from the last
@@ -24,11 +24,11 @@ Failure handling:
   header; the records around them decode as usual. Dead letters are flushed before each commit,
   so a committed offset never covers a rejected record that was not dead-lettered. A topic of
   another format or schema (the first ``stop_on_rejects`` records or 16 messages all rejected,
-  none decoded) is :class:`~streaming.format_check.FormatMismatch` instead, which names the
-  flag to change (:mod:`streaming.format_check`).
+  none decoded) is :class:`~hetgmp.streaming.format_check.FormatMismatch` instead, which names the
+  flag to change (:mod:`hetgmp.streaming.format_check`).
 
 The Kafka client library (kafka-python or librdkafka's confluent-kafka) sits behind
-:class:`streaming.clients.ConsumerClient`; everything above is the same on either.
+:class:`hetgmp.streaming.clients.ConsumerClient`; everything above is the same on either.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from runtime import Clock, SystemClock
-from streaming.clients import (
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming.clients import (
     CommitMoved,
     CommitRebalancing,
     ConsumerClient,
@@ -54,12 +54,12 @@ from streaming.clients import (
     dead_letter_sender,
     resolve,
 )
-from streaming.codec import FORMATS, DecodeConfig, Decoder
-from streaming.format_check import FirstRecordsCheck, FormatMismatch
-from streaming.kafka import KafkaSettings, topic_partitions
-from streaming.positions import ConsumerFailed, LogGuard, LogLost
-from streaming.schema_file import parse_schema
-from streaming.types import ClickBatch, Reject
+from hetgmp.streaming.codec import FORMATS, DecodeConfig, Decoder
+from hetgmp.streaming.format_check import FirstRecordsCheck, FormatMismatch
+from hetgmp.streaming.kafka import KafkaSettings, topic_partitions
+from hetgmp.streaming.positions import ConsumerFailed, LogGuard, LogLost
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.types import ClickBatch, Reject
 
 __all__ = ["ClickConsumer", "ConsumerConfig", "ConsumerFailed", "ConsumerStats", "FormatMismatch", "LogLost"]
 
@@ -211,7 +211,7 @@ class _Listener:
 
 
 class ClickConsumer:
-    """Consumes click logs from Kafka into :class:`~streaming.types.ClickBatch` values."""
+    """Consumes click logs from Kafka into :class:`~hetgmp.streaming.types.ClickBatch` values."""
 
     def __init__(
         self,
@@ -231,7 +231,7 @@ class ClickConsumer:
                 None = join ``config.group_id`` (or read every partition if it is empty).
             clock: time source for backoff (tests pass a fake one).
             stop: a stop flag (a signal's): :meth:`start` gives up waiting for an unreachable
-                broker once it is true (:class:`~streaming.kafka.ConnectStopped`).
+                broker once it is true (:class:`~hetgmp.streaming.kafka.ConnectStopped`).
         """
         self.kafka = kafka
         self.config = config or ConsumerConfig()

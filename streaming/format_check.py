@@ -8,7 +8,7 @@ rejects). The rule here:
 
 * **while no record has decoded yet**, the consumer counts what it rejects; when the first
   ``stop_on_rejects`` records read (100 by default), or the first 16 messages, are all rejected,
-  it stops with :class:`FormatMismatch` (a :class:`~streaming.positions.ConsumerFailed`: one line,
+  it stops with :class:`FormatMismatch` (a :class:`~hetgmp.streaming.positions.ConsumerFailed`: one line,
   exit status 1), before the rejects of that poll are dead-lettered;
 * the line names the cause: the messages' own format where their first bytes tell it
   (:func:`sniff`: Arrow IPC's continuation marker ``FF FF FF FF`` or the Arrow file magic
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from streaming.positions import ConsumerFailed
-from streaming.types import Reject, RejectReason
+from hetgmp.streaming.positions import ConsumerFailed
+from hetgmp.streaming.types import Reject, RejectReason
 
 __all__ = ["FirstRecordsCheck", "FormatMismatch", "sniff"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime import fmix64, fmix64_int
+from hetgmp.runtime import fmix64, fmix64_int
 
 __all__ = ["ID_MASK", "feature_id", "field_seed", "field_seeds", "hash_spans"]
 

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, TypeVar
 
-from runtime import Clock, SystemClock, redact, register_secret, secret
+from hetgmp.runtime import Clock, SystemClock, redact, register_secret, secret
 
 __all__ = [
     "ConnectStopped",

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from streaming.hashing import hash_spans
-from streaming.types import Schema, segment_positions
+from hetgmp.streaming.hashing import hash_spans
+from hetgmp.streaming.types import Schema, segment_positions
 
 __all__ = ["DEFAULT_SEPARATOR", "MAX_MAGNITUDE", "Jagged", "arrange", "in_range", "jagged_ids",
            "select_rows", "split_spans"]

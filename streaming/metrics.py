@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from streaming.consumer import ClickConsumer
-from streaming.producer import ProduceReport
-from streaming.window import AccessWindow
+from hetgmp.streaming.consumer import ClickConsumer
+from hetgmp.streaming.producer import ProduceReport
+from hetgmp.streaming.window import AccessWindow
 
 __all__ = ["ConsumerCollector", "ProducerCollector", "WindowCollector", "serve_metrics"]
 
@@ -38,7 +38,7 @@ def _counter(name: str, doc: str, value: float, labels: dict[str, str]) -> Count
 
 
 class ConsumerCollector(Collector):
-    """Counters of one :class:`~streaming.consumer.ClickConsumer` (labels: topic, and any given)."""
+    """Counters of one :class:`~hetgmp.streaming.consumer.ClickConsumer` (labels: topic, and any given)."""
 
     def __init__(
         self, consumer: ClickConsumer, labels: dict[str, str] | None = None,
@@ -103,7 +103,7 @@ class ConsumerCollector(Collector):
 
 
 class ProducerCollector(Collector):
-    """Counters of a running :func:`~streaming.producer.produce` (read from its report)."""
+    """Counters of a running :func:`~hetgmp.streaming.producer.produce` (read from its report)."""
 
     def __init__(self, report: Callable[[], ProduceReport], labels: dict[str, str] | None = None) -> None:
         self.report = report
@@ -121,7 +121,7 @@ class ProducerCollector(Collector):
 
 
 class WindowCollector(Collector):
-    """Sizes of an :class:`~streaming.window.AccessWindow`."""
+    """Sizes of an :class:`~hetgmp.streaming.window.AccessWindow`."""
 
     def __init__(self, window: AccessWindow, labels: dict[str, str] | None = None) -> None:
         self.window = window

@@ -12,7 +12,7 @@ log, with two pieces of evidence kafka-python keeps:
   the records in between are gone.
 
 The guard itself is pure (values in, :class:`LogLost` out); each client adapter
-(:mod:`streaming.clients`) reads those values from its library.
+(:mod:`hetgmp.streaming.clients`) reads those values from its library.
 """
 
 from __future__ import annotations

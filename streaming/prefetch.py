@@ -1,6 +1,6 @@
 """Fetch and decode on a thread of their own, so that consumption overlaps training.
 
-:class:`Prefetcher` runs a started :class:`~streaming.consumer.ClickConsumer` on one thread: it
+:class:`Prefetcher` runs a started :class:`~hetgmp.streaming.consumer.ClickConsumer` on one thread: it
 polls, decodes (both client libraries and numpy release the GIL in their hot loops) and queues
 the decoded batches, while the caller trains on the batches before them. The queue is bounded
 in records: the thread stops polling once ``max_records`` are waiting, so memory stays bounded
@@ -25,8 +25,8 @@ import threading
 from concurrent.futures import Future
 from typing import Callable, TypeVar
 
-from streaming.consumer import ClickConsumer
-from streaming.types import ClickBatch
+from hetgmp.streaming.consumer import ClickConsumer
+from hetgmp.streaming.types import ClickBatch
 
 __all__ = ["Prefetcher"]
 

@@ -4,7 +4,7 @@ Records are packed ``records_per_message`` to a Kafka message (newline separated
 decodes one-record and many-record messages alike, and packing is what lets a Python producer
 reach 100k records/s (kafka-python's per-message cost dominates otherwise). Messages go to the
 topic's partitions round robin, going on where the topic ends, with times that never go back and
-start after its newest message (:mod:`streaming.append_order`): the order the trainer rebuilds
+start after its newest message (:mod:`hetgmp.streaming.append_order`): the order the trainer rebuilds
 (append time, offset, partition) is the order of sending, across produce calls too.
 
 Every message's result is checked (a callback per message, counting the records it carries): the
@@ -25,11 +25,11 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import numpy as np
 
-from runtime import Clock, SystemClock
-from streaming.append_order import AppendOrder, PartitionEnd, topic_ends
-from streaming.clients import SendFailed, record_sender, resolve
-from streaming.kafka import KafkaSettings, check_partitions, ensure_topic
-from streaming.synthetic import SyntheticConfig, SyntheticStream, auc
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming.append_order import AppendOrder, PartitionEnd, topic_ends
+from hetgmp.streaming.clients import SendFailed, record_sender, resolve
+from hetgmp.streaming.kafka import KafkaSettings, check_partitions, ensure_topic
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream, auc
 
 __all__ = [
     "ProduceConfig",
@@ -347,8 +347,8 @@ def _packed(chunks: Iterator[Chunk], per_message: int) -> Iterator[Packed]:
 
 def _replay(config: ProduceConfig) -> Iterator[Packed]:
     """The messages of ``file:PATH[,PATH...]``: TSV text files, or Parquet or Arrow tables."""
-    from streaming.schema_file import parse_schema
-    from streaming.tables import (
+    from hetgmp.streaming.schema_file import parse_schema
+    from hetgmp.streaming.tables import (
         TableSource,
         arrow_messages,
         is_table_path,
@@ -393,7 +393,7 @@ def _replay(config: ProduceConfig) -> Iterator[Packed]:
 def _arrow_packed(stream: SyntheticStream, start: int, count: int, chunk: int,
                   per_message: int) -> Iterator[Packed]:
     """The synthetic stream as Arrow messages of pre-hashed ids (no text rendered or parsed)."""
-    from streaming.arrow import encode_arrow
+    from hetgmp.streaming.arrow import encode_arrow
 
     for i, n in _spans(start, count, chunk):
         block = stream.take(i, n)
@@ -468,7 +468,7 @@ def _generate_in_child(synthetic: SyntheticConfig, config: ProduceConfig, depth:
 def _append_order(kafka: KafkaSettings, config: ProduceConfig, partitions: int, clock: Clock,
                   stop: threading.Event) -> AppendOrder:
     """Where this call's messages go and when: on from where the topic ends (see
-    :mod:`streaming.append_order`)."""
+    :mod:`hetgmp.streaming.append_order`)."""
     ends = topic_ends(kafka, config.topic, partitions, config.client, clock=clock,
                       stop=stop.is_set)
     order = AppendOrder(ends or {p: PartitionEnd(0) for p in range(partitions)})

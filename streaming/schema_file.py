@@ -17,7 +17,7 @@
     pooling = "mean"
 
 Fields keep the file's order. ``dense = ["I1", "I2"]`` and ``sparse = ["C1", "C2"]`` name plain
-fields in one line. Every error is a :class:`~streaming.types.SchemaError` of one short line
+fields in one line. Every error is a :class:`~hetgmp.streaming.types.SchemaError` of one short line
 naming the file, the line and the field where they are known.
 
 The same settings fit on the command line (:func:`inline_fields`), each after its field's name:
@@ -31,8 +31,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from streaming.synthetic_config import SyntheticConfig
-from streaming.types import MAX_FIELDS, DenseField, Schema, SchemaError, SparseField, shown
+from hetgmp.streaming.synthetic_config import SyntheticConfig
+from hetgmp.streaming.types import MAX_FIELDS, DenseField, Schema, SchemaError, SparseField, shown
 
 __all__ = ["MAX_FILE_BYTES", "inline_fields", "load_schema", "parse_schema"]
 

@@ -20,7 +20,7 @@ each, benchmarks must not retune them):
 
 ``shape="user_item"`` makes logs of another kind instead (a user and an item field with
 power-law degrees, a few context fields, no planted segments, preference drift): see
-:mod:`streaming.user_item`. Two shapes carry lists:
+:mod:`hetgmp.streaming.user_item`. Two shapes carry lists:
 
 * ``multi_hot``: the segments stream where field ``f`` holds a bag of MLPerf DLRM-DCNv2's
   multi-hot size for it (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27,
@@ -43,10 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime import fmix64
-from streaming.hashing import field_seeds, hash_spans
-from streaming.synthetic_config import MLPERF_BAGS, SHAPES, SyntheticConfig, zipf_cdf
-from streaming.user_item import UserItemShape
+from hetgmp.runtime import fmix64
+from hetgmp.streaming.hashing import field_seeds, hash_spans
+from hetgmp.streaming.synthetic_config import MLPERF_BAGS, SHAPES, SyntheticConfig, zipf_cdf
+from hetgmp.streaming.user_item import UserItemShape
 
 __all__ = ["SyntheticConfig", "SyntheticStream", "SyntheticBlock", "BLOCK", "MLPERF_BAGS",
            "SHAPES", "auc"]

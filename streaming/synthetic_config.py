@@ -1,7 +1,7 @@
 """The synthetic stream's settings, and the Zipf tables its shapes draw from.
 
-The module sits below both generators, :mod:`streaming.synthetic` (the segmented and list
-shapes) and :mod:`streaming.user_item`, and below :mod:`streaming.schema_file`, which names the
+The module sits below both generators, :mod:`hetgmp.streaming.synthetic` (the segmented and list
+shapes) and :mod:`hetgmp.streaming.user_item`, and below :mod:`hetgmp.streaming.schema_file`, which names the
 list shapes' schemas: each of them reads a :class:`SyntheticConfig` without importing another.
 """
 
@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from streaming.types import Schema, SparseField
+from hetgmp.streaming.types import Schema, SparseField
 
 __all__ = ["MLPERF_BAGS", "SHAPES", "SyntheticConfig", "zipf_cdf"]
 
@@ -23,7 +23,7 @@ MLPERF_BAGS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100,
 
 @dataclass(frozen=True)
 class SyntheticConfig:
-    """Parameters of the synthetic stream (see :mod:`streaming.synthetic` for their meaning)."""
+    """Parameters of the synthetic stream (see :mod:`hetgmp.streaming.synthetic` for their meaning)."""
 
     seed: int = field(default=0, metadata={"help": "seed: same seed, same bytes"})
     shape: Literal["segments", "user_item", "multi_hot", "user_history"] = field(

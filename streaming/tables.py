@@ -3,7 +3,7 @@
 ``--source file:PATH`` names files or directories; a path ending in ``.parquet``/``.pq``, or
 ``.arrow``/``.feather``/``.ipc`` (Arrow IPC files), or a directory of such files, is read with
 ``pyarrow.dataset`` a batch at a time (never the whole file in memory); other paths are
-Criteo TSV text (:func:`streaming.producer.file_chunks`).
+Criteo TSV text (:func:`hetgmp.streaming.producer.file_chunks`).
 
 Each field of the schema (``--schema``) is read from the column of its own name, or from the one
 ``--column-map FIELD=COLUMN,...`` names. A weighted field's weights are read from the column the
@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
-from streaming.arrow import ipc_message
-from streaming.types import Schema, segment_positions
+from hetgmp.streaming.arrow import ipc_message
+from hetgmp.streaming.types import Schema, segment_positions
 
 __all__ = ["ColumnError", "TableSource", "arrow_messages", "is_table_path", "parse_column_map",
            "tsv_messages"]

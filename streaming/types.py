@@ -329,7 +329,7 @@ class ClickBatch:
     Attributes:
         labels: float32 ``[B]``, 0 or 1.
         dense: float32 ``[B, D]``, the dense features after their transforms (missing = 0).
-        values: int64 ``[nnz]`` feature ids (see :mod:`streaming.hashing`), non-negative.
+        values: int64 ``[nnz]`` feature ids (see :mod:`hetgmp.streaming.hashing`), non-negative.
         lengths: int32 ``[B, S]`` values of each (sample, field); 0 is an empty bag.
         partitions: int32 ``[B]`` Kafka partition of each record (-1 when not from Kafka).
         offsets: int64 ``[B]`` Kafka offset of the message holding each record (-1 if none).

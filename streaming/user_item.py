@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime import fmix64
-from streaming.synthetic_config import SyntheticConfig, zipf_cdf
+from hetgmp.runtime import fmix64
+from hetgmp.streaming.synthetic_config import SyntheticConfig, zipf_cdf
 
 __all__ = ["UserItemShape", "context_vocab"]
 

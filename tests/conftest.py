@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.broker import EmbeddedBroker
-from streaming.kafka import KafkaSettings
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.kafka import KafkaSettings
 
 # Keep torch and numpy to one thread per process: the CI machine has two cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

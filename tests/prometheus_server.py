@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from runtime import free_port
+from hetgmp.runtime import free_port
 
 __all__ = ["PrometheusServer", "PrometheusMissing"]
 

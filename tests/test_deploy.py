@@ -42,7 +42,7 @@ def test_compose_services_point_at_real_commands():
     import yaml
 
     config = yaml.safe_load(r.stdout)
-    from trainer.app.cli import build_parser
+    from hetgmp.trainer.app.cli import build_parser
 
     checked = 0
     for name, service in config["services"].items():
@@ -54,7 +54,7 @@ def test_compose_services_point_at_real_commands():
         if argv[0] == "train":
             import argparse
 
-            from trainer.app.train import add_train_flags
+            from hetgmp.trainer.app.train import add_train_flags
 
             train = argparse.ArgumentParser()
             add_train_flags(train)

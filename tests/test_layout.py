@@ -10,17 +10,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("runtime", "streaming", "partitioner", "trainer")
-APP = "trainer.app"
+LIBRARY = ("hetgmp.runtime", "hetgmp.streaming", "hetgmp.partitioner", "hetgmp.trainer")
+APP = "hetgmp.trainer.app"
 MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
+    """Every module of the library by import name (``hetgmp.streaming.types``): the folders
+    sit at the top of the repository and install under ``hetgmp``."""
     out = {}
     for package in LIBRARY:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in sorted((ROOT / package.split(".", 1)[1]).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            name = ".".join(("hetgmp", *(parts[:-1] if parts[-1] == "__init__" else parts)))
             out[name] = path
     return out
 
@@ -37,7 +39,7 @@ def _imports(path: Path) -> list[tuple[str, list[str], int]]:
             found.append((node.module, [a.name for a in node.names], node.lineno))
         elif isinstance(node, ast.Import):
             found += [(a.name, [], node.lineno) for a in node.names]
-    return [f for f in found if f[0].split(".")[0] in (*LIBRARY, "bench")]
+    return [f for f in found if _package(f[0]) in (*LIBRARY, "bench")]
 
 
 def _target(module: str, names: list[str]) -> list[str]:
@@ -48,7 +50,9 @@ def _target(module: str, names: list[str]) -> list[str]:
 
 
 def _package(module: str) -> str:
-    return module.split(".")[0]
+    """``hetgmp.trainer`` of ``hetgmp.trainer.step``; ``bench`` of ``bench.train``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "hetgmp" else parts[0]
 
 
 def test_no_module_is_longer_than_600_lines() -> None:
@@ -73,20 +77,20 @@ def test_no_library_module_imports_the_benchmarks_or_the_application_layer() -> 
 # placement algorithms and the Kafka/log package sit on it; the trainer's rooms climb from
 # ranks and collectives to the command line.
 LAYERS = (
-    "runtime",
-    "partitioner",
-    "streaming",
-    "trainer.dist",
-    "trainer.model",
-    "trainer.checkpoint",
-    "trainer.sources",
-    "trainer.embedding",
-    "trainer.step",
-    "trainer.serving",
-    "trainer.online",
-    "trainer.run",
-    "trainer.testing",
-    "trainer.app",
+    "hetgmp.runtime",
+    "hetgmp.partitioner",
+    "hetgmp.streaming",
+    "hetgmp.trainer.dist",
+    "hetgmp.trainer.model",
+    "hetgmp.trainer.checkpoint",
+    "hetgmp.trainer.sources",
+    "hetgmp.trainer.embedding",
+    "hetgmp.trainer.step",
+    "hetgmp.trainer.serving",
+    "hetgmp.trainer.online",
+    "hetgmp.trainer.run",
+    "hetgmp.trainer.testing",
+    "hetgmp.trainer.app",
 )
 
 
@@ -98,7 +102,7 @@ def _layer(module: str) -> int | None:
 
 
 def test_every_library_module_has_a_room() -> None:
-    homeless = [name for name in MODULES if name != "trainer" and _layer(name) is None]
+    homeless = [name for name in MODULES if name != "hetgmp.trainer" and _layer(name) is None]
     assert not homeless, f"modules outside every room of LAYERS: {homeless}"
 
 
@@ -119,11 +123,11 @@ def test_lower_rooms_never_import_higher_ones() -> None:
 
 def test_no_library_module_imports_the_test_doubles() -> None:
     """Tests and benchmarks reach a run through the observers it accepts
-    (:mod:`trainer.online.observe`); production code never imports ``trainer.testing``."""
+    (:mod:`hetgmp.trainer.online.observe`); production code never imports ``trainer.testing``."""
     bad = [f"{path.relative_to(ROOT)}:{line}"
-           for name, path in MODULES.items() if name != "trainer.testing"
+           for name, path in MODULES.items() if name != "hetgmp.trainer.testing"
            for module, names, line in _imports(path)
-           if module == "trainer.testing" or (module == "trainer" and "testing" in names)]
+           if module == "hetgmp.trainer.testing" or (module == "hetgmp.trainer" and "testing" in names)]
     assert not bad, "\n".join(bad)
 
 
@@ -260,14 +264,14 @@ def test_every_exported_name_is_there(package: str) -> None:
 
 
 def test_the_partitioner_process_loads_neither_torch_nor_the_loop() -> None:
-    """The partitioner's spawned process imports :mod:`trainer.online.partition_process`; an
+    """The partitioner's spawned process imports :mod:`hetgmp.trainer.online.partition_process`; an
     eager ``trainer.online`` would load torch and the loop on its way (seconds at every start:
     short runs ended before their first placement came back)."""
     import subprocess
     import sys
 
     code = ("import sys, trainer.online.partition_process; "
-            "print([m for m in ('torch', 'trainer.online.loop') if m in sys.modules])")
+            "print([m for m in ('torch', 'hetgmp.trainer.online.loop') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
@@ -281,7 +285,7 @@ def test_the_command_line_parser_loads_no_torch() -> None:
     import sys
 
     code = ("import sys; from trainer.app.cli import build_parser; build_parser([]); "
-            "print([m for m in ('torch', 'trainer.run.rank') if m in sys.modules])")
+            "print([m for m in ('torch', 'hetgmp.trainer.run.rank') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from runtime import free_port, free_ports
-from streaming.consumer import ConsumerStats
-from streaming.metrics import ConsumerCollector, ProducerCollector
-from streaming.producer import ProduceReport
-from trainer.dist import KINDS, StepCounters
-from trainer.run.metrics import TrainerMetrics, serve_rank
+from hetgmp.runtime import free_port, free_ports
+from hetgmp.streaming.consumer import ConsumerStats
+from hetgmp.streaming.metrics import ConsumerCollector, ProducerCollector
+from hetgmp.streaming.producer import ProduceReport
+from hetgmp.trainer.dist import KINDS, StepCounters
+from hetgmp.trainer.run.metrics import TrainerMetrics, serve_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,11 +65,11 @@ def streaming_sample_names() -> set[str]:
 
 def serve_sample_names() -> set[str]:
     """Sample names a serve process exports, with a small real model that has scored once."""
-    from streaming import Schema
-    from trainer.model import FlatParameters, ModelConfig, build_model
-    from trainer.serving import Service, ServingModel
-    from trainer.serving.deltas import Delta, Publish
-    from trainer.sources.synthetic import synthetic_batch
+    from hetgmp.streaming import Schema
+    from hetgmp.trainer.model import FlatParameters, ModelConfig, build_model
+    from hetgmp.trainer.serving import Service, ServingModel
+    from hetgmp.trainer.serving.deltas import Delta, Publish
+    from hetgmp.trainer.sources.synthetic import synthetic_batch
 
     shape = {"model": "deepfm", "row_dim": 5, "hidden": [8], "cross_layers": 0, "fields": 26,
              "dense": 13}
@@ -78,7 +78,7 @@ def serve_sample_names() -> set[str]:
     model.apply(Delta("mark", Publish(0, 1, 0, 1, 1, 1_000, "x"), np.zeros(0, np.int64),
                       np.zeros((0, 0), np.float32), messages=0))  # a watermark: lag exported
     service = Service(model, None, Schema())
-    from streaming.synthetic import SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticStream
 
     model.score(synthetic_batch(SyntheticStream(), 0, 4))
     service.metrics.requests.labels("200").inc()
@@ -219,7 +219,7 @@ BAD_RECORDS = 7
 
 def _run_state(ranks: list[str], report: ProduceReport, errors: list) -> str:
     """Records produced, the trainer's errors, and what each rank's endpoint says."""
-    from trainer.app.demo import scrape
+    from hetgmp.trainer.app.demo import scrape
 
     parts = [f"produced {report.records}", f"trainer errors {errors!r}"]
     for url in ranks:
@@ -237,7 +237,7 @@ def _run_state(ranks: list[str], report: ProduceReport, errors: list) -> str:
 
 def _predictions(serve, stop: threading.Event) -> None:
     """Send 64 records every 100 ms once ``serve`` listens, until ``stop``."""
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     serve.listening(120)
     body = b"\n".join(SyntheticStream(SyntheticConfig(seed=1)).lines(0, 64))
@@ -251,19 +251,19 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     from kafka import KafkaProducer
     from serve_process import Serve
 
-    from streaming import serve_metrics
-    from streaming.consumer import ConsumerConfig
-    from streaming.kafka import ensure_topic
-    from streaming.producer import ProduceConfig, produce
-    from streaming.synthetic import SyntheticConfig
-    from trainer.app.demo import scrape
-    from trainer.dist import LaunchConfig
-    from trainer.dist.launcher import launch, stop_event
-    from trainer.model import ModelConfig
-    from trainer.online import OnlineConfig
-    from trainer.run import Job, run_rank
-    from trainer.sources import KafkaSpec
-    from trainer.step import TrainConfig
+    from hetgmp.streaming import serve_metrics
+    from hetgmp.streaming.consumer import ConsumerConfig
+    from hetgmp.streaming.kafka import ensure_topic
+    from hetgmp.streaming.producer import ProduceConfig, produce
+    from hetgmp.streaming.synthetic import SyntheticConfig
+    from hetgmp.trainer.app.demo import scrape
+    from hetgmp.trainer.dist import LaunchConfig
+    from hetgmp.trainer.dist.launcher import launch, stop_event
+    from hetgmp.trainer.model import ModelConfig
+    from hetgmp.trainer.online import OnlineConfig
+    from hetgmp.trainer.run import Job, run_rank
+    from hetgmp.trainer.sources import KafkaSpec
+    from hetgmp.trainer.step import TrainConfig
 
     topic = unique("prom-run")
     ensure_topic(kafka, topic, 2)

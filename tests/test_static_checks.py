@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["runtime", "streaming", "partitioner", "trainer", "bench"]
+PACKAGES = ["runtime", "streaming", "partitioner", "trainer", "bench"]  # folders
+# What mypy checks: the library by its import name (hetgmp/ links to the folders), and bench.
+TYPED = ["hetgmp", "bench"]
 
 
 def tool(name: str) -> str:
@@ -29,7 +31,7 @@ def test_ruff_finds_nothing():
 
 @pytest.mark.slow
 def test_mypy_finds_nothing():
-    r = subprocess.run([tool("mypy"), *PACKAGES], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([tool("mypy"), *TYPED], cwd=ROOT, capture_output=True, text=True,
                        timeout=240)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 

@@ -3,7 +3,7 @@ No production module imports this one (``tests/test_layout.py`` checks).
 
 :class:`StreamSource` is an endless click stream that looks like Kafka's to the trainer (offsets
 per partition, append times) without a broker: for long runs that check what grows and what
-does not. The observers (:mod:`trainer.online.observe`) see a run from outside:
+does not. The observers (:mod:`hetgmp.trainer.online.observe`) see a run from outside:
 
 * :class:`ReturnState`, :class:`RecordSteps`, :class:`RecordOffsets`: the rank's model, every
   step's counters, the ``(partition, offset)`` of every record trained, in ``observed``;
@@ -30,11 +30,11 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from runtime import Clock, SystemClock
-from streaming import ClickBatch, SyntheticConfig, SyntheticStream
-from trainer.dist import StepCounters
-from trainer.online import Observer, RunView
-from trainer.sources import Source, synthetic_batch
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming import ClickBatch, SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist import StepCounters
+from hetgmp.trainer.online import Observer, RunView
+from hetgmp.trainer.sources import Source, synthetic_batch
 
 __all__ = ["AuditRun", "Fault", "FaultFile", "Ledger", "Ledgered", "RecordOffsets",
            "RecordSteps", "ReturnState", "StreamSource", "read_ledger"]
@@ -304,7 +304,7 @@ class RecordOffsets(Observer):
 
 class AuditRun(Observer):
     """The replica read and owner update logs (``observed["audit"]``, the row exchange's
-    :class:`~trainer.embedding.types.Audit`), and after the start of every migration and every
+    :class:`~hetgmp.trainer.embedding.types.Audit`), and after the start of every migration and every
     chunk a check that each row lives on exactly the rank the placement in force names
     (invariant 1; ``observed["owner_checks"]`` counts them). Collective: on every rank."""
 

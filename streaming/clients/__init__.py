@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runtime import Clock
-from streaming.clients.base import (
+from hetgmp.runtime import Clock
+from hetgmp.streaming.clients.base import (
     CommitError,
     CommitMoved,
     CommitRebalancing,
@@ -22,7 +22,7 @@ from streaming.clients.base import (
     SendFailed,
     TransientError,
 )
-from streaming.kafka import KafkaSettings
+from hetgmp.streaming.kafka import KafkaSettings
 
 __all__ = [
     "CLIENTS",
@@ -53,7 +53,7 @@ def resolve(name: str) -> str:
     Raises:
         ValueError: an unknown name, or ``confluent`` where it is not installed.
     """
-    from streaming.clients.confluent import available
+    from hetgmp.streaming.clients.confluent import available
 
     if name not in CLIENTS:
         raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {name!r}")
@@ -69,13 +69,13 @@ def connect_consumer(name: str, kafka: KafkaSettings, topic: str, group: str | N
                      settings: Any, clock: Clock, *, headers: bool = False,
                      stop: Callable[[], bool] | None = None) -> ConsumerClient:
     """A connected consumer of ``topic`` on library ``name`` (resolved); ``settings`` a
-    :class:`~streaming.consumer.ConsumerConfig`; ``headers``: read each message's headers;
+    :class:`~hetgmp.streaming.consumer.ConsumerConfig`; ``headers``: read each message's headers;
     ``stop``: ends a wait for an unreachable broker early (librdkafka's does not wait)."""
     if resolve(name) == "confluent":
-        from streaming.clients.confluent import ConfluentConsumer
+        from hetgmp.streaming.clients.confluent import ConfluentConsumer
 
         return ConfluentConsumer(kafka, topic, group, settings, clock, headers)
-    from streaming.clients.kafka_python import KafkaPythonConsumer
+    from hetgmp.streaming.clients.kafka_python import KafkaPythonConsumer
 
     return KafkaPythonConsumer.connect(kafka, topic, group, settings, clock, headers, stop)
 
@@ -83,10 +83,10 @@ def connect_consumer(name: str, kafka: KafkaSettings, topic: str, group: str | N
 def dead_letter_sender(name: str, kafka: KafkaSettings) -> DeadLetterSender:
     """A dead-letter producer on library ``name`` (resolved)."""
     if resolve(name) == "confluent":
-        from streaming.clients.confluent import ConfluentDeadLetters
+        from hetgmp.streaming.clients.confluent import ConfluentDeadLetters
 
         return ConfluentDeadLetters(kafka)
-    from streaming.clients.kafka_python import KafkaPythonDeadLetters
+    from hetgmp.streaming.clients.kafka_python import KafkaPythonDeadLetters
 
     return KafkaPythonDeadLetters(kafka)
 
@@ -98,10 +98,10 @@ def record_sender(name: str, kafka: KafkaSettings, topic: str, *, acks: str, ide
     ``linger_ms``: how long a message waits for others to share its request; ``stop``: ends a
     wait for an unreachable broker early."""
     if resolve(name) == "confluent":
-        from streaming.clients.confluent import ConfluentSender
+        from hetgmp.streaming.clients.confluent import ConfluentSender
 
         return ConfluentSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms)
-    from streaming.clients.kafka_python import KafkaPythonSender
+    from hetgmp.streaming.clients.kafka_python import KafkaPythonSender
 
     return KafkaPythonSender(kafka, topic, acks, idempotence, compression, on_result, linger_ms,
                              stop)

@@ -2,14 +2,14 @@
 (:class:`ConsumerClient`), a producer of one topic (:class:`RecordSender`) and a dead-letter
 producer (:class:`DeadLetterSender`).
 
-:class:`~streaming.consumer.ClickConsumer` keeps the policy (starting positions, the log guard,
+:class:`~hetgmp.streaming.consumer.ClickConsumer` keeps the policy (starting positions, the log guard,
 dead letters, commits after checkpoints, retries); a client adapter only moves bytes and maps its
 library's errors onto the few outcomes that policy tells apart:
 
 * :class:`TransientError`: the poll failed in a way the library recovers from (a broker
   restarting, a leader moving): counted, logged and retried;
-* :class:`~streaming.positions.ConsumerFailed`: retrying cannot help (credentials, ACLs);
-* :class:`~streaming.positions.LogLost`: the position is outside the broker's log;
+* :class:`~hetgmp.streaming.positions.ConsumerFailed`: retrying cannot help (credentials, ACLs);
+* :class:`~hetgmp.streaming.positions.LogLost`: the position is outside the broker's log;
 * :class:`NoPosition`: partitions without a starting position (the group's committed offsets
   could not be looked up during a rebalance);
 * :class:`CommitRebalancing` / :class:`CommitMoved`: a commit met a rebalance in progress, or

@@ -27,8 +27,8 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from runtime import Clock
-from streaming.clients.base import (
+from hetgmp.runtime import Clock
+from hetgmp.streaming.clients.base import (
     CommitError,
     CommitMoved,
     CommitRebalancing,
@@ -42,8 +42,8 @@ from streaming.clients.base import (
     SendFailed,
     TransientError,
 )
-from streaming.kafka import KafkaSettings
-from streaming.positions import RESUME_HINT, ConsumerFailed, LogLost, topic_id_text
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.positions import RESUME_HINT, ConsumerFailed, LogLost, topic_id_text
 
 __all__ = ["ConfluentConsumer", "ConfluentDeadLetters", "ConfluentSender", "available"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from runtime import Clock
-from streaming.clients.base import (
+from hetgmp.runtime import Clock
+from hetgmp.streaming.clients.base import (
     CommitError,
     CommitMoved,
     CommitRebalancing,
@@ -20,8 +20,8 @@ from streaming.clients.base import (
     SendFailed,
     TransientError,
 )
-from streaming.kafka import KafkaSettings, connect_with_retry
-from streaming.positions import ConsumerFailed, out_of_range, topic_id_text
+from hetgmp.streaming.kafka import KafkaSettings, connect_with_retry
+from hetgmp.streaming.positions import ConsumerFailed, out_of_range, topic_id_text
 
 __all__ = ["KafkaPythonConsumer", "KafkaPythonDeadLetters", "KafkaPythonSender"]
 

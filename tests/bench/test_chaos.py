@@ -33,8 +33,8 @@ def test_three_faults_are_recovered_and_nothing_is_lost(capsys: pytest.CaptureFi
 
 def test_the_ledger_account_sees_a_skip_a_replay_and_the_distinct_records(tmp_path) -> None:
     from bench.chaos_ledger import account
-    from streaming import ClickBatch
-    from trainer.testing import Ledger
+    from hetgmp.streaming import ClickBatch
+    from hetgmp.trainer.testing import Ledger
 
     def step(run: int, rank: int, rows: list[tuple[int, int, int]]) -> None:
         """What a rank's Ledger writes for one step of (partition, offset, records)."""
@@ -63,8 +63,8 @@ def test_the_ledger_charges_a_replay_to_the_crash_that_threw_the_records_away(tm
     and B. Each crash threw away 16 records: charged to the run that trained them, not to the
     run that trained them again (that would be 32 at run 2, twice what either crash lost)."""
     from bench.chaos_ledger import account
-    from streaming import ClickBatch
-    from trainer.testing import Ledger
+    from hetgmp.streaming import ClickBatch
+    from hetgmp.trainer.testing import Ledger
 
     def step(run: int, offsets: list[int]) -> None:
         n = 16 * len(offsets)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.gpu import PATHS, main
-from trainer.dist import PHASES
+from hetgmp.trainer.dist import PHASES
 
 
 @pytest.mark.slow

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bench.partition import main
-from partitioner import PartitionConfig, WindowGraph
-from partitioner.hetgmp import (
+from hetgmp.partitioner import PartitionConfig, WindowGraph
+from hetgmp.partitioner.hetgmp import (
     PaperPasses,
     PaperSettings,
     paper_cost,

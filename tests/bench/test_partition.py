@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from bench.partition import _seen_classes, main
-from partitioner.types import REPLICA_BASES
+from hetgmp.partitioner.types import REPLICA_BASES
 
-pytest.importorskip("streaming.synthetic")
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+pytest.importorskip("hetgmp.streaming.synthetic")
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
 
 @pytest.mark.slow
@@ -218,8 +218,8 @@ def test_the_metis_cap_keeps_the_communities_whatever_the_numbering(numbering: s
     from dataclasses import replace
 
     from bench.partition import _Records, _score, dense_records
-    from partitioner import FullPartitioner, Placement
-    from partitioner.types import PartitionConfig
+    from hetgmp.partitioner import FullPartitioner, Placement
+    from hetgmp.partitioner.types import PartitionConfig
 
     stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=10**9))
     block = stream.take(0, 30_000)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bench.scale import build_parser, job_of, main, measure
-from partitioner import Placement
-from trainer.dist import KINDS
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.dist import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_placements_sent_as_differences_are_counted_on_both_sides(ranks: int) ->
     # machine delays past the run's end).
     from dataclasses import replace
 
-    from streaming import SyntheticStream
+    from hetgmp.streaming import SyntheticStream
 
     args: argparse.Namespace = build_parser().parse_args(ARGS)
     job = job_of(ranks, "hash", args)

@@ -11,8 +11,8 @@ import pytest
 
 from bench.serve import FIELDS, main, parse_args
 from bench.serve_probes import POISON_KINDS, craft, expected_reason, metric_sums
-from trainer.serving import Publish, log_version
-from trainer.serving.follower import DeltaGate, FollowerStats
+from hetgmp.trainer.serving import Publish, log_version
+from hetgmp.trainer.serving.follower import DeltaGate, FollowerStats
 
 # The serving tests' small model, loaded by file (tests/trainer is not on this directory's path).
 _spec = importlib.util.spec_from_file_location(

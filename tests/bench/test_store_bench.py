@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench.store_bench import PHASES, _check, main
-from trainer.embedding import EmbeddingStore
+from hetgmp.trainer.embedding import EmbeddingStore
 
 
 def test_bench_times_every_phase_at_every_size(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from bench import suite
-from trainer.app.cli import main as cli_main
+from hetgmp.trainer.app.cli import main as cli_main
 
 
 @pytest.fixture()

@@ -54,7 +54,10 @@ def test_train_bench_prints_one_row_per_configuration(
     assert set(ratios) == {"bytes_graph_s10_over_hash", "speed_graph_s10_over_hash",
                            "speed_graph_s10_over_hash_by_means", "speed_graph_s10_over_hash_ci95",
                            "speed_graph_s10_over_hash_sequential", "auc_loss_s100_vs_s0",
-                           "auc_loss_s10_vs_s0", "auc_single_minus_graph_s0"}
+                           "auc_loss_s10_vs_s0", "auc_single_minus_graph_s0",
+                           "speed_hash_over_single"}
+    assert ratios["speed_hash_over_single"] == pytest.approx(
+        rows["hash"]["samples_per_s"] / rows["single"]["samples_per_s"], abs=1e-3)
     assert {r["shape"] for r in rows.values()} == {"segments"}
     assert rows["hash"]["rows_per_s"] == pytest.approx(rows["hash"]["samples_per_s"] * 26, rel=0.05)
 
@@ -69,11 +72,20 @@ def test_a_shape_with_lists_runs_beside_the_first_and_compares_rows_looked_up(
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = {(r["shape"], r["config"]): r for r in last["rows"]}
     assert set(rows) == {(s, c) for s in ("segments", "user_history")
-                         for c in ("single", "hash", "graph_s0", "graph_s10")}
+                         for c in ("single", "hash", "graph_s0", "graph_s10")} | {
+        ("user_history", c) for c in ("model_alone", "dense_only", "pooling")}
+    # A list shape's ceilings, measured beside it (issue 54): plain PyTorch with
+    # nn.EmbeddingBag, the model alone on pooled inputs, and the pooling against the stock
+    # bag's own backward.
+    alone, bound = rows[("user_history", "model_alone")], rows[("user_history", "dense_only")]
+    assert alone["samples_per_s"] > 0 and bound["samples_per_s"] > 0
+    assert rows[("user_history", "pooling")]["speed_over_embedding_bag"] > 0
     history = rows[("user_history", "hash")]
     # A history of 20 items, missing ones aside: far more rows than samples.
     assert 20 < history["ids_per_sample"] < 28 and history["rows_per_s"] > history["samples_per_s"]
     ratios = last["ratios"]
+    assert ratios["speed_single_over_model_alone_user_history"] == pytest.approx(
+        rows[("user_history", "single")]["samples_per_s"] / alone["samples_per_s"], abs=1e-3)
     assert {"bytes_graph_s10_over_hash", "bytes_graph_s10_over_hash_user_history",
             "rows_per_s_user_history_over_segments_hash",
             "rows_per_s_user_history_over_segments_graph_s10"} <= set(ratios)
@@ -89,7 +101,7 @@ def test_the_one_store_needs_no_flag_of_its_own() -> None:
 
 def test_paired_ratio_is_over_the_whole_run_with_an_interval_from_matched_rounds() -> None:
     from bench.train import PairedRun, paired_ratio
-    from trainer.dist import Totals
+    from hetgmp.trainer.dist import Totals
 
     first = PairedRun([100, 100, 100], [1.0, 1.0, 2.0], Totals())
     second = PairedRun([100, 100, 100], [1.0, 0.5, 1.0], Totals())

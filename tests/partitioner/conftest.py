@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from partitioner import PartitionConfig, Placement, WindowGraph
+from hetgmp.partitioner import PartitionConfig, Placement, WindowGraph
 
 
 def _community_samples(rng: np.random.Generator, community_ids: list[np.ndarray],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     PartitionConfig,
     Placement,
@@ -17,7 +17,7 @@ from partitioner import (
     route,
     route_batch,
 )
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
 
 def _two_workers() -> tuple[Placement, np.ndarray]:

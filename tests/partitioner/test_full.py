@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     PartitionConfig,
     WindowGraph,
@@ -16,9 +16,9 @@ from partitioner import (
     remote_rows_per_sample,
     route,
 )
-from partitioner.assemble import balance_rows, match_labels
-from partitioner.full import metis_owners
-from partitioner.graph import compact
+from hetgmp.partitioner.assemble import balance_rows, match_labels
+from hetgmp.partitioner.full import metis_owners
+from hetgmp.partitioner.graph import compact
 
 
 def test_two_disjoint_communities_on_two_workers_have_no_remote_rows(
@@ -111,8 +111,8 @@ def test_without_pymetis_placements_work_and_a_partition_says_what_is_missing() 
     code = (
         "import sys; sys.modules['pymetis'] = None\n"
         "import numpy as np\n"
-        "import trainer.step\n"
-        "from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph\n"
+        "import hetgmp.trainer.step\n"
+        "from hetgmp.partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph\n"
         "assert Placement.hash(2).owner_of(np.arange(4)).size == 4\n"
         "w = WindowGraph.from_dense(np.arange(400).reshape(100, 4) % 37)\n"
         "try:\n"
@@ -127,7 +127,7 @@ def test_without_pymetis_placements_work_and_a_partition_says_what_is_missing() 
 
 
 def test_metis_with_no_sample_in_the_mask_leaves_everything_out() -> None:
-    from partitioner.metis import bipartite_parts
+    from hetgmp.partitioner.metis import bipartite_parts
 
     cw = compact(WindowGraph.from_dense(np.arange(40).reshape(10, 4)))
     with warnings.catch_warnings():

@@ -9,10 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import partitioner.full
+import hetgmp.partitioner.full as partitioner_full
 from bench.matrices import recipe
-from partitioner import FullPartitioner, PartitionConfig, WindowGraph, routed_remote_rows
-from partitioner.hetgmp import paper_partition
+from hetgmp.partitioner import FullPartitioner, PartitionConfig, WindowGraph, routed_remote_rows
+from hetgmp.partitioner.hetgmp import paper_partition
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_from_16_workers_the_placement_that_fetches_fewer_rows_is_kept(window) -
 def test_a_metis_partition_gone_wrong_is_not_kept(window, monkeypatch) -> None:
     # Owners drawn at random, as a METIS that saw one community alone gave in effect: the
     # comparison keeps HET-GMP's placement.
-    real = partitioner.full.metis_owners
+    real = partitioner_full.metis_owners
 
     def scrambled(*args: object, **kwargs: object) -> object:
         cw, sample_part, id_part, in_graph = real(*args, **kwargs)  # type: ignore[arg-type]
@@ -57,7 +57,7 @@ def test_a_metis_partition_gone_wrong_is_not_kept(window, monkeypatch) -> None:
         shuffled = np.where(id_part >= 0, rng.integers(0, 16, id_part.size), id_part)
         return cw, sample_part, shuffled, in_graph
 
-    monkeypatch.setattr(partitioner.full, "metis_owners", scrambled)
+    monkeypatch.setattr(partitioner_full, "metis_owners", scrambled)
     full = FullPartitioner(_config(16))
     full.partition(window, None)
     assert full.last_choice is not None and full.last_choice["kept"] == "hetgmp"

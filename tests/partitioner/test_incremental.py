@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
@@ -17,7 +17,7 @@ from partitioner import (
     remote_rows_per_sample,
     route,
 )
-from partitioner.graph import compact
+from hetgmp.partitioner.graph import compact
 
 
 def _rate(ids: np.ndarray, placement: Placement, batch: int = 64) -> float:
@@ -167,9 +167,9 @@ def test_window_basis_budget_counts_the_whole_window_not_the_new_samples(
 def test_counts_kept_across_balance_rounds_equal_a_recount() -> None:
     # _balance_groups counts each sample's local ids once and updates the counts after each
     # round's moves (_recount_moved): they must equal counting again from scratch.
-    from partitioner.graph import local_counts_compact
-    from partitioner.incremental import _recount_moved
-    from partitioner.types import WindowGraph
+    from hetgmp.partitioner.graph import local_counts_compact
+    from hetgmp.partitioner.incremental import _recount_moved
+    from hetgmp.partitioner.types import WindowGraph
 
     rng = np.random.default_rng(4)
     n, samples = 6, 3_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner import (
+from hetgmp.partitioner import (
     Placement,
     imbalance,
     remote_ids,

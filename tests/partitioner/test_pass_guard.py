@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
@@ -22,7 +22,7 @@ from partitioner import (
     route_batch,
     routed_remote_rows,
 )
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
 _BATCH = 4096
 
@@ -84,8 +84,8 @@ def test_a_pass_never_raises_remote_rows_under_the_trainers_routing(
 def test_the_guard_judges_whole_batches_spread_over_the_pass() -> None:
     # Issue 55, item 4: it judged the newest 65,536 samples of a pass over 500k, and refused
     # passes that helped the rest. Now: whole global batches spread over all of them.
-    from partitioner.incremental import _GUARD_SAMPLES
-    from partitioner.measures import judged_batches
+    from hetgmp.partitioner.incremental import _GUARD_SAMPLES
+    from hetgmp.partitioner.measures import judged_batches
 
     lengths = np.random.default_rng(0).integers(1, 5, 300_000)
     indptr = np.concatenate([[0], np.cumsum(lengths)])

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from partitioner import Placement, default_owner, migrated_bytes, migrated_rows, plan_diff
+from hetgmp.partitioner import Placement, default_owner, migrated_bytes, migrated_rows, plan_diff
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

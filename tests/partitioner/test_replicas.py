@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioner import PartitionConfig, WindowGraph
-from partitioner.graph import compact
-from partitioner.replicas import choose_replicas
+from hetgmp.partitioner import PartitionConfig, WindowGraph
+from hetgmp.partitioner.graph import compact
+from hetgmp.partitioner.replicas import choose_replicas
 
 
 def test_hottest_foreign_rows_are_replicated_within_the_budget() -> None:

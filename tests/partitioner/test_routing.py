@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner import Placement, route
-from partitioner.routing import _assign_rounds, assign_with_capacity, capacity
+from hetgmp.partitioner import Placement, route
+from hetgmp.partitioner.routing import _assign_rounds, assign_with_capacity, capacity
 
 
 def test_sample_goes_where_most_of_its_rows_are() -> None:
@@ -75,7 +75,7 @@ def test_the_rows_a_sample_alone_reads_outweigh_the_rows_every_sample_reads() ->
     batch = np.column_stack([own, np.ones(40, int), np.full(40, 2)])
     workers = route(batch, placement, capacity_epsilon=1.0)
     assert workers.tolist() == [1] * 40
-    from partitioner import fetched_rows
+    from hetgmp.partitioner import fetched_rows
     assert fetched_rows(batch, workers, placement) == 2
 
 

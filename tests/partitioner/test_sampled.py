@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import partitioner.full
-from partitioner import (
+import hetgmp.partitioner.full as partitioner_full
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
@@ -20,21 +20,21 @@ from partitioner import (
     remote_rows_per_sample,
     route,
 )
-from partitioner.graph import compact, dense_numbering, renumber
-from partitioner.greedy import alternate
+from hetgmp.partitioner.graph import compact, dense_numbering, renumber
+from hetgmp.partitioner.greedy import alternate
 
 
 @pytest.fixture
 def sampled_fractions(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The fractions of the samples METIS was given, one per sampled partition."""
     seen: list[float] = []
-    real = partitioner.full._sampled_graph
+    real = partitioner_full._sampled_graph
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(float(args[2]))  # type: ignore[arg-type]
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(partitioner.full, "_sampled_graph", spy)
+    monkeypatch.setattr(partitioner_full, "_sampled_graph", spy)
     return seen
 
 
@@ -138,7 +138,7 @@ def test_the_cap_keeps_the_communities_of_a_dense_numbered_matrix(
     # figure by 2-5 points, so the two are compared over seeds (measured: capped 67.1 / 63.8%,
     # uncapped 61.3 / 61.3% below hash at seeds 0 / 1).
     from bench.records import dense_records
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=10**9))
     records, _ = dense_records(stream, stream.take(0, 60_000), 0)
@@ -168,7 +168,7 @@ _PEAK_CHILD = """
 import sys
 from pathlib import Path
 import numpy as np
-from partitioner import FullPartitioner, IncrementalPartitioner, PartitionConfig, WindowGraph
+from hetgmp.partitioner import FullPartitioner, IncrementalPartitioner, PartitionConfig, WindowGraph
 
 status = Path("/proc/self/status")
 def field(name):
@@ -199,7 +199,7 @@ def test_peak_memory_of_a_full_partition_and_its_passes_is_bounded(tmp_path: Pat
     # between steps: 8.5x (202 MB); at 200k x 26, 4.2x against 8.3x.
     import subprocess
 
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=0, drift_every=10**9))
     path = tmp_path / "ids.npy"
@@ -219,7 +219,7 @@ def test_full_and_incremental_stay_balanced_on_both_shapes(shape: str) -> None:
     # 1 + epsilon of the mean,
     # on the planted-community stream and on the user-item one, after a full partition (METIS
     # on a sample: the window has more edges than the cap) and an incremental pass after drift.
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=2, shape=shape,  # type: ignore[arg-type]
                                              drift_every=15_000))

@@ -14,18 +14,18 @@ import logging
 import numpy as np
 import pytest
 
-import partitioner.full
-import partitioner.incremental
+import hetgmp.partitioner.full as partitioner_full
+import hetgmp.partitioner.incremental as partitioner_incremental
 from bench.matrices import recipe
-from partitioner import (
+from hetgmp.partitioner import (
     FullPartitioner,
     IncrementalPartitioner,
     PartitionConfig,
     Placement,
     WindowGraph,
 )
-from partitioner.graph import compact
-from partitioner.sampling import representative, uniform_sample
+from hetgmp.partitioner.graph import compact
+from hetgmp.partitioner.sampling import representative, uniform_sample
 
 
 @pytest.fixture
@@ -34,8 +34,8 @@ def metis_samples(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
     steps' draws go to ``thinned`` (what ``_within_cap`` thinned, and what it kept)."""
     seen: list[np.ndarray] = []
     thinned.clear()
-    metis_parts = partitioner.full.metis_parts
-    within_cap = partitioner.incremental._within_cap
+    metis_parts = partitioner_full.metis_parts
+    within_cap = partitioner_incremental._within_cap
 
     def full_spy(graph: object, *args: object, **kwargs: object) -> object:
         seen.append(np.asarray(graph.samples))  # type: ignore[attr-defined]
@@ -47,8 +47,8 @@ def metis_samples(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
             thinned.append((np.flatnonzero(args[1]), np.flatnonzero(mask)))  # type: ignore
         return mask
 
-    monkeypatch.setattr(partitioner.full, "metis_parts", full_spy)
-    monkeypatch.setattr(partitioner.incremental, "_within_cap", pass_spy)
+    monkeypatch.setattr(partitioner_full, "metis_parts", full_spy)
+    monkeypatch.setattr(partitioner_incremental, "_within_cap", pass_spy)
     return seen
 
 
@@ -107,7 +107,7 @@ def test_a_sample_unlike_its_window_is_drawn_again_and_the_last_kept_with_a_warn
     ids, _ = recipe(20_000)
     cw = compact(WindowGraph.from_dense(ids))
     # Told the window holds each id 4x as often as it does, every draw looks 4x too thin.
-    with caplog.at_level(logging.WARNING, logger="partitioner.sampling"):
+    with caplog.at_level(logging.WARNING, logger="hetgmp.partitioner.sampling"):
         chosen = uniform_sample(cw.num_samples, 0.2, 0, cw.entry_sample, cw.entry_id,
                                 4 * cw.degree)
     assert "looked unlike the window" in caplog.text
@@ -124,8 +124,8 @@ def test_the_capped_partition_of_the_issues_matrix_keeps_its_communities() -> No
     # Issue 55, item 1, at a size that runs in a second: the recipe's matrix at 60k x 26,
     # METIS on 15% of the edges, seed 0. The old sample (community 0 alone) gave 25% fewer
     # remote rows than hash; uncapped and the new sample give 67-71%.
-    from partitioner import Placement, routed_remote_rows
-    from partitioner.measures import remote_rows
+    from hetgmp.partitioner import Placement, routed_remote_rows
+    from hetgmp.partitioner.measures import remote_rows
 
     ids, _ = recipe(60_000)
     batch, n = 8192, 4

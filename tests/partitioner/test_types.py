@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from partitioner import Placement, WindowGraph, default_owner
-from runtime import fmix64
+from hetgmp.partitioner import Placement, WindowGraph, default_owner
+from hetgmp.runtime import fmix64
 
 _M64 = (1 << 64) - 1
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioner import WindowGraph
-from partitioner import window_ids as module
-from partitioner.window_ids import WindowIds
+from hetgmp.partitioner import WindowGraph
+from hetgmp.partitioner import window_ids as module
+from hetgmp.partitioner.window_ids import WindowIds
 
 
 def _window(stream: np.ndarray, lo: int, hi: int, with_start: bool = True) -> WindowGraph:

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from streaming.clients.confluent import available
+from hetgmp.streaming.clients.confluent import available
 
 LIBRARIES = ["kafka-python", "confluent"]
 
@@ -16,6 +16,6 @@ LIBRARIES = ["kafka-python", "confluent"]
 def library(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "confluent" and not available():
         pytest.skip("confluent-kafka is not installed (pip install '.[librdkafka]')")
-    monkeypatch.setattr("streaming.clients.confluent.available",
+    monkeypatch.setattr("hetgmp.streaming.clients.confluent.available",
                         lambda: request.param == "confluent")
     yield request.param

@@ -9,8 +9,8 @@ import random
 import pytest
 from kafka import KafkaProducer
 
-from streaming.append_order import AppendOrder, PartitionEnd, topic_ends
-from streaming.kafka import KafkaSettings, ensure_topic
+from hetgmp.streaming.append_order import AppendOrder, PartitionEnd, topic_ends
+from hetgmp.streaming.kafka import KafkaSettings, ensure_topic
 
 
 def ends(*offsets: int, newest_ms: int | None = None) -> dict[int, PartitionEnd]:

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from streaming.arrow import encode_arrow
-from streaming.codec import DecodeConfig, Decoder
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.producer import ProduceConfig, produce
-from streaming.schema_file import parse_schema
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from streaming.types import ClickBatch
+from hetgmp.streaming.arrow import encode_arrow
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.types import ClickBatch
 
 STREAM = SyntheticStream(SyntheticConfig(seed=3))
 SCHEMA = STREAM.config.schema

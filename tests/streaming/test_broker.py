@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from runtime import free_ports, port_free
-from streaming import broker as broker_mod
-from streaming.broker import BrokerUnavailable, EmbeddedBroker, kafka_ready
+from hetgmp.runtime import free_ports, port_free
+from hetgmp.streaming import broker as broker_mod
+from hetgmp.streaming.broker import BrokerUnavailable, EmbeddedBroker, kafka_ready
 
 pytestmark = pytest.mark.broker
 
@@ -42,7 +42,7 @@ def test_broker_dies_with_a_parent_killed_by_sigkill(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from streaming.broker import EmbeddedBroker
+        from hetgmp.streaming.broker import EmbeddedBroker
         b = EmbeddedBroker().start()
         print(b.pid, b.port, flush=True)
         time.sleep(60)
@@ -62,7 +62,7 @@ def test_broker_dies_with_a_parent_killed_by_sigkill(tmp_path):
 
 def test_cli_prints_bootstrap_address_and_stops_on_sigterm():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer.app.cli", "broker"],
+        [sys.executable, "-m", "hetgmp.trainer.app.cli", "broker"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

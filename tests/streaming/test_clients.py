@@ -8,10 +8,10 @@ import uuid
 import numpy as np
 import pytest
 
-from runtime.logs import redact_text as mask
-from streaming.clients import Fetched, resolve
-from streaming.clients.confluent import _uuid_text, available
-from streaming.kafka import KafkaSettings
+from hetgmp.runtime.logs import redact_text as mask
+from hetgmp.streaming.clients import Fetched, resolve
+from hetgmp.streaming.clients.confluent import _uuid_text, available
+from hetgmp.streaming.kafka import KafkaSettings
 
 
 def test_settings_reach_librdkafka_under_its_names_and_the_secrets_are_masked():
@@ -33,7 +33,7 @@ def test_settings_reach_librdkafka_under_its_names_and_the_secrets_are_masked():
 def test_auto_means_confluent_only_where_it_is_installed(monkeypatch):
     assert resolve("kafka-python") == "kafka-python"
     assert resolve("auto") == ("confluent" if available() else "kafka-python")
-    monkeypatch.setattr("streaming.clients.confluent.available", lambda: False)
+    monkeypatch.setattr("hetgmp.streaming.clients.confluent.available", lambda: False)
     assert resolve("auto") == "kafka-python"
     with pytest.raises(ValueError, match="pip install"):
         resolve("confluent")
@@ -80,8 +80,8 @@ def test_a_fatal_producer_error_at_close_reports_every_unanswered_message_as_fai
     # deliver (nothing listens on the port) and its first flush raises that error.
     from confluent_kafka import KafkaError, KafkaException, Producer
 
-    from runtime import free_port
-    from streaming.clients.confluent import ConfluentSender
+    from hetgmp.runtime import free_port
+    from hetgmp.streaming.clients.confluent import ConfluentSender
 
     class FatalOnFlush:
         def __init__(self, real: Producer) -> None:

@@ -3,10 +3,10 @@ import json
 import numpy as np
 import pytest
 
-from streaming.codec import DecodeConfig, Decoder
-from streaming.hashing import feature_id
-from streaming.schema_file import parse_schema
-from streaming.types import RejectReason
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.hashing import feature_id
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.types import RejectReason
 
 
 def tsv(label="1", dense=None, sparse=None) -> bytes:

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from runtime import free_port
-from streaming.broker import EmbeddedBroker
-from streaming.clients.kafka_python import KafkaPythonConsumer, KafkaPythonDeadLetters
-from streaming.consumer import ClickConsumer, ConsumerConfig, LogLost
-from streaming.kafka import KafkaSettings, ensure_topic
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.runtime import free_port
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.clients.kafka_python import KafkaPythonConsumer, KafkaPythonDeadLetters
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig, LogLost
+from hetgmp.streaming.kafka import KafkaSettings, ensure_topic
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 
 # Every test on each client library (see conftest.py).
 pytestmark = [pytest.mark.broker, pytest.mark.usefixtures("library")]
@@ -225,7 +225,7 @@ def test_consumer_waits_for_a_broker_that_is_not_up_yet(unique, caplog):
         with ClickConsumer(kafka, config(topic, "", connect_timeout_s=60, topic_wait_s=30)) as c:
             out["batches"] = drain(c, 1_000, timeout=30)
 
-    caplog.set_level(logging.WARNING, logger="streaming.kafka")
+    caplog.set_level(logging.WARNING, logger="hetgmp.streaming.kafka")
     t = threading.Thread(target=run)
     t.start()
     time.sleep(3)
@@ -319,7 +319,7 @@ class _RefusingKafka:
 def test_a_refused_client_stops_the_consumer_but_a_lost_broker_is_retried():
     from kafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
-    from streaming.consumer import ConsumerFailed
+    from hetgmp.streaming.consumer import ConsumerFailed
 
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks"))
     c._client = KafkaPythonConsumer(_RefusingKafka(KafkaConnectionError("broker gone")), "clicks",
@@ -355,7 +355,7 @@ class _FailingDeadLetters:
 
 
 def test_dead_letters_that_were_not_written_stop_the_commit():
-    from streaming.consumer import ConsumerFailed
+    from hetgmp.streaming.consumer import ConsumerFailed
 
     c = ClickConsumer(KafkaSettings(), ConsumerConfig(topic="clicks", commit_retries=0))
     kafka = _RebalancingKafka(0)

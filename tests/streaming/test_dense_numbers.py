@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streaming.arrow import ipc_message
-from streaming.codec import DecodeConfig, Decoder
-from streaming.schema_file import parse_schema
-from streaming.types import DenseField, RejectReason, Schema, SparseField
+from hetgmp.streaming.arrow import ipc_message
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.types import DenseField, RejectReason, Schema, SparseField
 
 SCHEMA = Schema.of("label", [DenseField("price", "none"), DenseField("views")],
                    [SparseField("item")])
@@ -87,7 +87,7 @@ def test_a_parquet_file_of_floats_replays_to_the_same_features_as_tsv_and_as_arr
         tmp_path) -> None:
     import pyarrow.parquet as pq
 
-    from streaming.tables import TableSource, arrow_messages, parse_column_map, tsv_messages
+    from hetgmp.streaming.tables import TableSource, arrow_messages, parse_column_map, tsv_messages
 
     price = [2.5, 0.125, None, -3.0]
     pq.write_table(pa.table({"label": [1, 0, 1, 0], "price": price,

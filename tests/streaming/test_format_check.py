@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.arrow import encode_arrow
-from streaming.codec import DecodeConfig, Decoder
-from streaming.format_check import FirstRecordsCheck, FormatMismatch, sniff
-from streaming.schema_file import parse_schema
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from streaming.types import Schema
+from hetgmp.streaming.arrow import encode_arrow
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.format_check import FirstRecordsCheck, FormatMismatch, sniff
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.types import Schema
 
 STREAM = SyntheticStream(SyntheticConfig(seed=1))
 TSV = b"\n".join(STREAM.lines(0, 16))

@@ -29,12 +29,12 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from runtime import env_value
-from streaming.arrow import ipc_message
-from streaming.codec import DecodeConfig, Decoded, Decoder
-from streaming.lists import MAX_MAGNITUDE
-from streaming.tables import ColumnError, TableSource, arrow_messages, tsv_messages
-from streaming.types import DenseField, RejectReason, Schema, SparseField
+from hetgmp.runtime import env_value
+from hetgmp.streaming.arrow import ipc_message
+from hetgmp.streaming.codec import DecodeConfig, Decoded, Decoder
+from hetgmp.streaming.lists import MAX_MAGNITUDE
+from hetgmp.streaming.tables import ColumnError, TableSource, arrow_messages, tsv_messages
+from hetgmp.streaming.types import DenseField, RejectReason, Schema, SparseField
 
 # deadline=None: the machine is shared, and a slow example is not a wrong one. No example
 # database: the failing example is printed (and reproducible with the blob it prints).
@@ -354,7 +354,7 @@ def service() -> Any:
     """serve's request handling with a small model of the schema's widths (3 sparse, 2 dense)."""
     from small_serving import small_model
 
-    from trainer.serving import Service
+    from hetgmp.trainer.serving import Service
 
     return Service(small_model(), None, SCHEMA, "tsv")
 

@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from streaming.hashing import feature_id, field_seeds, hash_spans
+from hetgmp.streaming.hashing import feature_id, field_seeds, hash_spans
 
 VALUES = [b"", b"a", b"68fd1e64", b"0123456789abcdef", b"0123456789abcdef0", b"x" * 100, "é".encode()]
 
@@ -50,7 +50,7 @@ def test_padding_bytes_after_a_span_do_not_change_its_id():
 def test_ids_are_stable_across_processes():
     # A fresh interpreter with a different hash seed must compute the same ids.
     code = (
-        "from streaming.hashing import feature_id;"
+        "from hetgmp.streaming.hashing import feature_id;"
         "print(','.join(str(feature_id(f, v)) for f in ('C1','C26') for v in ('', '68fd1e64', 'zz')))"
     )
     outs = set()

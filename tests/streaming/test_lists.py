@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streaming.arrow import batch_to_arrow, ipc_message
-from streaming.codec import DecodeConfig, Decoder
-from streaming.hashing import feature_id
-from streaming.tables import TableSource, arrow_messages, tsv_messages
-from streaming.types import ClickBatch, DenseField, RejectReason, Schema, SparseField
+from hetgmp.streaming.arrow import batch_to_arrow, ipc_message
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.hashing import feature_id
+from hetgmp.streaming.tables import TableSource, arrow_messages, tsv_messages
+from hetgmp.streaming.types import ClickBatch, DenseField, RejectReason, Schema, SparseField
 
 SCHEMA = Schema.of("y", [DenseField("price", "none")], [
     SparseField("item", table="items"),

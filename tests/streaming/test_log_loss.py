@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime import free_port
-from streaming.broker import EmbeddedBroker
-from streaming.clients.kafka_python import KafkaPythonConsumer
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.positions import LogGuard, LogLost
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
+from hetgmp.runtime import free_port
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.clients.kafka_python import KafkaPythonConsumer
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.positions import LogGuard, LogLost
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
 
 # Every test on each client library (see conftest.py).
 pytestmark = pytest.mark.usefixtures("library")

@@ -11,14 +11,14 @@ from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime import free_port
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.kafka import ensure_topic
-from streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector
-from streaming.metrics import serve_metrics as serve
-from streaming.producer import ProduceConfig, ProduceReport, produce
-from streaming.synthetic import SyntheticConfig
-from streaming.window import AccessWindow, WindowConfig
+from hetgmp.runtime import free_port
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.kafka import ensure_topic
+from hetgmp.streaming.metrics import ConsumerCollector, ProducerCollector, WindowCollector
+from hetgmp.streaming.metrics import serve_metrics as serve
+from hetgmp.streaming.producer import ProduceConfig, ProduceReport, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.streaming.window import AccessWindow, WindowConfig
 
 pytestmark = pytest.mark.broker
 
@@ -86,5 +86,5 @@ def test_collectors_build_nothing_at_import():
     import prometheus_client
 
     before = set(prometheus_client.REGISTRY._names_to_collectors)
-    importlib.reload(importlib.import_module("streaming.metrics"))
+    importlib.reload(importlib.import_module("hetgmp.streaming.metrics"))
     assert set(prometheus_client.REGISTRY._names_to_collectors) == before

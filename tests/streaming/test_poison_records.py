@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streaming.arrow import ipc_message
-from streaming.codec import DecodeConfig, Decoded, Decoder
-from streaming.schema_file import load_schema, parse_schema
-from streaming.tables import ColumnError, TableSource, arrow_messages, parse_column_map, tsv_messages
-from streaming.types import DenseField, RejectReason, Schema, SparseField
+from hetgmp.streaming.arrow import ipc_message
+from hetgmp.streaming.codec import DecodeConfig, Decoded, Decoder
+from hetgmp.streaming.schema_file import load_schema, parse_schema
+from hetgmp.streaming.tables import ColumnError, TableSource, arrow_messages, parse_column_map, tsv_messages
+from hetgmp.streaming.types import DenseField, RejectReason, Schema, SparseField
 
 SCHEMA = Schema.of("y", [DenseField("price", "none"), DenseField("views")], [
     SparseField("item"),

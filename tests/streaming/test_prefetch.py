@@ -9,13 +9,13 @@ import time
 import numpy as np
 import pytest
 
-from streaming.consumer import ClickConsumer, ConsumerConfig, ConsumerStats
-from streaming.kafka import KafkaSettings
-from streaming.positions import LogLost
-from streaming.prefetch import Prefetcher
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
-from streaming.types import ClickBatch, Schema
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig, ConsumerStats
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.positions import LogLost
+from hetgmp.streaming.prefetch import Prefetcher
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.streaming.types import ClickBatch, Schema
 
 PER_MESSAGE = 16
 

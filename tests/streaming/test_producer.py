@@ -9,11 +9,11 @@ from collections import Counter
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from runtime import FakeClock, free_port
-from streaming.broker import EmbeddedBroker
-from streaming.kafka import KafkaSettings, TopicNotFound, topic_partitions
-from streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
-from streaming.synthetic import SyntheticConfig
+from hetgmp.runtime import FakeClock, free_port
+from hetgmp.streaming.broker import EmbeddedBroker
+from hetgmp.streaming.kafka import KafkaSettings, TopicNotFound, topic_partitions
+from hetgmp.streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
 
 pytestmark = [pytest.mark.broker, pytest.mark.usefixtures("library")]
 

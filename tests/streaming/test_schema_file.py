@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streaming.codec import Decoder
-from streaming.hashing import feature_id
-from streaming.schema_file import load_schema, parse_schema
-from streaming.types import MAX_FIELDS, MAX_LEN, DenseField, Schema, SchemaError
+from hetgmp.streaming.codec import Decoder
+from hetgmp.streaming.hashing import feature_id
+from hetgmp.streaming.schema_file import load_schema, parse_schema
+from hetgmp.streaming.types import MAX_FIELDS, MAX_LEN, DenseField, Schema, SchemaError
 
 SHARED = """\
 label = "click"

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from streaming.codec import Decoder
-from streaming.synthetic import BLOCK, SyntheticConfig, SyntheticStream, auc
+from hetgmp.streaming.codec import Decoder
+from hetgmp.streaming.synthetic import BLOCK, SyntheticConfig, SyntheticStream, auc
 
 N = 60_000
 

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streaming.codec import DecodeConfig, Decoder
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.kafka import TopicNotFound, topic_partitions
-from streaming.producer import ProduceConfig, produce
-from streaming.schema_file import parse_schema
-from streaming.tables import ColumnError, TableSource, parse_column_map, tsv_messages
-from streaming.types import ClickBatch
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.kafka import TopicNotFound, topic_partitions
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.schema_file import parse_schema
+from hetgmp.streaming.tables import ColumnError, TableSource, parse_column_map, tsv_messages
+from hetgmp.streaming.types import ClickBatch
 
 SCHEMA = "label=label;dense=age,visits;sparse=user,item,city"
 N = 3_000

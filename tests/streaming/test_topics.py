@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from streaming.consumer import ClickConsumer, ConsumerConfig
-from streaming.kafka import KafkaSettings, TopicNotFound, ensure_topic, topic_partitions
-from streaming.producer import ProduceConfig
+from hetgmp.streaming.consumer import ClickConsumer, ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings, TopicNotFound, ensure_topic, topic_partitions
+from hetgmp.streaming.producer import ProduceConfig
 
 
 @pytest.mark.parametrize("group", ["", "some-group"])
@@ -30,7 +30,7 @@ def test_a_missing_topic_is_reported_at_once_and_not_created(kafka, unique, grou
 def test_topic_partitions_waits_for_a_topic_that_appears(kafka, unique, caplog):
     topic = unique("late")
     creator = threading.Timer(2.0, ensure_topic, args=(kafka, topic, 3))
-    caplog.set_level(logging.WARNING, logger="streaming.kafka")
+    caplog.set_level(logging.WARNING, logger="hetgmp.streaming.kafka")
     creator.start()
     try:
         assert topic_partitions(kafka, topic, wait_s=30) == {0, 1, 2}

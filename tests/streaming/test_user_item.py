@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming.codec import Decoder
-from streaming.synthetic import BLOCK, SyntheticConfig, SyntheticStream
+from hetgmp.streaming.codec import Decoder
+from hetgmp.streaming.synthetic import BLOCK, SyntheticConfig, SyntheticStream
 
 N = 120_000
 DRIFT = 60_000

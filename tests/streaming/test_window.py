@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from streaming.window import AccessWindow, WindowConfig
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.window import AccessWindow, WindowConfig
 
 
 def test_ring_keeps_the_last_w_samples_in_order():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.run import RankResult
+from hetgmp.trainer.run import RankResult
 
 
 def owned_rows(results: list[RankResult]) -> dict[int, torch.Tensor]:

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from streaming.synthetic import SyntheticConfig
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.sources import SyntheticSpec
-from trainer.step import TrainConfig
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.step import TrainConfig
 
 SYN = SyntheticConfig(vocab_max=20_000, seed=3)
 # The records a graph placement is fitted to, and the ones trained after them.

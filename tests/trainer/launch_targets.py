@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from trainer.dist import KINDS
-from trainer.dist.comm import Comm
+from hetgmp.trainer.dist import KINDS
+from hetgmp.trainer.dist.comm import Comm
 
 
 def gather_ranks(comm: Comm, tag: str) -> tuple[str, list[int], str]:
@@ -104,12 +104,12 @@ def route_steps(comm: Comm, sizes: list[list[int]]) -> list[tuple[bool, list, in
     """
     import numpy as np
 
-    from streaming.synthetic import SyntheticConfig, SyntheticStream
-    from trainer.dist import KINDS, StepCounters
-    from trainer.model import ModelConfig
-    from trainer.run import graph_placement
-    from trainer.sources import synthetic_batch
-    from trainer.step import TrainConfig, Trainer
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+    from hetgmp.trainer.dist import KINDS, StepCounters
+    from hetgmp.trainer.model import ModelConfig
+    from hetgmp.trainer.run import graph_placement
+    from hetgmp.trainer.sources import synthetic_batch
+    from hetgmp.trainer.step import TrainConfig, Trainer
 
     stream = SyntheticStream(SyntheticConfig(vocab_max=5_000, seed=5))
     train = TrainConfig(global_batch=2 * sizes[0][0], replica_fraction=0.05, route_epsilon=0.0,
@@ -141,10 +141,10 @@ def local_view_reads(comm: Comm, _: object) -> list[tuple[str, bool, bool]]:
     import numpy as np
     import torch
 
-    from partitioner import Placement
-    from streaming.types import ClickBatch
-    from trainer.model import ModelConfig
-    from trainer.step import TrainConfig, Trainer
+    from hetgmp.partitioner import Placement
+    from hetgmp.streaming.types import ClickBatch
+    from hetgmp.trainer.model import ModelConfig
+    from hetgmp.trainer.step import TrainConfig, Trainer
 
     ids = np.arange(1, 9, dtype=np.int64)
     owners = np.array([0, 0, 0, 0, 1, 1, 1, 1])
@@ -226,7 +226,7 @@ def host_collectives(comm: Comm, rows: int) -> list[tuple[list, list, list, int]
     counts ``exchange_counts`` heard, the control sum, route bytes sent)."""
     import numpy as np
 
-    from trainer.dist.comm import DistComm
+    from hetgmp.trainer.dist.comm import DistComm
 
     world, me = comm.world, comm.rank
     side = DistComm(comm.device, host_group=True)  # collective: every rank builds it

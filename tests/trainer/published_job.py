@@ -7,20 +7,20 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming import ClickBatch
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.synthetic import SyntheticConfig
-from trainer import checkpoint as ckpt
-from trainer.dist import LaunchConfig
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import RankResult
-from trainer.serving.follower import Follower
-from trainer.serving.model import ServingModel
-from trainer.sources import KafkaSpec
-from trainer.step import TrainConfig
+from hetgmp.streaming import ClickBatch
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import RankResult
+from hetgmp.trainer.serving.follower import Follower
+from hetgmp.trainer.serving.model import ServingModel
+from hetgmp.trainer.sources import KafkaSpec
+from hetgmp.trainer.step import TrainConfig
 
 SYN = SyntheticConfig(vocab_max=20_000, seed=9)
 RECORDS = 9_600
@@ -71,8 +71,8 @@ def trainer_forward(results: list[RankResult], batch: ClickBatch) -> np.ndarray:
     parameters, its rows, the initial value of ids it holds no row of."""
     import torch
 
-    from trainer.embedding.optimizer import initial_rows
-    from trainer.model import build_model
+    from hetgmp.trainer.embedding.optimizer import initial_rows
+    from hetgmp.trainer.model import build_model
 
     ids, rows, dense = trainer_model(results)
     module = build_model(MODEL, batch.ids.shape[1], batch.dense.shape[1])

@@ -1,9 +1,9 @@
 """A numpy implementation of the embedding store's contract, the reference the real store
-(:class:`trainer.embedding.EmbeddingStore`, in tensors) is checked against on long random
+(:class:`hetgmp.trainer.embedding.EmbeddingStore`, in tensors) is checked against on long random
 streams: the same calls must give the same rows, decisions and counts.
 
 It is the host store the project trained with until the store moved whole onto the device: its
-id index (:class:`partitioner.IdIndex`), versions, last use, free list and admission counts are
+id index (:class:`hetgmp.partitioner.IdIndex`), versions, last use, free list and admission counts are
 numpy arrays, so every decision is plain to read here.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from partitioner import IdIndex
-from trainer.embedding import StoreConfig
-from trainer.embedding.optimizer import RowOptimizer, initial_rows
-from trainer.embedding.store import StoreSize, StoreStats
+from hetgmp.partitioner import IdIndex
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.embedding.optimizer import RowOptimizer, initial_rows
+from hetgmp.trainer.embedding.store import StoreSize, StoreStats
 
 __all__ = ["ReferenceStore"]
 

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from streaming.kafka import KafkaSettings
+from hetgmp.streaming.kafka import KafkaSettings
 
 TSV = "text/tab-separated-values"
 
@@ -29,7 +29,7 @@ class Serve:
         self.lines: list[str] = []
         self.url = ""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.app.cli", "serve", "--checkpoint-dir", str(root),
+            [sys.executable, "-m", "hetgmp.trainer.app.cli", "serve", "--checkpoint-dir", str(root),
              "--bootstrap-servers", kafka.bootstrap_servers, "--port", str(port), *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1"})

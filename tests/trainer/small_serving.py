@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from streaming import ClickBatch
-from trainer.model import FlatParameters, build_model
-from trainer.serving import ServingModel, log_version
-from trainer.serving.model import model_config
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer.model import FlatParameters, build_model
+from hetgmp.trainer.serving import ServingModel, log_version
+from hetgmp.trainer.serving.model import model_config
 
 # DeepFM, 3 sparse fields of 16 + 1 values a row, 2 dense features.
 SHAPE: dict[str, Any] = {"model": "deepfm", "row_dim": 17, "hidden": [8], "cross_layers": 0,

@@ -14,16 +14,16 @@ import pytest
 import torch
 from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
-from partitioner import Placement
-from runtime import free_port
-from streaming.synthetic import SyntheticStream
-from trainer.app.cli import main as cli
-from trainer.dist import LaunchConfig
-from trainer.dist.comm import LocalComm
-from trainer.dist.launcher import launch, run_torchrun
-from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
-from trainer.sources import SyntheticSpec
-from trainer.testing import ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.runtime import free_port
+from hetgmp.streaming.synthetic import SyntheticStream
+from hetgmp.trainer.app.cli import main as cli
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.dist.launcher import launch, run_torchrun
+from hetgmp.trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.testing import ReturnState
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]

@@ -14,17 +14,17 @@ import pytest
 import torch
 from exact_jobs import BATCH, DCN_SGD, EXACT, SOURCE, STEPS, SYN, WINDOW
 
-from partitioner import Placement
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.dist import KINDS, LaunchConfig
-from trainer.dist.comm import LocalComm
-from trainer.dist.launcher import launch
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
-from trainer.sources import SyntheticSpec
-from trainer.step import TrainConfig
-from trainer.testing import AuditRun, RecordSteps, ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist import KINDS, LaunchConfig
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.dist.launcher import launch
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.step import TrainConfig
+from hetgmp.trainer.testing import AuditRun, RecordSteps, ReturnState
 
 pytestmark = pytest.mark.distributed
 

@@ -19,14 +19,14 @@ import pytest
 import torch
 from exact_jobs import EXACT, SYN
 
-from partitioner import Placement
-from runtime import FakeClock
-from streaming import ClickBatch, SyntheticStream
-from trainer.dist import ThreadComm, run_threads
-from trainer.embedding import StoreConfig
-from trainer.embedding.exchange import DevicePlacement
-from trainer.step import SyncCounter, Trainer
-from trainer.testing import StreamSource
+from hetgmp.partitioner import Placement
+from hetgmp.runtime import FakeClock
+from hetgmp.streaming import ClickBatch, SyntheticStream
+from hetgmp.trainer.dist import ThreadComm, run_threads
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.embedding.exchange import DevicePlacement
+from hetgmp.trainer.step import SyncCounter, Trainer
+from hetgmp.trainer.testing import StreamSource
 
 BATCH, STEPS = 240, 10
 

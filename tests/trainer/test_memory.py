@@ -18,16 +18,16 @@ from contextlib import ExitStack
 import numpy as np
 import pytest
 
-from partitioner import Placement
-from runtime import SystemClock
-from streaming import SyntheticConfig
-from trainer.dist import LocalComm
-from trainer.dist.allocator import keep_freed_memory
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig, OnlineLoop, build_parts
-from trainer.step import TrainConfig, Trainer
-from trainer.testing import StreamSource
+from hetgmp.partitioner import Placement
+from hetgmp.runtime import SystemClock
+from hetgmp.streaming import SyntheticConfig
+from hetgmp.trainer.dist import LocalComm
+from hetgmp.trainer.dist.allocator import keep_freed_memory
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig, OnlineLoop, build_parts
+from hetgmp.trainer.step import TrainConfig, Trainer
+from hetgmp.trainer.testing import StreamSource
 
 BATCH, STEPS, CAP, HISTORY = 512, 330, 20_000, 100
 

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from partitioner import PassReport
-from trainer.dist import KINDS, StepCounters, Totals
-from trainer.run.metrics import FRESHNESS_BUCKETS, STALENESS_BUCKETS, BucketCounts, TrainerMetrics
+from hetgmp.partitioner import PassReport
+from hetgmp.trainer.dist import KINDS, StepCounters, Totals
+from hetgmp.trainer.run.metrics import FRESHNESS_BUCKETS, STALENESS_BUCKETS, BucketCounts, TrainerMetrics
 
 
 class FakeClock:
@@ -226,7 +226,7 @@ def test_bucket_counts_match_numpy_histogram():
 
 def test_importing_creates_nothing_in_the_global_registry():
     before = set(prometheus_client.REGISTRY._names_to_collectors)
-    importlib.reload(importlib.import_module("trainer.run.metrics"))
+    importlib.reload(importlib.import_module("hetgmp.trainer.run.metrics"))
     assert set(prometheus_client.REGISTRY._names_to_collectors) == before
     assert not any(n.startswith("hetgmp_") for n in before)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.run.evaluation import Progressive
-from trainer.step import SyncCounter
+from hetgmp.trainer.run.evaluation import Progressive
+from hetgmp.trainer.step import SyncCounter
 
 
 def test_tensor_scores_match_numpy_ones_and_wait_only_when_read() -> None:

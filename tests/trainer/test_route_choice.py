@@ -14,9 +14,9 @@ import logging
 import numpy as np
 import pytest
 
-from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph, route_batch
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.step import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice, TrainConfig
+from hetgmp.partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph, route_batch
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.step import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice, TrainConfig
 
 _WORKERS, _BATCH = 4, 1024
 _PRICE = 20e-6  # seconds a row
@@ -78,7 +78,7 @@ def test_auto_turns_batch_aware_routing_on_where_it_pays(
         pays: tuple[list[Batch], Placement], caplog: pytest.LogCaptureFixture) -> None:
     choice = _auto()
     assert choice.state == "probe" and choice.rounds == AUTO_ROUNDS
-    with caplog.at_level(logging.INFO, logger="trainer.step.route_choice"):
+    with caplog.at_level(logging.INFO, logger="hetgmp.trainer.step.route_choice"):
         _steps(choice, pays, choice.probe_steps)
     assert choice.state == "on" and choice.rounds == AUTO_ROUNDS
     decision = choice.decisions[-1]

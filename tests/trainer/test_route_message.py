@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.dist import LaunchConfig
-from trainer.dist.launcher import WorkerFailed, launch
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.launcher import WorkerFailed, launch
 
 pytestmark = pytest.mark.distributed
 

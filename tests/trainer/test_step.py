@@ -14,12 +14,12 @@ import pytest
 import torch
 from exact_jobs import EXACT, SYN
 
-from partitioner import Placement
-from trainer.dist import StepCounters
-from trainer.dist.comm import LocalComm
-from trainer.embedding import EmbeddingStore, StoreConfig
-from trainer.step import SyncCounter, Trainer
-from trainer.testing import StreamSource
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.dist import StepCounters
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig
+from hetgmp.trainer.step import SyncCounter, Trainer
+from hetgmp.trainer.testing import StreamSource
 
 BATCH, WARMUP, STEPS = 256, 2, 12
 
@@ -114,7 +114,7 @@ def test_a_whole_run_waits_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # logs) adds no wait a step at one rank: two runs differ by exactly their step counts.
     from exact_jobs import SOURCE
 
-    from trainer.run import Job, run_rank
+    from hetgmp.trainer.run import Job, run_rank
 
     init = EmbeddingStore.__init__
 

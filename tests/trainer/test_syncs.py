@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from trainer.step import SyncCounter
+from hetgmp.trainer.step import SyncCounter
 
 
 def _counted(fn) -> dict[str, int]:

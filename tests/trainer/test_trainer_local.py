@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from partitioner import Placement
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.dist.comm import LocalComm
-from trainer.embedding import StoreConfig
-from trainer.embedding.migrate import move_chunk
-from trainer.embedding.replicas import ReplicaTable
-from trainer.model import ModelConfig
-from trainer.run import graph_placement
-from trainer.sources import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
-from trainer.step import TrainConfig, Trainer
-from trainer.step.message import pack_ids, unpack_ids
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.embedding.migrate import move_chunk
+from hetgmp.trainer.embedding.replicas import ReplicaTable
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.run import graph_placement
+from hetgmp.trainer.sources import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
+from hetgmp.trainer.step import TrainConfig, Trainer
+from hetgmp.trainer.step.message import pack_ids, unpack_ids
 
 SYN = SyntheticConfig(vocab_max=5_000, seed=5)
 SMALL = ModelConfig(model="deepfm", embed_dim=8, hidden=(16,))

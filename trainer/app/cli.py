@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from runtime import load_toml, setup_logging
+from hetgmp.runtime import load_toml, setup_logging
 
 __all__ = ["build_parser", "main"]
 
@@ -43,19 +43,19 @@ def _shared() -> argparse.ArgumentParser:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from trainer.app.train import run_train
+    from hetgmp.trainer.app.train import run_train
 
     return run_train(args)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from trainer.app.demo import run_from_flags
+    from hetgmp.trainer.app.demo import run_from_flags
 
     return run_from_flags(args)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from trainer.app.serve import run_serve
+    from hetgmp.trainer.app.serve import run_serve
 
     return run_serve(args)
 
@@ -73,14 +73,14 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _add_serve_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> None:
-    from trainer.app.serve import add_serve_flags
+    from hetgmp.trainer.app.serve import add_serve_flags
 
     add_serve_flags(parser, toml)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The full parser (a first pass reads ``--config`` so TOML values become defaults)."""
-    from trainer.app.commands import (
+    from hetgmp.trainer.app.commands import (
         add_broker_flags,
         add_consume_flags,
         add_produce_flags,
@@ -88,8 +88,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         run_consume,
         run_produce,
     )
-    from trainer.app.demo import add_demo_flags
-    from trainer.app.train import add_train_flags
+    from hetgmp.trainer.app.demo import add_demo_flags
+    from hetgmp.trainer.app.train import add_train_flags
 
     pre, _ = _shared().parse_known_args(argv)
     toml = load_toml(pre.config)

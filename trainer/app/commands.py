@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any, TypeVar
 
-from runtime import add_flags, build, stop_on_signals
-from streaming import (
+from hetgmp.runtime import add_flags, build, stop_on_signals
+from hetgmp.streaming import (
     BrokerUnavailable,
     ClickConsumer,
     ConnectStopped,
@@ -73,7 +73,7 @@ def _metrics_flags(parser: argparse.ArgumentParser) -> None:
 def _serve(collector: Any, args: argparse.Namespace) -> None:
     from prometheus_client import CollectorRegistry
 
-    from streaming import serve_metrics as serve
+    from hetgmp.streaming import serve_metrics as serve
 
     registry = CollectorRegistry()
     registry.register(collector)
@@ -129,14 +129,14 @@ def add_produce_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> 
 
 def run_produce(args: argparse.Namespace) -> int:
     """Produce, with progress lines; exit 1 when records were not acknowledged."""
-    from streaming import KafkaRefused, KafkaUnavailable, ProduceFailed, ProduceReport
+    from hetgmp.streaming import KafkaRefused, KafkaUnavailable, ProduceFailed, ProduceReport
 
     kafka = settings(KafkaSettings, args)
     config = settings(ProduceConfig, args)
     synthetic = settings(SyntheticConfig, args, "synthetic")
     report = ProduceReport()
     if args.metrics_port:
-        from streaming import ProducerCollector
+        from hetgmp.streaming import ProducerCollector
 
         _serve(ProducerCollector(lambda: report, {"topic": config.topic}), args)
 
@@ -219,7 +219,7 @@ def _consume(args: argparse.Namespace, kafka: KafkaSettings, config: ConsumerCon
     with stop_on_signals(threading.Event()) as stop, \
             ClickConsumer(kafka, config, stop=stop.is_set) as consumer:
         if args.metrics_port:
-            from streaming import ConsumerCollector
+            from hetgmp.streaming import ConsumerCollector
 
             _serve(ConsumerCollector(consumer), args)
         while not stop.is_set():

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime import add_flags, build, free_ports, stop_on_signals
-from streaming import (
+from hetgmp.runtime import add_flags, build, free_ports, stop_on_signals
+from hetgmp.streaming import (
     BrokerUnavailable,
     EmbeddedBroker,
     KafkaSettings,
@@ -37,11 +37,11 @@ from streaming import (
     SyntheticConfig,
     produce,
 )
-from trainer.app.report import Chart, Series, rates, ratios, write_report
-from trainer.app.scrape import Timeline, combine, scrape
-from trainer.app.view import LiveView
-from trainer.online import Interval
-from trainer.run import check_metrics_port
+from hetgmp.trainer.app.report import Chart, Series, rates, ratios, write_report
+from hetgmp.trainer.app.scrape import Timeline, combine, scrape
+from hetgmp.trainer.app.view import LiveView
+from hetgmp.trainer.online import Interval
+from hetgmp.trainer.run import check_metrics_port
 
 __all__ = ["DemoConfig", "add_demo_flags", "run_demo", "run_from_flags", "write_demo_report"]
 
@@ -128,14 +128,14 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         ValueError: ``device`` is ``cuda`` and the machine lacks a GPU per rank.
         ProduceFailed: The broker did not acknowledge records of the stream.
     """
-    from streaming import ConsumerConfig, ensure_topic
-    from trainer.dist import LaunchConfig, launch, resolve_device, stop_event
-    from trainer.embedding import StoreConfig
-    from trainer.model import ModelConfig
-    from trainer.online import OnlineConfig
-    from trainer.run import Job, RankResult, run_rank
-    from trainer.sources import KafkaSpec
-    from trainer.step import TrainConfig
+    from hetgmp.streaming import ConsumerConfig, ensure_topic
+    from hetgmp.trainer.dist import LaunchConfig, launch, resolve_device, stop_event
+    from hetgmp.trainer.embedding import StoreConfig
+    from hetgmp.trainer.model import ModelConfig
+    from hetgmp.trainer.online import OnlineConfig
+    from hetgmp.trainer.run import Job, RankResult, run_rank
+    from hetgmp.trainer.sources import KafkaSpec
+    from hetgmp.trainer.step import TrainConfig
 
     config = replace(config, device=resolve_device(config.device, config.workers))
     stop = stop or threading.Event()
@@ -247,7 +247,7 @@ class _ServeProcess:
     """``hetgmp serve`` on the demo's checkpoints and broker, as a user would start it."""
 
     def __init__(self, checkpoints: Path, kafka: KafkaSettings, port: int, log: Path) -> None:
-        self.argv = [sys.executable, "-m", "trainer.app.cli", "serve", "--checkpoint-dir",
+        self.argv = [sys.executable, "-m", "hetgmp.trainer.app.cli", "serve", "--checkpoint-dir",
                      str(checkpoints), "--bootstrap-servers", kafka.bootstrap_servers,
                      "--port", str(port)]
         self.log = log
@@ -279,7 +279,7 @@ class _Load(threading.Thread):
 
     def __init__(self, url: str, syn: SyntheticConfig, rps: float) -> None:
         super().__init__(name="demo-requests", daemon=True)
-        from streaming import SyntheticStream
+        from hetgmp.streaming import SyntheticStream
 
         stream = SyntheticStream(syn)
         self.bodies = [b"\n".join(stream.lines(i * 256, 256)) for i in range(16)]
@@ -335,7 +335,7 @@ def _serve_samples(url: str | None) -> Any:
 def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results: list[Any],
                       produced: ProduceReport, load: _Load | None = None) -> Path:
     """The demo's report from its timeline, the ranks' results and the serving side's."""
-    from trainer import checkpoint as ckpt
+    from hetgmp.trainer import checkpoint as ckpt
 
     t = [s.t for s in tl.snaps]
     rank0 = results[0] if results else None
@@ -399,7 +399,7 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
 def _latency_windows(tl: Timeline, span: float = 5.0
                      ) -> tuple[list[float], list[float], list[float]]:
     """p50 and p99 (ms) of the serve latency histogram over consecutive ``span`` windows."""
-    from trainer.app.scrape import window_quantile
+    from hetgmp.trainer.app.scrape import window_quantile
 
     out: tuple[list[float], list[float], list[float]] = ([], [], [])
     start = None
@@ -522,7 +522,7 @@ def add_demo_flags(parser: argparse.ArgumentParser, toml: dict[str, Any]) -> Non
 
 def run_from_flags(args: argparse.Namespace) -> int:
     """``hetgmp demo`` from its parsed flags."""
-    from trainer.dist import resolve_device
+    from hetgmp.trainer.dist import resolve_device
 
     try:
         config = build(DemoConfig, args)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trainer.app.jsonout import strict_json
+from hetgmp.trainer.app.jsonout import strict_json
 
 __all__ = ["Chart", "Series", "rates", "ratios", "render", "write_report"]
 

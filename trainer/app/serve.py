@@ -3,7 +3,7 @@
 Listens at once; loads the newest complete checkpoint of ``--checkpoint-dir`` (waiting for one
 if there is none yet), follows the model delta log from the offsets that checkpoint covers,
 and serves ``/predict``, ``/healthz``, ``/readyz`` and ``/metrics``
-(:mod:`trainer.serving.server`); until it has a model, ``/predict`` and ``/readyz`` answer 503
+(:mod:`hetgmp.trainer.serving.server`); until it has a model, ``/predict`` and ``/readyz`` answer 503
 and say what it waits for. Several serve processes can follow one log. SIGINT/SIGTERM stop it.
 """
 
@@ -18,13 +18,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from runtime import add_flags, directory_problem
-from streaming import KafkaSettings, parse_schema
-from trainer.app.commands import settings
-from trainer.serving import ServeConfig
+from hetgmp.runtime import add_flags, directory_problem
+from hetgmp.streaming import KafkaSettings, parse_schema
+from hetgmp.trainer.app.commands import settings
+from hetgmp.trainer.serving import ServeConfig
 
 if TYPE_CHECKING:  # torch and the model come with these: loaded once serve runs, not for --help
-    from trainer.serving import FollowerThread, Service
+    from hetgmp.trainer.serving import FollowerThread, Service
 
 __all__ = ["Loader", "add_serve_flags", "listen", "run_serve"]
 
@@ -51,7 +51,7 @@ def _check_paths(cfg: ServeConfig) -> str:
     problem = directory_problem("--checkpoint-dir", cfg.checkpoint_dir, write=False)
     if problem:
         return problem
-    from trainer.serving import load_signer
+    from hetgmp.trainer.serving import load_signer
 
     try:
         load_signer(cfg.delta_key_file)
@@ -88,8 +88,8 @@ class Loader(threading.Thread):
         self._done()
 
     def _load(self) -> None:
-        from trainer import checkpoint as ckpt
-        from trainer.serving import Follower, FollowerThread, ServingModel, load_signer
+        from hetgmp.trainer import checkpoint as ckpt
+        from hetgmp.trainer.serving import Follower, FollowerThread, ServingModel, load_signer
 
         cfg, service = self.cfg, self.service
         service.waiting_for = f"a complete checkpoint in {cfg.checkpoint_dir}"
@@ -131,7 +131,7 @@ class Loader(threading.Thread):
         log.info("following %s from offsets %s", topic, manifest.model.offsets)
 
     def _wait_for_checkpoint(self) -> Any:
-        from trainer import checkpoint as ckpt
+        from hetgmp.trainer import checkpoint as ckpt
 
         wait_s = self.cfg.wait_s
         deadline = time.monotonic() + wait_s if wait_s > 0 else float("inf")
@@ -160,7 +160,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM; 0 stopped, 1 failed, 2 refused settings."""
     import torch
 
-    from trainer.serving import Service
+    from hetgmp.trainer.serving import Service
 
     cfg = settings(ServeConfig, args)
     kafka = settings(KafkaSettings, args)
@@ -191,7 +191,7 @@ async def listen(service: Service, cfg: ServeConfig) -> tuple[Any, int]:
     """
     from aiohttp import web
 
-    from trainer.serving import build_app
+    from hetgmp.trainer.serving import build_app
 
     # aiohttp's keep-alive timer runs from a connection's opening and after every reply, and
     # closes it while no whole request head has arrived: the header timeout.

@@ -29,14 +29,14 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from runtime import add_flags, build, directory_problem, stop_on_signals
-from streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
-from trainer.app.jsonout import strict_json
-from trainer.dist import ONLINE_KINDS, PHASES, LaunchConfig
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.step import TrainConfig
+from hetgmp.runtime import add_flags, build, directory_problem, stop_on_signals
+from hetgmp.streaming import ConsumerConfig, KafkaSettings, SyntheticConfig
+from hetgmp.trainer.app.jsonout import strict_json
+from hetgmp.trainer.dist import ONLINE_KINDS, PHASES, LaunchConfig
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["add_train_flags", "auc_phrase", "run_train"]
 
@@ -164,9 +164,9 @@ def add_train_flags(parser: argparse.ArgumentParser, toml: dict[str, Any] | None
 
 
 def _job(args: argparse.Namespace) -> tuple[Any, LaunchConfig]:
-    from trainer.dist import job_ranks
-    from trainer.run import Job, check_metrics_port
-    from trainer.sources import KafkaSpec, SyntheticSpec
+    from hetgmp.trainer.dist import job_ranks
+    from hetgmp.trainer.run import Job, check_metrics_port
+    from hetgmp.trainer.sources import KafkaSpec, SyntheticSpec
 
     launch = build(LaunchConfig, args)
     train = build(TrainConfig, args)
@@ -239,7 +239,7 @@ def _heldout_after(args: argparse.Namespace) -> int | None:
 def _check_paths(online: OnlineConfig) -> None:
     """Refuse, before any rank starts, paths the run could not use (one line, not the
     traceback of a rank that tried)."""
-    from trainer.serving import load_signer
+    from hetgmp.trainer.serving import load_signer
 
     if online.checkpoint_dir:
         problem = directory_problem("--checkpoint-dir", online.checkpoint_dir)
@@ -256,7 +256,7 @@ def _check_resumed_range(online: OnlineConfig, records: int, heldout: int) -> No
     score records it trained as held out (they follow the asked range): refuse before start."""
     if not (online.resume and online.checkpoint_dir and heldout):
         return
-    from trainer.checkpoint import latest
+    from hetgmp.trainer.checkpoint import latest
 
     manifest = latest(online.checkpoint_dir, verify=False)
     if manifest is not None and manifest.records > records:
@@ -351,8 +351,8 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
 
 
 def _scaling(args: argparse.Namespace) -> Any:
-    """What ``--batch-scaling`` sets from the flags (:func:`trainer.step.scaled`)."""
-    from trainer.step import scaled
+    """What ``--batch-scaling`` sets from the flags (:func:`hetgmp.trainer.step.scaled`)."""
+    from hetgmp.trainer.step import scaled
 
     return scaled(build(TrainConfig, args), build(StoreConfig, args, "store", seed=args.seed))
 
@@ -392,9 +392,9 @@ def _read_phrase(summary: dict[str, Any]) -> str:
 
 def run_train(args: argparse.Namespace) -> int:
     """``hetgmp train`` from its parsed flags: 0 trained, 1 a rank failed, 2 refused settings."""
-    from streaming import ConnectStopped, ConsumerFailed, KafkaUnavailable, TopicNotFound
-    from trainer.checkpoint import CheckpointError
-    from trainer.dist import (
+    from hetgmp.streaming import ConnectStopped, ConsumerFailed, KafkaUnavailable, TopicNotFound
+    from hetgmp.trainer.checkpoint import CheckpointError
+    from hetgmp.trainer.dist import (
         PeerLost,
         WorkerFailed,
         job_device,
@@ -403,8 +403,8 @@ def run_train(args: argparse.Namespace) -> int:
         stop_event,
         under_torchrun,
     )
-    from trainer.online import Diverged
-    from trainer.run import run_rank
+    from hetgmp.trainer.online import Diverged
+    from hetgmp.trainer.run import run_rank
 
     try:
         job, launch_config = _job(args)
@@ -487,10 +487,10 @@ def auc_phrase(summary: dict[str, Any]) -> str:
 
 def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     """Refuse ranks, threads or a model this machine cannot hold (before any rank starts)."""
-    from streaming import parse_schema
-    from trainer.dist import job_ranks, under_torchrun
-    from trainer.run import check_resources
-    from trainer.sources import SyntheticSpec
+    from hetgmp.streaming import parse_schema
+    from hetgmp.trainer.dist import job_ranks, under_torchrun
+    from hetgmp.trainer.run import check_resources
+    from hetgmp.trainer.sources import SyntheticSpec
 
     schema = (job.source.config.schema if isinstance(job.source, SyntheticSpec)
               else parse_schema(job.source.consumer.schema))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer.app.report import rates
-from trainer.app.scrape import Snapshot, Timeline, window_quantile
+from hetgmp.trainer.app.report import rates
+from hetgmp.trainer.app.scrape import Snapshot, Timeline, window_quantile
 
 __all__ = ["LiveView", "rate", "recent"]
 

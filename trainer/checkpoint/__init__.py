@@ -1,18 +1,18 @@
 """Checkpoints: every rank's rows, the dense model, the placement and the Kafka offsets trained.
 
 The manifest's schema and the checks a checkpoint passes before anything of it is loaded:
-:mod:`trainer.checkpoint.manifest`; durable writes and verified reads:
-:mod:`trainer.checkpoint.files`.
+:mod:`hetgmp.trainer.checkpoint.manifest`; durable writes and verified reads:
+:mod:`hetgmp.trainer.checkpoint.files`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime import lazy_exports
+from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.checkpoint.content import (
+    from hetgmp.trainer.checkpoint.content import (
         load_dense,
         load_placement,
         load_rows,
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
         save_placement,
         save_rows,
     )
-    from trainer.checkpoint.files import CheckpointError, atomic_write
-    from trainer.checkpoint.manifest import (
+    from hetgmp.trainer.checkpoint.files import CheckpointError, atomic_write
+    from hetgmp.trainer.checkpoint.manifest import (
         MANIFEST,
         Manifest,
         ModelLog,
@@ -62,25 +62,25 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "MANIFEST": "trainer.checkpoint.manifest",
-    "CheckpointError": "trainer.checkpoint.files",
-    "Manifest": "trainer.checkpoint.manifest",
-    "ModelLog": "trainer.checkpoint.manifest",
-    "atomic_write": "trainer.checkpoint.files",
-    "has_manifest": "trainer.checkpoint.manifest",
-    "latest": "trainer.checkpoint.manifest",
-    "load_dense": "trainer.checkpoint.content",
-    "load_placement": "trainer.checkpoint.content",
-    "load_rows": "trainer.checkpoint.content",
-    "new_step_dir": "trainer.checkpoint.manifest",
-    "parse_manifest": "trainer.checkpoint.manifest",
-    "prune": "trainer.checkpoint.manifest",
-    "rank_file": "trainer.checkpoint.manifest",
-    "read_manifest": "trainer.checkpoint.manifest",
-    "save_dense": "trainer.checkpoint.content",
-    "save_placement": "trainer.checkpoint.content",
-    "save_rows": "trainer.checkpoint.content",
-    "set_aside_newer": "trainer.checkpoint.manifest",
-    "step_dir": "trainer.checkpoint.manifest",
-    "write_manifest": "trainer.checkpoint.manifest",
+    "MANIFEST": "hetgmp.trainer.checkpoint.manifest",
+    "CheckpointError": "hetgmp.trainer.checkpoint.files",
+    "Manifest": "hetgmp.trainer.checkpoint.manifest",
+    "ModelLog": "hetgmp.trainer.checkpoint.manifest",
+    "atomic_write": "hetgmp.trainer.checkpoint.files",
+    "has_manifest": "hetgmp.trainer.checkpoint.manifest",
+    "latest": "hetgmp.trainer.checkpoint.manifest",
+    "load_dense": "hetgmp.trainer.checkpoint.content",
+    "load_placement": "hetgmp.trainer.checkpoint.content",
+    "load_rows": "hetgmp.trainer.checkpoint.content",
+    "new_step_dir": "hetgmp.trainer.checkpoint.manifest",
+    "parse_manifest": "hetgmp.trainer.checkpoint.manifest",
+    "prune": "hetgmp.trainer.checkpoint.manifest",
+    "rank_file": "hetgmp.trainer.checkpoint.manifest",
+    "read_manifest": "hetgmp.trainer.checkpoint.manifest",
+    "save_dense": "hetgmp.trainer.checkpoint.content",
+    "save_placement": "hetgmp.trainer.checkpoint.content",
+    "save_rows": "hetgmp.trainer.checkpoint.content",
+    "set_aside_newer": "hetgmp.trainer.checkpoint.manifest",
+    "step_dir": "hetgmp.trainer.checkpoint.manifest",
+    "write_manifest": "hetgmp.trainer.checkpoint.manifest",
 })

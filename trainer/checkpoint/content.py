@@ -8,9 +8,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from partitioner import Placement
-from trainer.checkpoint.files import CheckpointError, load_arrays, save_arrays
-from trainer.checkpoint.manifest import Manifest, rank_file
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.checkpoint.files import CheckpointError, load_arrays, save_arrays
+from hetgmp.trainer.checkpoint.manifest import Manifest, rank_file
 
 __all__ = ["load_dense", "load_placement", "load_rows", "save_dense", "save_placement",
            "save_rows"]

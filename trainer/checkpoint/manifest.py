@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint.files import (
+from hetgmp.trainer.checkpoint.files import (
     CheckpointError,
     atomic_write,
     digest,
@@ -98,7 +98,7 @@ _MAX_WORLD = 1 << 16
 
 @dataclass(frozen=True)
 class ModelLog:
-    """Where a checkpoint stands in the model delta log (:mod:`trainer.serving.deltas`).
+    """Where a checkpoint stands in the model delta log (:mod:`hetgmp.trainer.serving.deltas`).
 
     Attributes:
         topic: The delta-log topic.

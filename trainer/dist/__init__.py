@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime import lazy_exports
+from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.dist.comm import Comm, LocalComm, Pending
-    from trainer.dist.config import LaunchConfig
-    from trainer.dist.counters import (
+    from hetgmp.trainer.dist.comm import Comm, LocalComm, Pending
+    from hetgmp.trainer.dist.config import LaunchConfig
+    from hetgmp.trainer.dist.counters import (
         EMBEDDING_KINDS,
         KINDS,
         ONLINE_KINDS,
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         Totals,
         Traffic,
     )
-    from trainer.dist.launcher import (
+    from hetgmp.trainer.dist.launcher import (
         WorkerFailed,
         job_device,
         job_ranks,
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
         stop_event,
         under_torchrun,
     )
-    from trainer.dist.peers import PeerLost
-    from trainer.dist.threads import ThreadComm, run_threads
+    from hetgmp.trainer.dist.peers import PeerLost
+    from hetgmp.trainer.dist.threads import ThreadComm, run_threads
 
 __all__ = [
     "EMBEDDING_KINDS",
@@ -59,26 +59,26 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "EMBEDDING_KINDS": "trainer.dist.counters",
-    "KINDS": "trainer.dist.counters",
-    "LaunchConfig": "trainer.dist.config",
-    "ONLINE_KINDS": "trainer.dist.counters",
-    "PHASES": "trainer.dist.counters",
-    "StepCounters": "trainer.dist.counters",
-    "Totals": "trainer.dist.counters",
-    "Traffic": "trainer.dist.counters",
-    "Comm": "trainer.dist.comm",
-    "LocalComm": "trainer.dist.comm",
-    "Pending": "trainer.dist.comm",
-    "PeerLost": "trainer.dist.peers",
-    "ThreadComm": "trainer.dist.threads",
-    "WorkerFailed": "trainer.dist.launcher",
-    "job_device": "trainer.dist.launcher",
-    "job_ranks": "trainer.dist.launcher",
-    "launch": "trainer.dist.launcher",
-    "resolve_device": "trainer.dist.launcher",
-    "run_threads": "trainer.dist.threads",
-    "run_torchrun": "trainer.dist.launcher",
-    "stop_event": "trainer.dist.launcher",
-    "under_torchrun": "trainer.dist.launcher",
+    "EMBEDDING_KINDS": "hetgmp.trainer.dist.counters",
+    "KINDS": "hetgmp.trainer.dist.counters",
+    "LaunchConfig": "hetgmp.trainer.dist.config",
+    "ONLINE_KINDS": "hetgmp.trainer.dist.counters",
+    "PHASES": "hetgmp.trainer.dist.counters",
+    "StepCounters": "hetgmp.trainer.dist.counters",
+    "Totals": "hetgmp.trainer.dist.counters",
+    "Traffic": "hetgmp.trainer.dist.counters",
+    "Comm": "hetgmp.trainer.dist.comm",
+    "LocalComm": "hetgmp.trainer.dist.comm",
+    "Pending": "hetgmp.trainer.dist.comm",
+    "PeerLost": "hetgmp.trainer.dist.peers",
+    "ThreadComm": "hetgmp.trainer.dist.threads",
+    "WorkerFailed": "hetgmp.trainer.dist.launcher",
+    "job_device": "hetgmp.trainer.dist.launcher",
+    "job_ranks": "hetgmp.trainer.dist.launcher",
+    "launch": "hetgmp.trainer.dist.launcher",
+    "resolve_device": "hetgmp.trainer.dist.launcher",
+    "run_threads": "hetgmp.trainer.dist.threads",
+    "run_torchrun": "hetgmp.trainer.dist.launcher",
+    "stop_event": "hetgmp.trainer.dist.launcher",
+    "under_torchrun": "hetgmp.trainer.dist.launcher",
 })

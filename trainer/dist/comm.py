@@ -3,7 +3,7 @@
 :class:`DistComm` wraps ``torch.distributed`` (gloo on CPU, NCCL on CUDA); :class:`LocalComm` is
 the one-rank case (single-process training runs the very same code path with it, which is what
 makes the ``s = 0`` equivalence test meaningful). Byte counts are per purpose
-(:data:`trainer.dist.counters.KINDS`) and exclude a rank's messages to itself.
+(:data:`hetgmp.trainer.dist.counters.KINDS`) and exclude a rank's messages to itself.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from trainer.dist.counters import Traffic
-from trainer.dist.peers import Peers
+from hetgmp.trainer.dist.counters import Traffic
+from hetgmp.trainer.dist.peers import Peers
 
 __all__ = ["Comm", "Counts", "LocalComm", "DistComm", "Pending", "all_reduce_bytes",
            "all_to_all_bytes", "done"]

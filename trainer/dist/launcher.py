@@ -34,10 +34,10 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import torch
 
-from runtime import die_with_parent, env_value, setup_logging, when_gone
-from trainer.dist.allocator import keep_freed_memory
-from trainer.dist.comm import Comm, DistComm, LocalComm
-from trainer.dist.config import LaunchConfig
+from hetgmp.runtime import die_with_parent, env_value, setup_logging, when_gone
+from hetgmp.trainer.dist.allocator import keep_freed_memory
+from hetgmp.trainer.dist.comm import Comm, DistComm, LocalComm
+from hetgmp.trainer.dist.config import LaunchConfig
 
 __all__ = [
     "WorkerFailed",
@@ -62,7 +62,7 @@ _ORPHAN_GRACE = 2.0
 _ORPHAN_EXIT = 75  # EX_TEMPFAIL: resume from the last checkpoint
 _LOOPBACK = "127.0.0.1"
 # What the fork server imports once for every CPU rank it forks (a failed import is skipped).
-_PRELOAD = ["torch", "torch.distributed", "trainer.run.rank", "trainer.online.loop"]
+_PRELOAD = ["torch", "torch.distributed", "hetgmp.trainer.run.rank", "hetgmp.trainer.online.loop"]
 
 
 class WorkerFailed(RuntimeError):
@@ -353,7 +353,7 @@ def launch(fn: Callable[[Comm, A], R], arg: A, config: LaunchConfig | None = Non
            stop: Any = None) -> list[R]:
     """Run ``fn(comm, arg)`` on ``config.workers`` ranks of this machine; results by rank.
 
-    One worker runs in this process with a :class:`~trainer.dist.comm.LocalComm` (no group).
+    One worker runs in this process with a :class:`~hetgmp.trainer.dist.comm.LocalComm` (no group).
     ``fn`` and ``arg`` must be picklable (a module-level function and plain data).
 
     Args:

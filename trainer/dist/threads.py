@@ -1,6 +1,6 @@
 """Ranks as threads of one process: the fast lane for multi-rank protocols.
 
-:class:`ThreadComm` has the :class:`~trainer.dist.Comm` interface of the gloo communicator, with
+:class:`ThreadComm` has the :class:`~hetgmp.trainer.dist.Comm` interface of the gloo communicator, with
 the same byte accounting, over shared memory: every collective is a rendezvous of the job's
 threads (publish, barrier, read, barrier). So the row exchange, the staleness protocol, the
 migrations and the online loop run on N ranks as a unit test that takes seconds, with no
@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
-from trainer.dist.comm import (
+from hetgmp.trainer.dist.comm import (
     Counts,
     Pending,
     _CommState,

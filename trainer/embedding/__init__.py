@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime import lazy_exports
+from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.embedding.config import StoreConfig
-    from trainer.embedding.dedup import unique_padded
-    from trainer.embedding.exchange import RowExchange
-    from trainer.embedding.migrate import Migration, move_chunk, row_bytes
-    from trainer.embedding.optimizer import initial_rows
-    from trainer.embedding.replicas import ReplicaTable
-    from trainer.embedding.store import EmbeddingStore
+    from hetgmp.trainer.embedding.config import StoreConfig
+    from hetgmp.trainer.embedding.dedup import unique_padded
+    from hetgmp.trainer.embedding.exchange import RowExchange
+    from hetgmp.trainer.embedding.migrate import Migration, move_chunk, row_bytes
+    from hetgmp.trainer.embedding.optimizer import initial_rows
+    from hetgmp.trainer.embedding.replicas import ReplicaTable
+    from hetgmp.trainer.embedding.store import EmbeddingStore
 
 __all__ = [
     "EmbeddingStore",
@@ -31,13 +31,13 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "EmbeddingStore": "trainer.embedding.store",
-    "Migration": "trainer.embedding.migrate",
-    "ReplicaTable": "trainer.embedding.replicas",
-    "RowExchange": "trainer.embedding.exchange",
-    "StoreConfig": "trainer.embedding.config",
-    "initial_rows": "trainer.embedding.optimizer",
-    "move_chunk": "trainer.embedding.migrate",
-    "row_bytes": "trainer.embedding.migrate",
-    "unique_padded": "trainer.embedding.dedup",
+    "EmbeddingStore": "hetgmp.trainer.embedding.store",
+    "Migration": "hetgmp.trainer.embedding.migrate",
+    "ReplicaTable": "hetgmp.trainer.embedding.replicas",
+    "RowExchange": "hetgmp.trainer.embedding.exchange",
+    "StoreConfig": "hetgmp.trainer.embedding.config",
+    "initial_rows": "hetgmp.trainer.embedding.optimizer",
+    "move_chunk": "hetgmp.trainer.embedding.migrate",
+    "row_bytes": "hetgmp.trainer.embedding.migrate",
+    "unique_padded": "hetgmp.trainer.embedding.dedup",
 })

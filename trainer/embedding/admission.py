@@ -1,7 +1,7 @@
 """Admission counts: the ids used without a row, and in how many steps each was used.
 
 An id gets a trainable row only after it was used in ``admit_after`` steps
-(:class:`trainer.embedding.StoreConfig`); until then it is a *candidate*: an entry in an id index
+(:class:`hetgmp.trainer.embedding.StoreConfig`); until then it is a *candidate*: an entry in an id index
 with its count of steps and the last step that counted. Candidates cost two int64 each and no
 row, which is what keeps a stream's one-off ids out of the table. Everything is a tensor on the
 store's device, and nothing here reads the device back except where a method says so.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from trainer.embedding.device_index import DeviceIndex
-from trainer.embedding.device_sorted import stable_order
+from hetgmp.trainer.embedding.device_index import DeviceIndex
+from hetgmp.trainer.embedding.device_sorted import stable_order
 
 __all__ = ["Candidates"]
 

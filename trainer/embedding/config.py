@@ -71,7 +71,7 @@ class StoreConfig:
     @property
     def clips(self) -> bool:
         """Whether owners clip gradients (CowClip); "auto" is settled by the batch scaling rule
-        (:func:`trainer.step.scaled`) and reads as off until then."""
+        (:func:`hetgmp.trainer.step.scaled`) and reads as off until then."""
         return self.clip == "cowclip"
 
     @property

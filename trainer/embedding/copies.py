@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from partitioner import Placement, find_sorted
-from trainer.embedding.dedup import Unique
-from trainer.embedding.owners import find_in
+from hetgmp.partitioner import Placement, find_sorted
+from hetgmp.trainer.embedding.dedup import Unique
+from hetgmp.trainer.embedding.owners import find_in
 
 __all__ = ["OwnerCopies"]
 

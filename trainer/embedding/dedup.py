@@ -28,7 +28,7 @@ class Unique(NamedTuple):
         order: The input's positions sorted by id (the sort's permutation).
         rank: ``inverse[order]``, non-decreasing: the distinct id of each sorted element.
             With ``order`` it lists each distinct id's occurrences together, which a
-            gradient summed per distinct id reads (:func:`trainer.model.pool_bags`).
+            gradient summed per distinct id reads (:func:`hetgmp.trainer.model.pool_bags`).
     """
 
     ids: torch.Tensor

@@ -6,7 +6,7 @@ to the host. Sizes are counted on the host from batch lengths, which is why ``in
 ids that are absent and ``remove`` ids that are present (both distinct): checking either would
 cost a device sync per call.
 
-The design is sorted runs (:mod:`trainer.embedding.device_sorted`: a sorted main run and a
+The design is sorted runs (:mod:`hetgmp.trainer.embedding.device_sorted`: a sorted main run and a
 sorted merge buffer, searched with ``searchsorted``, deletions as tombstones), chosen over two
 hash designs by measurement. In `hetgmp bench store` (2-core CPU, torch 2.13, batches of
 8,192 x 26 ids, 40k distinct, 2026-12-03) it found a step's rows in the same time as the better
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.embedding.device_sorted import SortedRuns
+from hetgmp.trainer.embedding.device_sorted import SortedRuns
 
 __all__ = ["DeviceIndex"]
 
@@ -30,7 +30,7 @@ __all__ = ["DeviceIndex"]
 class DeviceIndex:
     """int64 id -> int64 value (a row slot) for non-negative ids, held on one torch device.
 
-    Contract, as :class:`partitioner.IdIndex` where it makes sense: ids are int64 >= 0 (up to
+    Contract, as :class:`hetgmp.partitioner.IdIndex` where it makes sense: ids are int64 >= 0 (up to
     ``2**63 - 1``), values int64 >= 0 (-1 is what :meth:`find` answers for an absent id). Unlike
     ``IdIndex``, nothing is checked against the table's content (that would read the device):
     ``insert`` takes distinct ids that are absent, ``remove`` distinct ids that are present.

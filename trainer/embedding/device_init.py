@@ -1,6 +1,6 @@
 """Initial row values computed on the rows' device, bit for bit those of ``initial_rows``.
 
-:func:`trainer.embedding.optimizer.initial_rows` hashes ``(seed, id, column)`` with the fmix64
+:func:`hetgmp.trainer.embedding.optimizer.initial_rows` hashes ``(seed, id, column)`` with the fmix64
 mixer in unsigned 64-bit arithmetic. torch has no unsigned 64-bit type on every device, and a
 signed product that overflows has no defined result in the C++ kernels behind it, so here every
 64-bit value is four 16-bit limbs held in int64 (the last dimension): a limb product is below
@@ -16,8 +16,8 @@ import functools
 import numpy as np
 import torch
 
-from runtime import FMIX_C1, FMIX_C2
-from trainer.embedding.optimizer import column_keys, seed_key
+from hetgmp.runtime import FMIX_C1, FMIX_C2
+from hetgmp.trainer.embedding.optimizer import column_keys, seed_key
 
 __all__ = ["fmix64_mod", "initial_rows_on"]
 
@@ -79,7 +79,7 @@ def _fmix64(a: torch.Tensor) -> torch.Tensor:
 
 
 def fmix64_mod(ids: torch.Tensor, m: int) -> torch.Tensor:
-    """``fmix64(ids) mod m`` (unsigned, as :func:`partitioner.default_owner` computes it) where
+    """``fmix64(ids) mod m`` (unsigned, as :func:`hetgmp.partitioner.default_owner` computes it) where
     ``ids`` are: the default owner of each id for ``m`` ranks, int64, shape of ``ids``."""
     if not 0 < m < 2**31:
         raise ValueError(f"modulus must be in [1, 2**31), got {m}")

@@ -95,7 +95,7 @@ def compact_run(keys: torch.Tensor, vals: torch.Tensor, live: int) -> Run:
 
 
 class SortedRuns:
-    """The ``"sorted"`` design of :class:`trainer.embedding.device_index.DeviceIndex`.
+    """The ``"sorted"`` design of :class:`hetgmp.trainer.embedding.device_index.DeviceIndex`.
 
     Attributes:
         size: Number of ids stored (live entries).

@@ -10,7 +10,7 @@ Read phase (:meth:`RowExchange.read`), for the distinct ids of a rank's batch, e
   state (HET's read rule);
 * all other rows are fetched from their owner (id out, row back).
 
-Who knows a copy's lag: its owner (:mod:`trainer.embedding.copies`), which tells the holder
+Who knows a copy's lag: its owner (:mod:`hetgmp.trainer.embedding.copies`), which tells the holder
 when it passes ``s`` (a *notice*, carried by the next step's request message). So at a read
 both ends know, without asking, which copies come with rows: HET's version check without a
 round trip of versions.
@@ -52,15 +52,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from partitioner import Placement
-from trainer.dist import Comm, StepCounters
-from trainer.embedding.copies import OwnerCopies
-from trainer.embedding.dedup import unique_padded
-from trainer.embedding.owners import DevicePlacement, find_in
-from trainer.embedding.path import EmbeddingPath
-from trainer.embedding.replicas import ReplicaTable
-from trainer.embedding.store import EmbeddingStore
-from trainer.embedding.types import Audit, PaddedLookup, Read
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.dist import Comm, StepCounters
+from hetgmp.trainer.embedding.copies import OwnerCopies
+from hetgmp.trainer.embedding.dedup import unique_padded
+from hetgmp.trainer.embedding.owners import DevicePlacement, find_in
+from hetgmp.trainer.embedding.path import EmbeddingPath
+from hetgmp.trainer.embedding.replicas import ReplicaTable
+from hetgmp.trainer.embedding.store import EmbeddingStore
+from hetgmp.trainer.embedding.types import Audit, PaddedLookup, Read
 
 __all__ = ["ReadPlan", "RowExchange"]
 
@@ -71,7 +71,7 @@ FETCH, PUSH, KEEP = 0, 1, 2
 @dataclass
 class ReadPlan(Read):
     """What :meth:`RowExchange.read` leaves for :meth:`RowExchange.write` (besides
-    :class:`~trainer.embedding.types.Read`'s values, extra values and step).
+    :class:`~hetgmp.trainer.embedding.types.Read`'s values, extra values and step).
 
     Attributes:
         local: One rank: the store's lookup (the write applies to its ids); None otherwise.
@@ -104,7 +104,7 @@ class RowExchange(EmbeddingPath):
 
     The rank's store, its replica table and the owner side's record of the copies other ranks
     hold of its rows all live on the rank's device; :attr:`placement` and :attr:`replicas` are
-    replaced between steps (:class:`trainer.step.Trainer` does), and the next read or flush
+    replaced between steps (:class:`hetgmp.trainer.step.Trainer` does), and the next read or flush
     follows the change (:meth:`sync`).
     """
 
@@ -183,7 +183,7 @@ class RowExchange(EmbeddingPath):
         this rank serves what the others ask of it.
 
         Args:
-            ids: int64 ``[N]`` on the device (:func:`~trainer.embedding.dedup.unique_padded`).
+            ids: int64 ``[N]`` on the device (:func:`~hetgmp.trainer.embedding.dedup.unique_padded`).
             count: 0-d int64 tensor: the number of distinct ids.
             step: The step.
             counters: The step's counters (reads, copies, rows fetched and served).

@@ -11,7 +11,7 @@ and the new one) in chunks of at most ``chunk_bytes``. Each chunk is one collect
    collective, and stops the job if it is ever broken;
 2. each old owner copies the chunk rows it has (value, optimizer state, version) and sends them
    to their new owners; rows never created move nothing (any owner creates the same initial row,
-   :func:`trainer.embedding.initial_rows`);
+   :func:`hetgmp.trainer.embedding.initial_rows`);
 3. new owners install the rows; only then do old owners drop theirs, and every rank switches
    to the placement in which the chunk has moved.
 
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from partitioner import MigrationPlan, Placement, plan_diff
-from trainer.dist import Comm
-from trainer.embedding.replicas import ReplicaTable
-from trainer.embedding.store import EmbeddingStore
+from hetgmp.partitioner import MigrationPlan, Placement, plan_diff
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.embedding.replicas import ReplicaTable
+from hetgmp.trainer.embedding.store import EmbeddingStore
 
 __all__ = ["Migration", "ChunkReport", "move_chunk", "row_bytes"]
 

@@ -53,8 +53,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from runtime import fmix64
-from trainer.embedding.config import StoreConfig
+from hetgmp.runtime import fmix64
+from hetgmp.trainer.embedding.config import StoreConfig
 
 __all__ = ["RowOptimizer", "column_keys", "initial_rows", "seed_key"]
 

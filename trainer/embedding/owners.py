@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from partitioner import Placement
-from trainer.embedding.device_init import fmix64_mod
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.embedding.device_init import fmix64_mod
 
 __all__ = ["DevicePlacement", "find_in"]
 

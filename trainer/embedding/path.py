@@ -1,15 +1,15 @@
 """The contract between a training step and the embedding path of its rank.
 
-:class:`trainer.step.Trainer` routes samples, runs the model's forward and backward and
+:class:`hetgmp.trainer.step.Trainer` routes samples, runs the model's forward and backward and
 averages the dense gradients; everything about rows goes through an :class:`EmbeddingPath`:
 the rows of a routed batch's distinct ids (:meth:`~EmbeddingPath.read`), their gradients back
 (:meth:`~EmbeddingPath.write`), and between steps the replicas' pending updates pushed to their
 owners (:meth:`~EmbeddingPath.flush`), rows read for evaluation without touching them
 (:meth:`~EmbeddingPath.read_only`), and the placement and replica sets it follows. The rows
 themselves, for checkpoints, the delta log and migrations, are its :attr:`~EmbeddingPath.store`
-(:class:`~trainer.embedding.EmbeddingStore`).
+(:class:`~hetgmp.trainer.embedding.EmbeddingStore`).
 
-One implementation does the job: :class:`~trainer.embedding.RowExchange`, on tensors on the
+One implementation does the job: :class:`~hetgmp.trainer.embedding.RowExchange`, on tensors on the
 rank's device (CPU and CUDA alike).
 """
 
@@ -20,11 +20,11 @@ import abc
 import numpy as np
 import torch
 
-from partitioner import Placement
-from trainer.dist import StepCounters
-from trainer.embedding.replicas import ReplicaTable
-from trainer.embedding.store import EmbeddingStore
-from trainer.embedding.types import Read
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.dist import StepCounters
+from hetgmp.trainer.embedding.replicas import ReplicaTable
+from hetgmp.trainer.embedding.store import EmbeddingStore
+from hetgmp.trainer.embedding.types import Read
 
 __all__ = ["EmbeddingPath"]
 

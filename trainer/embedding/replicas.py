@@ -5,8 +5,8 @@ A copy carries what the protocol needs:
 * ``stale``: the copy must be replaced by the owner's row at its next read, because it has
   none yet, because the owner said so, or because its row changed owner (the new owner has no
   count of its lag). The owner keeps each copy's lag (updates applied at the owner that the
-  copy has not got, see :class:`trainer.embedding.exchange.RowExchange`) and tells the rank when a copy's
-  lag passes ``s``; a copy, once stale, stays so until it is refreshed.
+  copy has not got, see :class:`hetgmp.trainer.embedding.exchange.RowExchange`) and tells the
+  rank when a copy's lag passes ``s``; a copy, once stale, stays so until it is refreshed.
 * ``filled``: the copy has held a value since it was created (evaluation reads the owner's row
   for the others).
 * pending updates: the rank applies its own gradients to the copy at once (it reads its own
@@ -39,8 +39,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from partitioner import find_sorted
-from trainer.embedding.optimizer import RowOptimizer
+from hetgmp.partitioner import find_sorted
+from hetgmp.trainer.embedding.optimizer import RowOptimizer
 
 __all__ = ["ReplicaTable"]
 

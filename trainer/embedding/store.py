@@ -2,24 +2,24 @@
 everything that decides about them in tensors on the rank's device (CPU or CUDA alike).
 
 A row is created on first use with an initial value that is a pure function of ``(seed, id)``
-(:func:`~trainer.embedding.initial_rows`), so any rank that becomes a row's owner creates the
+(:func:`~hetgmp.trainer.embedding.initial_rows`), so any rank that becomes a row's owner creates the
 same row, and a row that was evicted comes back as a fresh one rather than as whatever its old
 slot held. Per row the store keeps the value, the row optimizer's state
-(:class:`~trainer.embedding.optimizer.RowOptimizer`) and a version, the number of updates applied (one
+(:class:`~hetgmp.trainer.embedding.optimizer.RowOptimizer`) and a version, the number of updates applied (one
 update = one rank's gradient for one step; a replica's push of ``p`` accumulated updates counts
 ``p``). Memory stays bounded on an endless stream through admission (an id gets a trainable row
 only after it was used in ``admit_after`` steps) and eviction (rows unused for
 ``evict_after`` steps, and the least recently used above ``max_rows``). Rows that some rank
 replicates are pinned: they are hot by construction, and evicting one would reset it behind
-the back of its copies, whose lag the owner counts (see :mod:`trainer.embedding.exchange`).
+the back of its copies, whose lag the owner counts (see :mod:`hetgmp.trainer.embedding.exchange`).
 
-For the model delta log (:mod:`trainer.serving`) the store marks every row whose value changed
+For the model delta log (:mod:`hetgmp.trainer.serving`) the store marks every row whose value changed
 since it was last published; :meth:`EmbeddingStore.changes` gives them, once each however many
 updates they took. With :meth:`EmbeddingStore.track_evictions` on, every evicted row that was
 ever updated leaves a tombstone. Rows moved in by a migration count as changed (their new owner
 publishes them); rows restored from a checkpoint do not (the checkpoint holds them).
 
-The id -> slot index (:class:`~trainer.embedding.device_index.DeviceIndex`), versions, last use,
+The id -> slot index (:class:`~hetgmp.trainer.embedding.device_index.DeviceIndex`), versions, last use,
 the free list and admission counts are tensors beside the rows. Ids come as int64 tensors or
 numpy arrays (moved to the device); masks and versions answer in the kind the ids came in (a
 tensor stays on the device, a numpy array costs a readback); what goes through the host anyway
@@ -31,7 +31,7 @@ migrations) answers ids and versions in numpy, rows in tensors. Host waits per c
   length sizes the rows to create); ``admit_after > 1`` adds two.
   :meth:`~EmbeddingStore.lookup_padded` (a step's): one in all, admission included, with the
   caller's own values read in it. New rows' initial values are computed on the device on CUDA
-  (:mod:`trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a CPU
+  (:mod:`hetgmp.trainer.embedding.device_init`, bit for bit those of ``initial_rows``); on a CPU
   numpy's unsigned arithmetic computes the same bits 13x faster (8 against 111 ms for 10k rows
   of 65), so it does (``cpu_shortcuts``).
 * :meth:`~EmbeddingStore.apply`: none. Updates of ids without a row go to a sink row (the last
@@ -54,13 +54,13 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 
-from trainer.embedding.admission import Candidates
-from trainer.embedding.config import StoreConfig
-from trainer.embedding.device_index import DeviceIndex
-from trainer.embedding.device_init import initial_rows_on
-from trainer.embedding.device_sorted import among, stable_order
-from trainer.embedding.optimizer import RowOptimizer, initial_rows
-from trainer.embedding.types import PaddedLookup, StoreStats
+from hetgmp.trainer.embedding.admission import Candidates
+from hetgmp.trainer.embedding.config import StoreConfig
+from hetgmp.trainer.embedding.device_index import DeviceIndex
+from hetgmp.trainer.embedding.device_init import initial_rows_on
+from hetgmp.trainer.embedding.device_sorted import among, stable_order
+from hetgmp.trainer.embedding.optimizer import RowOptimizer, initial_rows
+from hetgmp.trainer.embedding.types import PaddedLookup, StoreStats
 
 __all__ = ["EmbeddingStore", "StoreSize"]
 
@@ -245,7 +245,7 @@ class EmbeddingStore(StoreSize):
                       with_state: bool = False, extra: torch.Tensor | None = None
                       ) -> PaddedLookup:
         """:meth:`lookup` of the distinct ids ``ids[:count]``, the count on the device, with
-        one wait (a batch deduplicated by :func:`~trainer.embedding.dedup.unique_padded`).
+        one wait (a batch deduplicated by :func:`~hetgmp.trainer.embedding.dedup.unique_padded`).
 
         The rows are found and the admissions decided for the whole padded array first; then
         one copy brings the counts that size the rest to the host, and with them ``extra``
@@ -367,7 +367,7 @@ class EmbeddingStore(StoreSize):
             increments: Optimizer-state increments ``[n, state_width]`` to use instead of
                 those of ``grads`` (see :meth:`RowOptimizer.step`).
             count: A 0-d tensor on the device: only ``ids[:count]`` are updated, the rest is
-                padding (:func:`~trainer.embedding.dedup.unique_padded`), written to the sink
+                padding (:func:`~hetgmp.trainer.embedding.dedup.unique_padded`), written to the sink
                 row.
 
         Returns:

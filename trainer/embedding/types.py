@@ -1,7 +1,7 @@
 """Values of the embedding path: what a read gives the step (:class:`Read`), what a store's
 padded lookup answers (:class:`PaddedLookup`) and what it has done (:class:`StoreStats`), and the
 audit log of the staleness protocol (:class:`Audit`). The contract between a step and the path
-is :class:`trainer.embedding.path.EmbeddingPath`."""
+is :class:`hetgmp.trainer.embedding.path.EmbeddingPath`."""
 
 from __future__ import annotations
 

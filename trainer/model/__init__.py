@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime import lazy_exports
+from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.model.config import ModelConfig
-    from trainer.model.dense import DenseOptimizer, FlatParameters
-    from trainer.model.models import build_model
-    from trainer.model.pooling import Bags, pool_bags
+    from hetgmp.trainer.model.config import ModelConfig
+    from hetgmp.trainer.model.dense import DenseOptimizer, FlatParameters
+    from hetgmp.trainer.model.models import build_model
+    from hetgmp.trainer.model.pooling import Bags, pool_bags
 
 __all__ = [
     "Bags",
@@ -24,10 +24,10 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "Bags": "trainer.model.pooling",
-    "DenseOptimizer": "trainer.model.dense",
-    "FlatParameters": "trainer.model.dense",
-    "ModelConfig": "trainer.model.config",
-    "build_model": "trainer.model.models",
-    "pool_bags": "trainer.model.pooling",
+    "Bags": "hetgmp.trainer.model.pooling",
+    "DenseOptimizer": "hetgmp.trainer.model.dense",
+    "FlatParameters": "hetgmp.trainer.model.dense",
+    "ModelConfig": "hetgmp.trainer.model.config",
+    "build_model": "hetgmp.trainer.model.models",
+    "pool_bags": "hetgmp.trainer.model.pooling",
 })

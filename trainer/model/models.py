@@ -20,7 +20,7 @@ import threading
 import torch
 from torch import nn
 
-from trainer.model.config import ModelConfig
+from hetgmp.trainer.model.config import ModelConfig
 
 __all__ = ["WideDeep", "DeepFM", "DCN", "DCNv2", "DLRM", "build_model"]
 

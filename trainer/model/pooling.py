@@ -40,7 +40,7 @@ class Bags:
 
     @classmethod
     def of(cls, schema: Any) -> Bags:
-        """The bags of a :class:`streaming.Schema` (its sparse fields' settings)."""
+        """The bags of a :class:`hetgmp.streaming.Schema` (its sparse fields' settings)."""
         fields = schema.sparse_fields
         return cls(mean=tuple(f.pooling == "mean" for f in fields),
                    jagged=bool(schema.multi_valued),

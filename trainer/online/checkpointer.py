@@ -1,4 +1,4 @@
-"""Checkpoint, then commit: the loop's side of :mod:`trainer.checkpoint` (invariant 5).
+"""Checkpoint, then commit: the loop's side of :mod:`hetgmp.trainer.checkpoint` (invariant 5).
 
 A checkpoint is taken when ``--checkpoint-interval`` has passed (records or seconds), at the
 end of a run and on SIGTERM. Pending replica updates are pushed first, so the owners' rows hold
@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from runtime import Clock
-from trainer import checkpoint as ckpt
-from trainer.dist import Comm
-from trainer.online.config import Interval
-from trainer.online.observe import Observer
-from trainer.online.publisher import Publisher
-from trainer.online.stats import LoopStats
-from trainer.sources import Source
-from trainer.step import Trainer
+from hetgmp.runtime import Clock
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.online.config import Interval
+from hetgmp.trainer.online.observe import Observer
+from hetgmp.trainer.online.publisher import Publisher
+from hetgmp.trainer.online.stats import LoopStats
+from hetgmp.trainer.sources import Source
+from hetgmp.trainer.step import Trainer
 
 __all__ = ["Checkpointer", "check_compatible", "restore"]
 

@@ -23,7 +23,7 @@ It held every rank's window words, samples, rows and append time until the scale
 showed what that cost: ``4 * world`` values gathered by every rank made its bytes grow as the
 square of the ranks (70 B a sample at 32 ranks, as much as the placement broadcast). The
 imbalance and the newest time need a maximum, not every value; the window words only rank 0
-needs, and :class:`~trainer.online.window.WindowFeed` sends them to it.
+needs, and :class:`~hetgmp.trainer.online.window.WindowFeed` sends them to it.
 
 :func:`encode` and :func:`decode` are pure; :func:`agree` is the collective.
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.dist import Comm
+from hetgmp.trainer.dist import Comm
 
 __all__ = ["Control", "Proposal", "agree", "combine", "decode", "encode", "width"]
 
@@ -63,7 +63,7 @@ class Proposal:
         hash_rows: Rows its batch of the previous step fetches under the hash placement (those
             it uses and does not own by hash), for ``--placement auto``.
         behind: Its source had records it had not handed out after the previous step (read
-            ahead, or unread on the broker): :meth:`trainer.sources.Source.caught_up`.
+            ahead, or unread on the broker): :meth:`hetgmp.trainer.sources.Source.caught_up`.
         window: int64 words of window samples it sends to rank 0 at the next exchange.
         rows_owned: Rows it owns.
         newest_ms: Newest Kafka append time among the records it read in the previous step

@@ -1,13 +1,13 @@
 """The online loop: the placement follows the stream while training goes on.
 
-:class:`OnlineLoop` runs on every rank around the training steps of :func:`trainer.run.run_rank`
+:class:`OnlineLoop` runs on every rank around the training steps of :func:`hetgmp.trainer.run.run_rank`
 and orchestrates its parts (:class:`LoopParts`, built by :func:`build_parts`), one concern each:
 
-* the control vector (:mod:`trainer.online.control`): before each step one all-reduce decides,
+* the control vector (:mod:`hetgmp.trainer.online.control`): before each step one all-reduce decides,
   for every rank at once, whether to stop, repartition, switch placement, publish or checkpoint;
 * the record budget (:class:`RecordBudget`, ``--max-records``);
 * the window feed (:class:`WindowFeed`): every sample trained reaches rank 0's partitioner;
-* the placement source (:mod:`trainer.online.placements`): placements computed from the stream
+* the placement source (:mod:`hetgmp.trainer.online.placements`): placements computed from the stream
   (rank 0's repartitioner, ``--placement auto``'s choice) or a fixed schedule;
 * the migration driver (:class:`MigrationDriver`): the new placement is broadcast, and rows move
   to their new owners one chunk between two steps;
@@ -30,26 +30,26 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import PartitionConfig, Placement
-from runtime import Clock
-from streaming import ClickBatch
-from trainer import checkpoint as ckpt
-from trainer.dist import EMBEDDING_KINDS, KINDS, Comm, StepCounters
-from trainer.online.auto import AutoPlacement
-from trainer.online.budget import RecordBudget
-from trainer.online.checkpointer import Checkpointer
-from trainer.online.config import OnlineConfig
-from trainer.online.control import Control, Proposal, agree
-from trainer.online.migration import MigrationDriver
-from trainer.online.observe import Observer
-from trainer.online.placements import FixedSchedule, PlacementSource, StreamPlacements
-from trainer.online.publisher import Publisher
-from trainer.online.repartition import Repartitioner
-from trainer.online.stats import LoopStats, StepRecord
-from trainer.online.window import WindowFeed
-from trainer.serving import DeltaSink
-from trainer.sources import Source
-from trainer.step import TrainConfig, Trainer
+from hetgmp.partitioner import PartitionConfig, Placement
+from hetgmp.runtime import Clock
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import EMBEDDING_KINDS, KINDS, Comm, StepCounters
+from hetgmp.trainer.online.auto import AutoPlacement
+from hetgmp.trainer.online.budget import RecordBudget
+from hetgmp.trainer.online.checkpointer import Checkpointer
+from hetgmp.trainer.online.config import OnlineConfig
+from hetgmp.trainer.online.control import Control, Proposal, agree
+from hetgmp.trainer.online.migration import MigrationDriver
+from hetgmp.trainer.online.observe import Observer
+from hetgmp.trainer.online.placements import FixedSchedule, PlacementSource, StreamPlacements
+from hetgmp.trainer.online.publisher import Publisher
+from hetgmp.trainer.online.repartition import Repartitioner
+from hetgmp.trainer.online.stats import LoopStats, StepRecord
+from hetgmp.trainer.online.window import WindowFeed
+from hetgmp.trainer.serving import DeltaSink
+from hetgmp.trainer.sources import Source
+from hetgmp.trainer.step import TrainConfig, Trainer
 
 __all__ = ["Diverged", "LoopParts", "OnlineLoop", "build_parts"]
 
@@ -107,7 +107,7 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
         clock: Time source.
         stack: Where the parts that hold resources are entered.
         seed: Seed of the partitioner and of the window sampling.
-        metrics: The rank's :class:`trainer.run.metrics.TrainerMetrics`, or None.
+        metrics: The rank's :class:`hetgmp.trainer.run.metrics.TrainerMetrics`, or None.
         observers: What sees the run from outside (told of migration chunks and checkpoints).
         schedule: A fixed placement schedule, ``(step, placement)`` pairs: the placement source
             instead of the stream.
@@ -175,7 +175,7 @@ class OnlineLoop:
         parts: The loop's parts (:func:`build_parts`).
         config: Online-loop settings.
         clock: Time source.
-        metrics: The rank's :class:`trainer.run.metrics.TrainerMetrics`, or None.
+        metrics: The rank's :class:`hetgmp.trainer.run.metrics.TrainerMetrics`, or None.
         fresh_start: Not resumed from a checkpoint (a first checkpoint comes with the first
             publish under ``--checkpoint-interval auto``).
     """

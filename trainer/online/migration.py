@@ -1,7 +1,7 @@
 """The migration driver: a new placement arrives, rows move to their owners a chunk at a time.
 
 When rank 0's partitioner is done, :meth:`MigrationDriver.receive` broadcasts what changed
-from the last placement every rank holds (a :class:`~partitioner.MigrationPlan` without its
+from the last placement every rank holds (a :class:`~hetgmp.partitioner.MigrationPlan` without its
 row moves: the explicit entries assigned and released, the replicas added and dropped), and
 every rank applies it: the bytes follow what a pass changed, not the table's size. The
 difference travels as int64 words (:func:`plan_words`) by :func:`relay_broadcast`: rank 0
@@ -9,9 +9,9 @@ hands every rank a slice, then every rank hands its slice to every other, so tha
 sends about two copies rather than one to every rank (at 32 ranks it had sent 31 copies and
 moved 2.8x the mean rank's bytes, :mod:`bench.scale`). Every rank
 pushes its pending replica updates, switches to the new replica sets and starts a
-:class:`~trainer.embedding.Migration`. Then one chunk of at most ``--migration-chunk-bytes``
-moves between two steps (:func:`~trainer.embedding.move_chunk`) until every row has its new
-owner (invariants 1 and 4: see :mod:`trainer.embedding.migrate`).
+:class:`~hetgmp.trainer.embedding.Migration`. Then one chunk of at most ``--migration-chunk-bytes``
+moves between two steps (:func:`~hetgmp.trainer.embedding.move_chunk`) until every row has its new
+owner (invariants 1 and 4: see :mod:`hetgmp.trainer.embedding.migrate`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import MigrationPlan, Placement, plan_diff
-from runtime import Clock
-from trainer.dist import Comm
-from trainer.embedding import Migration, move_chunk, row_bytes
-from trainer.online.observe import Observer
-from trainer.online.repartition import PlacementResult
-from trainer.online.stats import LoopStats
-from trainer.step import Trainer
+from hetgmp.partitioner import MigrationPlan, Placement, plan_diff
+from hetgmp.runtime import Clock
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.embedding import Migration, move_chunk, row_bytes
+from hetgmp.trainer.online.observe import Observer
+from hetgmp.trainer.online.repartition import PlacementResult
+from hetgmp.trainer.online.stats import LoopStats
+from hetgmp.trainer.step import Trainer
 
 __all__ = ["MigrationDriver"]
 

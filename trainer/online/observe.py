@@ -3,12 +3,12 @@
 A run calls its observers at fixed points, on every rank: once it starts, after every trained
 step, after every migration chunk, once a checkpoint's rows are written (before its manifest),
 and at its end, where each returns plain data that travels back with the rank's result
-(:attr:`trainer.run.job.RankResult.observed`). Production code never asks what they are: a crash
+(:attr:`hetgmp.trainer.run.job.RankResult.observed`). Production code never asks what they are: a crash
 test's fault is an observer that kills its rank at a chosen point, the chaos benchmark's ledger
 one that appends each step's records to a file, an exactness test's model one that returns the
-rank's rows at the end (:mod:`trainer.testing` holds them).
+rank's rows at the end (:mod:`hetgmp.trainer.testing` holds them).
 
-A job names its observers as factories (:attr:`trainer.run.job.Job.observers`): each rank builds its
+A job names its observers as factories (:attr:`hetgmp.trainer.run.job.Job.observers`): each rank builds its
 own (a spawned rank unpickles the factory; ranks that are threads share nothing).
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from streaming import ClickBatch
-    from trainer.dist import Comm, StepCounters
-    from trainer.step import Trainer
+    from hetgmp.streaming import ClickBatch
+    from hetgmp.trainer.dist import Comm, StepCounters
+    from hetgmp.trainer.step import Trainer
 
 __all__ = ["Observer", "ObserverFactory", "Observers", "RunView"]
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import (
+from hetgmp.partitioner import (
     IncrementalPartitioner,
     PartitionConfig,
     PassReport,
     Placement,
     WindowGraph,
 )
-from streaming import AccessWindow, WindowConfig
+from hetgmp.streaming import AccessWindow, WindowConfig
 
 __all__ = ["PartitionerProcess"]
 

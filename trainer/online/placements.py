@@ -1,14 +1,14 @@
 """Where the placements a run moves to come from: the loop's placement source.
 
-The online loop (:mod:`trainer.online.loop`) asks its source, at fixed points that every rank
+The online loop (:mod:`hetgmp.trainer.online.loop`) asks its source, at fixed points that every rank
 reaches together, what to propose in the control round, what to make of the round's sums, and
 what to do between two steps; the migration driver then moves the rows. Two sources:
 
 * :class:`StreamPlacements`: placements computed from the stream. Rank 0's repartitioner
-  (:class:`~trainer.online.repartition.Repartitioner`) decides when a placement is due (an
+  (:class:`~hetgmp.trainer.online.repartition.Repartitioner`) decides when a placement is due (an
   interval, drift, the cold start) and computes it in the partitioner process beside training,
-  fed by the window (:class:`~trainer.online.window.WindowFeed`); with ``--placement auto``
-  (:class:`~trainer.online.auto.AutoPlacement`) a graph placement is kept only while the bytes
+  fed by the window (:class:`~hetgmp.trainer.online.window.WindowFeed`); with ``--placement auto``
+  (:class:`~hetgmp.trainer.online.auto.AutoPlacement`) a graph placement is kept only while the bytes
   the ranks send say it pays, and hash comes back otherwise.
 * :class:`FixedSchedule`: the placements of a given schedule, at its steps (tests, experiments).
 """
@@ -20,17 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import Placement, default_owner
-from runtime import Clock
-from streaming import ClickBatch
-from trainer.dist import StepCounters
-from trainer.online.auto import AutoPlacement
-from trainer.online.control import Control
-from trainer.online.migration import MigrationDriver
-from trainer.online.repartition import Repartitioner
-from trainer.online.stats import LoopStats
-from trainer.online.window import WindowFeed
-from trainer.step import Trainer
+from hetgmp.partitioner import Placement, default_owner
+from hetgmp.runtime import Clock
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer.dist import StepCounters
+from hetgmp.trainer.online.auto import AutoPlacement
+from hetgmp.trainer.online.control import Control
+from hetgmp.trainer.online.migration import MigrationDriver
+from hetgmp.trainer.online.repartition import Repartitioner
+from hetgmp.trainer.online.stats import LoopStats
+from hetgmp.trainer.online.window import WindowFeed
+from hetgmp.trainer.step import Trainer
 
 __all__ = ["FixedSchedule", "PlacementSource", "StreamPlacements"]
 

@@ -1,10 +1,10 @@
-"""Publish the model's changes to the delta log: the loop's side of :mod:`trainer.serving`.
+"""Publish the model's changes to the delta log: the loop's side of :mod:`hetgmp.trainer.serving`.
 
 Every ``--publish-interval`` (rank 0's clock decides, the control vector tells every rank) each
 rank sends, between two steps: tombstones for the rows it evicted, the rows it owns that changed
 since its last publish (:meth:`EmbeddingStore.changes`: once each), rank 0 the dense parameters
 when a step changed them, and a mark that closes the publish (format:
-:mod:`trainer.serving.deltas`). Sends are asynchronous; what the broker refused is sent again
+:mod:`hetgmp.trainer.serving.deltas`). Sends are asynchronous; what the broker refused is sent again
 at the next publish.
 
 Versions. The publish count runs on over the whole job (a resumed run continues from its
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import Clock
-from trainer import checkpoint as ckpt
-from trainer.dist import Comm
-from trainer.serving import (
+from hetgmp.runtime import Clock
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.serving import (
     DeltaSink,
     Publish,
     dense_messages,
@@ -45,7 +45,7 @@ from trainer.serving import (
     rows_per_message,
     tombstone_messages,
 )
-from trainer.step import Trainer
+from hetgmp.trainer.step import Trainer
 
 __all__ = ["GENERATION_FILE", "PublishStats", "Publisher", "next_generation"]
 

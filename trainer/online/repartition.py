@@ -21,10 +21,10 @@ from types import TracebackType
 
 import numpy as np
 
-from partitioner import PartitionConfig, PassReport, Placement
-from trainer.online.config import Interval
-from trainer.online.drift import DriftDetector
-from trainer.online.partition_process import PartitionerProcess
+from hetgmp.partitioner import PartitionConfig, PassReport, Placement
+from hetgmp.trainer.online.config import Interval
+from hetgmp.trainer.online.drift import DriftDetector
+from hetgmp.trainer.online.partition_process import PartitionerProcess
 
 __all__ = ["PlacementResult", "Repartitioner"]
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from streaming import ClickBatch
-from trainer.dist import Comm
-from trainer.step import as_words, compact_ids, expand_ids, from_words
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.step import as_words, compact_ids, expand_ids, from_words
 
 __all__ = ["WindowFeed", "pack", "unpack"]
 
@@ -29,7 +29,7 @@ Csr = tuple[np.ndarray, np.ndarray]
 def pack(samples: Csr, fields: int) -> np.ndarray:
     """Samples as one int64 message: ``n``, ``fields`` when every sample has that many ids
     (else -1), each sample's id count (uint32, only with -1), then the ids compact (the
-    distinct ones and 16-bit positions among them: :func:`trainer.step.compact_ids`). An
+    distinct ones and 16-bit positions among them: :func:`hetgmp.trainer.step.compact_ids`). An
     empty batch is an empty message."""
     indptr, ids = samples
     n = indptr.size - 1

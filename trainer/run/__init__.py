@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime import lazy_exports
+from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.run.job import Job, RankResult
-    from trainer.run.metrics import check_metrics_port
-    from trainer.run.placement import graph_placement
-    from trainer.run.rank import gather_totals, run_jobs, run_rank
-    from trainer.run.resources import check_resources
+    from hetgmp.trainer.run.job import Job, RankResult
+    from hetgmp.trainer.run.metrics import check_metrics_port
+    from hetgmp.trainer.run.placement import graph_placement
+    from hetgmp.trainer.run.rank import gather_totals, run_jobs, run_rank
+    from hetgmp.trainer.run.resources import check_resources
 
 __all__ = [
     "Job",
@@ -28,12 +28,12 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "Job": "trainer.run.job",
-    "RankResult": "trainer.run.job",
-    "check_metrics_port": "trainer.run.metrics",
-    "check_resources": "trainer.run.resources",
-    "gather_totals": "trainer.run.rank",
-    "graph_placement": "trainer.run.placement",
-    "run_jobs": "trainer.run.rank",
-    "run_rank": "trainer.run.rank",
+    "Job": "hetgmp.trainer.run.job",
+    "RankResult": "hetgmp.trainer.run.job",
+    "check_metrics_port": "hetgmp.trainer.run.metrics",
+    "check_resources": "hetgmp.trainer.run.resources",
+    "gather_totals": "hetgmp.trainer.run.rank",
+    "graph_placement": "hetgmp.trainer.run.placement",
+    "run_jobs": "hetgmp.trainer.run.rank",
+    "run_rank": "hetgmp.trainer.run.rank",
 })

@@ -13,10 +13,10 @@ import math
 import numpy as np
 import torch
 
-from streaming import ClickBatch, Schema, auc
-from trainer.dist import Comm
-from trainer.sources import SyntheticShard, SyntheticSpec
-from trainer.step import Trainer
+from hetgmp.streaming import ClickBatch, Schema, auc
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.sources import SyntheticShard, SyntheticSpec
+from hetgmp.trainer.step import Trainer
 
 __all__ = ["Progressive", "score_batches", "score_heldout"]
 

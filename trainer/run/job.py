@@ -1,7 +1,7 @@
 """A training job as a value, and what each rank reports when it ends.
 
 A :class:`Job` is everything a rank needs (it is picklable: it travels to spawned ranks);
-:func:`trainer.run.run_rank` runs one rank of it and returns a :class:`RankResult`.
+:func:`hetgmp.trainer.run.run_rank` runs one rank of it and returns a :class:`RankResult`.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from partitioner import Placement
-from trainer.dist import Totals
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import ObserverFactory, OnlineConfig
-from trainer.sources import SourceSpec, SyntheticSpec
-from trainer.step import TrainConfig
+from hetgmp.partitioner import Placement
+from hetgmp.trainer.dist import Totals
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import ObserverFactory, OnlineConfig
+from hetgmp.trainer.sources import SourceSpec, SyntheticSpec
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["Job", "RankResult"]
 
@@ -49,7 +49,7 @@ class Job:
         schedule: A fixed placement schedule, ``(step, placement)`` pairs: move to these
             placements at these steps instead of computing placements from the stream.
         observers: Factories of observers that see the run from outside (tests, benchmarks:
-            :mod:`trainer.online.observe`); each rank builds its own.
+            :mod:`hetgmp.trainer.online.observe`); each rank builds its own.
     """
 
     source: SourceSpec
@@ -112,11 +112,11 @@ class RankResult:
         resumed_from: Step of the checkpoint the run resumed from (None: a fresh start).
         resumed_records: Records the checkpoint it resumed from had trained (0: a fresh start).
         sent_by_kind: Bytes every rank sent over the whole run, by purpose (the loop's
-            traffic between steps included; :data:`trainer.dist.counters.KINDS`).
+            traffic between steps included; :data:`hetgmp.trainer.dist.counters.KINDS`).
         idle_seconds: Time of the loop's steps that trained nothing on any rank (waiting for
             records, the ``idle_s`` before a Kafka source ends), part of ``seconds``.
         source: The sources' own counts, summed over ranks (a Kafka source: how its
-            event-time order went, :meth:`trainer.sources.KafkaShard.report`).
+            event-time order went, :meth:`hetgmp.trainer.sources.KafkaShard.report`).
         observed: What the job's observers reported at the end (plain data, by key).
     """
 

@@ -12,7 +12,7 @@ Counters (each sample name ends in ``_total``):
     ``hetgmp_replica_pushes_total``, ``hetgmp_remote_rows_total`` (rows fetched from owners without
     a local copy), ``hetgmp_rows_served_total`` (rows sent as owner),
     ``hetgmp_exchanged_bytes_total{direction="sent"|"received", kind}`` (kinds:
-    :data:`trainer.dist.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
+    :data:`hetgmp.trainer.dist.counters.KINDS`), ``hetgmp_collective_seconds_total{kind}`` (wall time inside
     the collectives of each kind, waiting for peers included; on CUDA the host's time in the
     call, which torch documents as returning before the NCCL operation has finished on the
     device, so there the wait falls in whatever next reads the result on the host),
@@ -54,7 +54,7 @@ The histograms are filled with whole arrays (a step can read 100k replicas): eac
 bucket counts, so a step costs one ``numpy`` pass, not one ``observe()`` per value.
 
 Consumer metrics (records consumed, decode errors by reason, dead letters, offsets) come from
-:class:`streaming.metrics.ConsumerCollector`; register it on the same registry with
+:class:`hetgmp.streaming.metrics.ConsumerCollector`; register it on the same registry with
 ``labels={"rank": str(rank)}``. Consumer lag is not exported here: on the embedded Tansu broker
 ``end_offsets()`` returns the base offset of the last batch + 1, not the high watermark (FACTS.md),
 so a lag computed from it is wrong; the dashboard compares records produced and consumed instead.
@@ -77,9 +77,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from partitioner import PassReport
-from streaming import serve_metrics as serve
-from trainer.dist import KINDS, StepCounters
+from hetgmp.partitioner import PassReport
+from hetgmp.streaming import serve_metrics as serve
+from hetgmp.trainer.dist import KINDS, StepCounters
 
 __all__ = ["TrainerMetrics", "check_metrics_port", "serve_rank"]
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from partitioner import FullPartitioner, PartitionConfig, Placement, Samples, WindowGraph, as_csr
-from runtime import Clock
-from streaming import ClickBatch, SyntheticStream
-from trainer import checkpoint as ckpt
-from trainer.dist import Comm
-from trainer.run.job import Job
-from trainer.sources import Source
-from trainer.step import TrainConfig
+from hetgmp.partitioner import FullPartitioner, PartitionConfig, Placement, Samples, WindowGraph, as_csr
+from hetgmp.runtime import Clock
+from hetgmp.streaming import ClickBatch, SyntheticStream
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.run.job import Job
+from hetgmp.trainer.sources import Source
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["Start", "graph_placement", "initial_placement"]
 

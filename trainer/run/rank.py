@@ -1,13 +1,13 @@
 """What one rank of a training job does, from its source to its report.
 
-:func:`run_rank` is the function :func:`trainer.dist.launcher` runs on every rank (and the one
+:func:`run_rank` is the function :func:`hetgmp.trainer.dist.launcher` runs on every rank (and the one
 single-process training runs with a ``LocalComm``):
 
 1. find the checkpoint a resumed job starts from, and open the rank's source at its offsets;
-2. settle the first placement (:func:`trainer.run.placement.initial_placement`);
+2. settle the first placement (:func:`hetgmp.trainer.run.placement.initial_placement`);
 3. build the trainer, load the checkpoint into it, serve its metrics;
 4. step until every rank's source has ended (or ``steps``, ``--max-records``, a stop request),
-   with the :class:`~trainer.online.OnlineLoop` repartitioning, migrating rows and
+   with the :class:`~hetgmp.trainer.online.OnlineLoop` repartitioning, migrating rows and
    checkpointing around every step;
 5. push pending replica updates, score the held-out records, gather the counters.
 """
@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from runtime import Clock, SystemClock
-from streaming import ClickBatch
-from trainer import checkpoint as ckpt
-from trainer.dist import KINDS, Comm, StepCounters, Totals
-from trainer.model import Bags
-from trainer.online import (
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import KINDS, Comm, StepCounters, Totals
+from hetgmp.trainer.model import Bags
+from hetgmp.trainer.online import (
     Observer,
     Observers,
     OnlineLoop,
@@ -36,11 +36,11 @@ from trainer.online import (
     check_compatible,
     restore,
 )
-from trainer.run.evaluation import Progressive, score_batches, score_heldout
-from trainer.run.job import Job, RankResult
-from trainer.run.placement import Start, initial_placement
-from trainer.sources import KafkaSpec, Resume, Source, open_source
-from trainer.step import Trainer, scaled
+from hetgmp.trainer.run.evaluation import Progressive, score_batches, score_heldout
+from hetgmp.trainer.run.job import Job, RankResult
+from hetgmp.trainer.run.placement import Start, initial_placement
+from hetgmp.trainer.sources import KafkaSpec, Resume, Source, open_source
+from hetgmp.trainer.step import Trainer, scaled
 
 __all__ = ["gather_totals", "run_jobs", "run_rank"]
 
@@ -304,8 +304,8 @@ def open_delta_sink(job: Job, comm: Comm) -> Any:
             log.info("no model delta log without --checkpoint-dir (serving starts from a "
                      "checkpoint)")
         return None
-    from streaming import ensure_topic
-    from trainer.serving import KafkaDeltaSink, load_signer
+    from hetgmp.streaming import ensure_topic
+    from hetgmp.trainer.serving import KafkaDeltaSink, load_signer
 
     topic = online.model_topic or f"{job.source.consumer.topic}.model"
     if comm.rank == 0:  # before any other rank's metadata request could auto-create it
@@ -320,7 +320,7 @@ def _serve_metrics(job: Job, comm: Comm, source: Source) -> Any:
         return None
     from prometheus_client import CollectorRegistry
 
-    from trainer.run.metrics import TrainerMetrics, serve_rank
+    from hetgmp.trainer.run.metrics import TrainerMetrics, serve_rank
 
     registry = CollectorRegistry()
     metrics = TrainerMetrics(registry, comm.rank, job.train.staleness)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from trainer.dist import LaunchConfig
-from trainer.model import ModelConfig, build_model
-from trainer.step import TrainConfig
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.model import ModelConfig, build_model
+from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["Needs", "check_resources", "estimate", "machine_memory"]
 

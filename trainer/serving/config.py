@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from streaming.clients import resolve
+from hetgmp.streaming.clients import resolve
 
 __all__ = ['ServeConfig']
 

@@ -58,7 +58,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from streaming import ipc_message
+from hetgmp.streaming import ipc_message
 
 __all__ = ["DENSE_CHUNK", "FORMAT", "GENERATION_SHIFT", "REJECT_REASONS", "Delta", "DeltaKind",
            "Publish", "RejectReason", "Rejected", "decode", "dense_messages", "log_version",
@@ -219,7 +219,7 @@ def decode(payload: bytes | None) -> Delta:
     format, columns and their types, header ranges, sizes that agree, finite values.
 
     What depends on the model (row width, dense size, the generation it holds) is checked by
-    :meth:`trainer.serving.ServingModel.check`.
+    :meth:`hetgmp.trainer.serving.ServingModel.check`.
 
     Raises:
         Rejected: The message must not be applied; ``reason`` says why.

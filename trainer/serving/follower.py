@@ -1,6 +1,6 @@
 """Follow the delta log into a :class:`ServingModel`, from the offsets its checkpoint covers.
 
-One consumer (:func:`streaming.clients.connect_consumer`: librdkafka where installed), no group
+One consumer (:func:`hetgmp.streaming.clients.connect_consumer`: librdkafka where installed), no group
 (every serve process reads every partition, so several can follow one log), assigned the
 topic's partitions and positioned at the checkpoint's offsets (a partition the checkpoint does
 not name: from its beginning; deltas of other runs there carry another lineage and are
@@ -12,7 +12,7 @@ reached the high watermark the broker reported in a fetch (not the latest offset
 broker answers with the last batch's base offset).
 
 No message stops the follower or reaches the model unchecked (:class:`DeltaGate`): it is decoded
-and checked alone (:func:`~trainer.serving.deltas.decode`), its signature verified on a signed
+and checked alone (:func:`~hetgmp.trainer.serving.deltas.decode`), its signature verified on a signed
 log, checked against the model (:meth:`ServingModel.check`), and only then applied; a message
 refused anywhere on the way is counted by reason, logged the first time a reason is seen, and
 skipped, and the model keeps what it held.
@@ -28,12 +28,12 @@ from typing import Sequence
 
 import numpy as np
 
-from runtime import SystemClock
-from streaming import ConsumerConfig, KafkaSettings, topic_partitions
-from streaming.clients import connect_consumer
-from trainer.serving.deltas import REJECT_REASONS, Rejected, decode
-from trainer.serving.model import ServingModel
-from trainer.serving.signing import Signer
+from hetgmp.runtime import SystemClock
+from hetgmp.streaming import ConsumerConfig, KafkaSettings, topic_partitions
+from hetgmp.streaming.clients import connect_consumer
+from hetgmp.trainer.serving.deltas import REJECT_REASONS, Rejected, decode
+from hetgmp.trainer.serving.model import ServingModel
+from hetgmp.trainer.serving.signing import Signer
 
 __all__ = ["DeltaGate", "Follower", "FollowerStats", "FollowerThread"]
 

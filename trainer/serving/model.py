@@ -2,7 +2,7 @@
 
 :class:`ServingModel` is built from a checkpoint (:meth:`ServingModel.from_checkpoint`: its
 rows, dense parameters and model shape) and kept current by :meth:`ServingModel.apply`, one
-decoded delta at a time, by the version rule of :mod:`trainer.serving.deltas`: a row replaces
+decoded delta at a time, by the version rule of :mod:`hetgmp.trainer.serving.deltas`: a row replaces
 the held one when newer, a tombstone removes a held row that is older, dense parameters replace
 the held ones when newer and complete. The checkpoint's rows all count as of the checkpoint's
 last publish. Ids without a row score with their initial value, from (seed, id) as the trainer
@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from partitioner import IdIndex
-from streaming import ClickBatch
-from trainer import checkpoint as ckpt
-from trainer.embedding import initial_rows
-from trainer.model import FlatParameters, ModelConfig, build_model, pool_bags
-from trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
+from hetgmp.partitioner import IdIndex
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.embedding import initial_rows
+from hetgmp.trainer.model import FlatParameters, ModelConfig, build_model, pool_bags
+from hetgmp.trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
 
 __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
 
@@ -275,7 +275,7 @@ class ServingModel:
     def check(self, delta: Delta) -> None:
         """Refuse a delta that this model must not apply: sizes that are not the model's, or
         a generation or publish number that cannot follow what it holds. What a message can
-        be checked for alone, :func:`~trainer.serving.deltas.decode` has checked.
+        be checked for alone, :func:`~hetgmp.trainer.serving.deltas.decode` has checked.
 
         Raises:
             Rejected: ``delta`` must be skipped (nothing of it was applied).

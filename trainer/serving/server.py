@@ -46,9 +46,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from streaming import DecodeConfig, Decoder, Schema
-from trainer.serving.follower import FollowerThread
-from trainer.serving.model import ServingModel
+from hetgmp.streaming import DecodeConfig, Decoder, Schema
+from hetgmp.trainer.serving.follower import FollowerThread
+from hetgmp.trainer.serving.model import ServingModel
 
 __all__ = ["ServeMetrics", "Service", "build_app"]
 
@@ -261,7 +261,7 @@ class Service:
 
 def build_app(service: Service, max_body_bytes: int, body_timeout_s: float = 30.0) -> Any:
     """The aiohttp application of ``service`` (the header timeout is the runner's
-    ``keepalive_timeout``: :func:`trainer.app.serve`)."""
+    ``keepalive_timeout``: :func:`hetgmp.trainer.app.serve`)."""
     from aiohttp import web
 
     async def predict(request: web.Request) -> web.Response:

@@ -1,7 +1,7 @@
 """Signed delta logs: an HMAC over every message, with a key the trainer and serve share.
 
 Anyone who can write to the delta-log topic can craft a message that passes every check a
-message can be given alone (:func:`~trainer.serving.deltas.decode`): the lineage is readable in
+message can be given alone (:func:`~hetgmp.trainer.serving.deltas.decode`): the lineage is readable in
 any message of the topic. With ``--delta-key-file`` on both sides, every message carries
 ``HMAC-SHA256(key, payload)`` in its Kafka header :data:`HEADER`, and serve applies only messages
 whose signature it can verify. A replayed message is signed too, but its version is one serving
@@ -18,7 +18,7 @@ import hmac
 from pathlib import Path
 from typing import Sequence
 
-from trainer.serving.deltas import Rejected
+from hetgmp.trainer.serving.deltas import Rejected
 
 __all__ = ["HEADER", "MIN_KEY_BYTES", "Signer", "load_signer"]
 

@@ -1,5 +1,5 @@
 """Where a rank's publishes go: the delta-log topic, through the project's Kafka producer
-(:func:`streaming.clients.record_sender`: librdkafka where installed, else kafka-python).
+(:func:`hetgmp.streaming.clients.record_sender`: librdkafka where installed, else kafka-python).
 
 Sends are asynchronous (a publish costs the step loop the encoding, not a round trip); the
 broker's acknowledgements come back on the producer's thread and are counted here: the offsets
@@ -17,9 +17,9 @@ from typing import Protocol
 
 import numpy as np
 
-from streaming import KafkaSettings, topic_partitions
-from streaming.clients import SendFailed, record_sender
-from trainer.serving.signing import Signer
+from hetgmp.streaming import KafkaSettings, topic_partitions
+from hetgmp.streaming.clients import SendFailed, record_sender
+from hetgmp.trainer.serving.signing import Signer
 
 __all__ = ["DeltaSink", "Failed", "KafkaDeltaSink", "MemorySink"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from trainer.sources.base import ResetOffsets, Resume, Source
-from trainer.sources.kafka import KafkaShard, KafkaSpec
-from trainer.sources.synthetic import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
+from hetgmp.trainer.sources.base import ResetOffsets, Resume, Source
+from hetgmp.trainer.sources.kafka import KafkaShard, KafkaSpec
+from hetgmp.trainer.sources.synthetic import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
 
 __all__ = [
     "KafkaShard",

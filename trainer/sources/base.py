@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from streaming import ClickBatch, Schema
+from hetgmp.streaming import ClickBatch, Schema
 
 __all__ = ["ResetOffsets", "Resume", "Source"]
 

@@ -1,4 +1,4 @@
-"""A rank's partitions of a Kafka topic, read by :class:`streaming.ClickConsumer`.
+"""A rank's partitions of a Kafka topic, read by :class:`hetgmp.streaming.ClickConsumer`.
 
 Rank ``r`` of ``N`` reads the partitions ``p`` with ``p % N == r`` by manual assignment: a rank's
 partitions do not move, so its committed offsets match its checkpoints. It hands out up to
@@ -11,12 +11,12 @@ what a checkpoint taken now holds. Batches read ahead (the warm-up placement's) 
 until they are trained.
 
 With ``prefetch_records`` > 0 (the default) the consumer polls and decodes on a thread of its
-own (:class:`streaming.prefetch.Prefetcher`), up to that many records ahead of the trainer;
+own (:class:`hetgmp.streaming.prefetch.Prefetcher`), up to that many records ahead of the trainer;
 ``positions`` still counts only what was handed out, and every call into the consumer (commit,
 dead-letter flush) runs on that thread between two polls.
 
 Records go out in event-time order across the rank's partitions (``order="event-time"``, see
-:mod:`trainer.sources.order`): a partition that is behind its log holds back records younger
+:mod:`hetgmp.trainer.sources.order`): a partition that is behind its log holds back records younger
 than the newest one read from it (by ``max_skew_s`` at most), until it catches up, sends, or
 stays silent for ``_SILENT_S``.
 """
@@ -31,8 +31,8 @@ from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
 
-from runtime import Clock, SystemClock
-from streaming import (
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming import (
     ClickBatch,
     ClickConsumer,
     CommitError,
@@ -42,9 +42,9 @@ from streaming import (
     Prefetcher,
     topic_partitions,
 )
-from trainer.sources.base import ResetOffsets, Resume, Source
-from trainer.sources.order import EventTimeBuffer
-from trainer.sources.synthetic import shard_bounds
+from hetgmp.trainer.sources.base import ResetOffsets, Resume, Source
+from hetgmp.trainer.sources.order import EventTimeBuffer
+from hetgmp.trainer.sources.synthetic import shard_bounds
 
 __all__ = ["KafkaShard", "KafkaSpec", "message_cut"]
 
@@ -102,7 +102,7 @@ class KafkaShard(Source):
                  resume: Resume | None = None, clock: Clock | None = None,
                  stop: Callable[[], bool] | None = None) -> None:
         """Open this rank's share (``stop``: the job's stop flag, which ends a wait for an
-        unreachable broker with :class:`~streaming.ConnectStopped`)."""
+        unreachable broker with :class:`~hetgmp.streaming.ConnectStopped`)."""
         self.spec = spec
         self._clock = clock or SystemClock()
         lo, hi = shard_bounds(global_batch, rank, world)
@@ -208,7 +208,7 @@ class KafkaShard(Source):
     def collectors(self, labels: Mapping[str, str]) -> list[Any]:
         """The consumer's metrics (records, decode errors by reason, dead letters, offsets)
         and the event-time order's."""
-        from streaming import ConsumerCollector
+        from hetgmp.streaming import ConsumerCollector
 
         # Lag counts from what this rank trained, not from what it has read ahead.
         return [ConsumerCollector(self.consumer, dict(labels), positions=self.snapshot),

@@ -21,7 +21,7 @@ messages were appended, and ranks that each take their share of a global batch i
 together take the same records as one rank reading every partition. That holds across produce
 calls too (a file's first 80% and then its last 20%): each call goes on with the round robin
 where the topic ends and stamps its messages after the topic's newest one
-(:mod:`streaming.append_order`); a call that started at partition 0 again put messages of one
+(:mod:`hetgmp.streaming.append_order`); a call that started at partition 0 again put messages of one
 millisecond out of order.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Collection
 
 import numpy as np
 
-from streaming import ClickBatch, Schema
+from hetgmp.streaming import ClickBatch, Schema
 
 __all__ = ["EventTimeBuffer"]
 

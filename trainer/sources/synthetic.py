@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streaming import ClickBatch, SyntheticConfig, SyntheticStream
-from trainer.sources.base import Resume, Source
+from hetgmp.streaming import ClickBatch, SyntheticConfig, SyntheticStream
+from hetgmp.trainer.sources.base import Resume, Source
 
 __all__ = ["SyntheticShard", "SyntheticSpec", "shard_bounds", "synthetic_batch"]
 

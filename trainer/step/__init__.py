@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime import lazy_exports
+from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from trainer.step.config import Scaling, TrainConfig, scaled
-    from trainer.step.message import as_words, compact_ids, expand_ids, from_words
-    from trainer.step.route_choice import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice
-    from trainer.step.syncs import SyncCounter
-    from trainer.step.trainer import Trainer
+    from hetgmp.trainer.step.config import Scaling, TrainConfig, scaled
+    from hetgmp.trainer.step.message import as_words, compact_ids, expand_ids, from_words
+    from hetgmp.trainer.step.route_choice import AUTO_ROUNDS, ROUTE_AUTO, RouteChoice
+    from hetgmp.trainer.step.syncs import SyncCounter
+    from hetgmp.trainer.step.trainer import Trainer
 
 __all__ = [
     "AUTO_ROUNDS",
@@ -32,16 +32,16 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    "SyncCounter": "trainer.step.syncs",
-    "TrainConfig": "trainer.step.config",
-    "Scaling": "trainer.step.config",
-    "scaled": "trainer.step.config",
-    "AUTO_ROUNDS": "trainer.step.route_choice",
-    "ROUTE_AUTO": "trainer.step.route_choice",
-    "RouteChoice": "trainer.step.route_choice",
-    "Trainer": "trainer.step.trainer",
-    "as_words": "trainer.step.message",
-    "compact_ids": "trainer.step.message",
-    "expand_ids": "trainer.step.message",
-    "from_words": "trainer.step.message",
+    "SyncCounter": "hetgmp.trainer.step.syncs",
+    "TrainConfig": "hetgmp.trainer.step.config",
+    "Scaling": "hetgmp.trainer.step.config",
+    "scaled": "hetgmp.trainer.step.config",
+    "AUTO_ROUNDS": "hetgmp.trainer.step.route_choice",
+    "ROUTE_AUTO": "hetgmp.trainer.step.route_choice",
+    "RouteChoice": "hetgmp.trainer.step.route_choice",
+    "Trainer": "hetgmp.trainer.step.trainer",
+    "as_words": "hetgmp.trainer.step.message",
+    "compact_ids": "hetgmp.trainer.step.message",
+    "expand_ids": "hetgmp.trainer.step.message",
+    "from_words": "hetgmp.trainer.step.message",
 })

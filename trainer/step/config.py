@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from partitioner import ReplicaBasis, check_replica_basis
-from trainer.embedding import StoreConfig
+from hetgmp.partitioner import ReplicaBasis, check_replica_basis
+from hetgmp.trainer.embedding import StoreConfig
 
 __all__ = ['Scaling', 'TrainConfig', 'scaled']
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming import ClickBatch
+from hetgmp.streaming import ClickBatch
 
 __all__ = ["as_words", "compact_ids", "expand_ids", "from_words", "pack_ids", "pack_lists",
            "unpack_ids", "unpack_lists"]

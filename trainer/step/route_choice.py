@@ -1,6 +1,6 @@
 """``--route-rounds -1`` (the default): batch-aware routing where it pays, measured on the job.
 
-Batch-aware routing (:func:`partitioner.route_batch`) gathers the samples of a rank's batch
+Batch-aware routing (:func:`hetgmp.partitioner.route_batch`) gathers the samples of a rank's batch
 where their rows are fetched anyway. It saved 15-20 points of remote rows on a real user-item
 log and under 1% on the synthetic streams at 2 ranks, for 4-6 ms a step of host time either
 way: whether it pays is a property of the stream and of the cost of a row on the wire, so the
@@ -8,7 +8,7 @@ rank measures both on its own batches instead of guessing.
 
 * **Saving.** On a measured step the rank routes its batch both ways (``route``, then the
   rounds of moves on top, which is what ``route_batch`` does anyway) and counts the rows each
-  answer has all ranks fetch for this batch (:func:`partitioner.refine_counted` counts both on
+  answer has all ranks fetch for this batch (:func:`hetgmp.partitioner.refine_counted` counts both on
   the way). The difference is the rows batch-aware routing saves, the rounds' time its cost.
 * **Price of a row.** The step's row phases (read and write: the requests, the rows and their
   gradients, and the local reads and writes beside them) over the rows the rank did not hold
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner import Placement, Samples, refine_counted, route
+from hetgmp.partitioner import Placement, Samples, refine_counted, route
 
 __all__ = ["AUTO_ROUNDS", "ROUTE_AUTO", "RouteChoice"]
 

@@ -15,7 +15,7 @@ the counter audits the operations that *would* wait on CUDA:
 The audit sees what runs through torch's dispatcher while the counter is entered, backward
 passes included. It cannot tell a host tensor from a device one (on CPU they are the same), so
 a path audited on CPU must not take CPU-only shortcuts through the host while it is counted;
-code that does (:class:`~trainer.embedding.EmbeddingStore`'s numpy initialiser) has a
+code that does (:class:`~hetgmp.trainer.embedding.EmbeddingStore`'s numpy initialiser) has a
 switch for it. For the same reason it misses copies *to* the device: on CUDA a copy from
 pageable host memory waits (``trainer.step.trainer.to_device`` pins the step's inputs so that it does
 not), on a CPU it is no copy at all. The CUDA count settles both.

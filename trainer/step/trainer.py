@@ -1,8 +1,8 @@
 """One rank's training step: route samples, read rows, forward/backward, write rows, average dense.
 
 :class:`Trainer` is the same object in single-process training (with
-:class:`~trainer.dist.comm.LocalComm`) and in every rank of a job (with
-:class:`~trainer.dist.comm.DistComm`); only the placement and the communicator differ. That is what
+:class:`~hetgmp.trainer.dist.comm.LocalComm`) and in every rank of a job (with
+:class:`~hetgmp.trainer.dist.comm.DistComm`); only the placement and the communicator differ. That is what
 makes invariant 3 testable: with ``s = 0``, N ranks compute what one process computes on the
 same global batches, up to float summation order.
 
@@ -30,15 +30,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from partitioner import Placement, capacity
-from runtime import Clock, SystemClock
-from streaming import ClickBatch
-from trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
-from trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreConfig, unique_padded
-from trainer.model import Bags, DenseOptimizer, FlatParameters, ModelConfig, build_model, pool_bags
-from trainer.step.config import TrainConfig, scaled
-from trainer.step.message import pack_ids, pack_lists, unpack_ids, unpack_lists
-from trainer.step.route_choice import RouteChoice
+from hetgmp.partitioner import Placement, capacity
+from hetgmp.runtime import Clock, SystemClock
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
+from hetgmp.trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreConfig, unique_padded
+from hetgmp.trainer.model import Bags, DenseOptimizer, FlatParameters, ModelConfig, build_model, pool_bags
+from hetgmp.trainer.step.config import TrainConfig, scaled
+from hetgmp.trainer.step.message import pack_ids, pack_lists, unpack_ids, unpack_lists
+from hetgmp.trainer.step.route_choice import RouteChoice
 
 __all__ = ["Trainer", "ModelState"]
 
@@ -181,7 +181,7 @@ class Trainer:
 
         Every rank calls it once per step (a rank with nothing to train passes an empty batch).
         The batch's ids go to the device once; they are deduplicated and their rows read and
-        updated there (:class:`~trainer.embedding.RowExchange`): the host waits for the
+        updated there (:class:`~hetgmp.trainer.embedding.RowExchange`): the host waits for the
         device once a step at one rank, twice at more. The step's loss is read back with the
         next step's first wait, so a step's counters carry the loss of the step before.
 
@@ -270,7 +270,7 @@ class Trainer:
                   inverse: torch.Tensor, by_row: tuple[torch.Tensor, torch.Tensor]
                   ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor | None, ...]]:
         """Forward and backward on the batch's rows (``values[inverse]``; ``by_row``: the
-        deduplication's order and rank, see :func:`~trainer.model.pool_bags`): (summed loss,
+        deduplication's order and rank, see :func:`~hetgmp.trainer.model.pool_bags`): (summed loss,
         each distinct row's gradient, the dense parameters' gradients)."""
         if local.one_value:
             # The batch's rows are the leaf: its gradient is each row's gradient summed over
@@ -304,7 +304,7 @@ class Trainer:
              by_row: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The model's input ``[B, S, R]`` from the batch's looked-up rows: ``[nnz, R]`` in the
         order of ``batch.values``, or with ``index`` (the row of each value; ``by_row``: it
-        sorted, see :func:`~trainer.model.pool_bags`) its distinct rows; each (sample,
+        sorted, see :func:`~hetgmp.trainer.model.pool_bags`) its distinct rows; each (sample,
         field)'s bag pooled; a one-value batch's rows as they are."""
         if batch.one_value:
             picked = rows if index is None else rows.index_select(0, index)
@@ -492,7 +492,7 @@ class Trainer:
         """Route and read by ``placement``'s owners from the next step on.
 
         The store must already hold the rows ``placement`` gives this rank (see
-        :mod:`trainer.embedding.migrate`); replica sets are changed by :meth:`replace_replicas`.
+        :mod:`hetgmp.trainer.embedding.migrate`); replica sets are changed by :meth:`replace_replicas`.
         """
         if placement.num_workers != self.comm.world:
             raise ValueError(f"placement for {placement.num_workers} ranks, job has "

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.app.cli import main as cli
-from trainer.checkpoint import latest
-from trainer.online.stats import LoopStats
+from hetgmp.trainer.app.cli import main as cli
+from hetgmp.trainer.checkpoint import latest
+from hetgmp.trainer.online.stats import LoopStats
 
 SMALL = ["--device", "cpu", "--embed-dim", "8", "--hidden", "16", "--log-every", "0",
          "--threads", "1", "--timeout-s", "120", "--workers", "1", "--heldout", "2000"]
@@ -58,7 +58,7 @@ def test_the_batch_fill_is_each_records_wait_for_the_newest_of_its_batch() -> No
 
 
 def test_the_printed_line_says_what_the_batch_costs_of_freshness_when_known() -> None:
-    from trainer.app.train import _fill_phrase
+    from hetgmp.trainer.app.train import _fill_phrase
 
     known = {"freshness_p50_s": 2.5, "batch_fill_p50_s": 1.5, "batch_fill_p99_s": 3.0}
     assert _fill_phrase(known) == ("; freshness p50 2.50 s, of which waiting for the batch to "

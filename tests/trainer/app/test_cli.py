@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from runtime import add_flags, build, redact
-from streaming.kafka import KafkaSettings
-from trainer.app.cli import build_parser, main
+from hetgmp.runtime import add_flags, build, redact
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.trainer.app.cli import build_parser, main
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -19,7 +19,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
 
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "trainer.app.cli", *args],
+        [sys.executable, "-m", "hetgmp.trainer.app.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -217,8 +217,8 @@ def test_every_printed_form_of_a_secret_is_masked(secret: str) -> None:
     import logging
     from urllib.parse import quote_plus
 
-    from runtime import register_secret
-    from runtime.logs import RedactingFormatter
+    from hetgmp.runtime import register_secret
+    from hetgmp.runtime.logs import RedactingFormatter
 
     register_secret(secret)
     printed = [repr(secret), repr(secret.encode()), json.dumps(secret), quote_plus(secret),
@@ -235,8 +235,8 @@ def test_every_printed_form_of_a_secret_is_masked(secret: str) -> None:
 def test_the_formatter_masks_secrets_in_arguments_and_tracebacks():
     import logging
 
-    from runtime import register_secret
-    from runtime.logs import RedactingFormatter
+    from hetgmp.runtime import register_secret
+    from hetgmp.runtime.logs import RedactingFormatter
 
     register_secret("s3cr3t-value")
     try:
@@ -269,9 +269,9 @@ def test_broker_port_0_picks_a_free_port_and_prints_it():
     import re
     import signal
 
-    from streaming.broker import kafka_ready
+    from hetgmp.streaming.broker import kafka_ready
 
-    proc = subprocess.Popen([sys.executable, "-m", "trainer.app.cli", "broker", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "hetgmp.trainer.app.cli", "broker", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 def test_short_demo_finishes_and_its_report_draws_every_chart(tmp_path):
     started = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "trainer.app.cli", "--log-level", "WARNING", "demo",
+        [sys.executable, "-m", "hetgmp.trainer.app.cli", "--log-level", "WARNING", "demo",
          "--duration-s", "30", "--warmup", "8000", "--repartition-interval", "12000",
          "--window", "30000", "--checkpoint-interval", "20000", "--metrics-port", "19300",
          "--report-dir", str(tmp_path), "--no-live", "--device", "cpu"],

@@ -7,10 +7,10 @@ import io
 import numpy as np
 import pytest
 
-from trainer.app.demo import DemoConfig, _backend
-from trainer.app.report import rates, ratios
-from trainer.app.scrape import Timeline, combine
-from trainer.app.view import LiveView
+from hetgmp.trainer.app.demo import DemoConfig, _backend
+from hetgmp.trainer.app.report import rates, ratios
+from hetgmp.trainer.app.scrape import Timeline, combine
+from hetgmp.trainer.app.view import LiveView
 
 
 def scraped(trained: float, loss_sum: float, gauge: float, migrating: float = 0.0) -> dict:

@@ -12,9 +12,9 @@ import sys
 import pytest
 from kafka import KafkaProducer
 
-from streaming.kafka import KafkaSettings, ensure_topic
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
+from hetgmp.streaming.kafka import KafkaSettings, ensure_topic
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
 
 pytestmark = pytest.mark.broker
 
@@ -24,7 +24,7 @@ TRAIN = ["--device", "cpu", "--embed-dim", "8", "--hidden", "16", "--global-batc
 
 
 def hetgmp(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer.app.cli", *argv],
+    return subprocess.run([sys.executable, "-m", "hetgmp.trainer.app.cli", *argv],
                           capture_output=True, text=True, timeout=240)
 
 
@@ -86,8 +86,8 @@ def test_malformed_records_before_good_ones_are_dead_lettered_and_the_run_goes_o
 
 
 def produce_arrow_bytes() -> bytes:
-    from streaming.arrow import encode_arrow
-    from streaming.synthetic import SyntheticStream
+    from hetgmp.streaming.arrow import encode_arrow
+    from hetgmp.streaming.synthetic import SyntheticStream
 
     stream = SyntheticStream(SyntheticConfig(seed=9))
     block = stream.take(0, 4)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from browser import chart_ink
 
-from trainer.app.report import Chart, Series, write_report
+from hetgmp.trainer.app.report import Chart, Series, write_report
 
 
 @pytest.mark.slow

@@ -37,13 +37,18 @@ def _command(name: str, schema: str, tmp_path: Path) -> list[str]:
             "--schema", schema]
 
 
-@pytest.mark.parametrize("bad", sorted(BAD))
-@pytest.mark.parametrize("command", ["consume", "train", "serve", "produce"])
+# Each case starts the command (1.5-2 s an interpreter): two in the fast lane, the rest slow.
+FAST = {("consume", "pooling"), ("train", "nested")}
+
+
+@pytest.mark.parametrize(("command", "bad"), [
+    pytest.param(c, b, marks=() if (c, b) in FAST else (pytest.mark.slow,), id=f"{c}-{b}")
+    for c in ("consume", "train", "serve", "produce") for b in sorted(BAD)])
 def test_a_bad_schema_file_is_one_line_and_exit_2(tmp_path: Path, command: str, bad: str) -> None:
     text, said = BAD[bad]
     schema = tmp_path / "schema.toml"
     schema.write_text(text)
-    r = subprocess.run([sys.executable, "-m", "trainer.app.cli",
+    r = subprocess.run([sys.executable, "-m", "hetgmp.trainer.app.cli",
                         *_command(command, str(schema), tmp_path)],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 2, r.stderr[-3000:]

@@ -28,6 +28,9 @@ COMMANDS = {
                       "--device", "cpu", "--workers", "2"],
 }
 
+# Each case starts a command and waits for it to stop: the slow lane.
+pytestmark = pytest.mark.slow
+
 
 def closed_port() -> str:
     """A loopback address nothing listens on."""
@@ -39,7 +42,7 @@ def closed_port() -> str:
 def stop_while_retrying(argv: list[str], sig: signal.Signals) -> tuple[int | None, float, str]:
     """Start ``hetgmp ARGV``, wait until it retries the broker, send ``sig`` once: the exit
     status (None: still running after the bound, then killed), seconds to exit, stderr."""
-    proc = subprocess.Popen([sys.executable, "-m", "trainer.app.cli", *argv],
+    proc = subprocess.Popen([sys.executable, "-m", "hetgmp.trainer.app.cli", *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines: list[str] = []

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
-from trainer.app.cli import main as cli
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.app.cli import main as cli
 
 
 def main(argv: list[str]) -> int:
@@ -124,7 +124,7 @@ def test_the_summary_counts_records_read_rejected_and_dead_lettered(
 
 
 def test_the_read_counts_of_the_ranks_become_the_summarys_fields_and_its_phrase() -> None:
-    from trainer.app.train import _read_phrase, _records_read
+    from hetgmp.trainer.app.train import _read_phrase, _records_read
 
     summed = {"order_holds": 2, "records_read": 990, "messages_read": 70, "dead_lettered": 12,
               "rejected.bad_label": 2, "rejected.too_many_values": 10, "truncated.hist": 7}
@@ -249,11 +249,11 @@ def test_sigterm_finishes_the_step_checkpoints_commits_and_exits_0(kafka: KafkaS
     import sys
     import time
 
-    from trainer import checkpoint as ckpt
+    from hetgmp.trainer import checkpoint as ckpt
 
     topic, group = unique("sigterm"), unique("sigterm-group")
     produce(kafka, ProduceConfig(topic=topic, count=40_000, partitions=2), SyntheticConfig(seed=4))
-    argv = [sys.executable, "-m", "trainer.app.cli", "train", "--workers", "2", "--source", "kafka",
+    argv = [sys.executable, "-m", "hetgmp.trainer.app.cli", "train", "--workers", "2", "--source", "kafka",
             "--records", "0", "--idle-s", "300", "--bootstrap-servers", kafka.bootstrap_servers,
             "--consumer-topic", topic, "--consumer-group-id", group, "--warmup", "4000",
             "--repartition-interval", "8000", "--checkpoint-dir", str(tmp_path),
@@ -358,8 +358,7 @@ def test_bad_settings_are_usage_errors_before_any_rank_starts(
 def test_bad_demo_settings_are_usage_errors_before_the_broker_starts(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str],
         message: str) -> None:
-    import trainer.app.demo as demo
-
+    import hetgmp.trainer.app.demo as demo
     monkeypatch.setattr(demo, "run_demo", lambda *a: pytest.fail("the demo started"))
     assert demo_main(argv) == 2
     assert message in capsys.readouterr().err

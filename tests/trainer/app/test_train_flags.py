@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from trainer.app.cli import build_parser
-from trainer.app.train import add_train_flags
+from hetgmp.trainer.app.cli import build_parser
+from hetgmp.trainer.app.train import add_train_flags
 
 
 def _train_args(*argv: str) -> argparse.Namespace:
@@ -45,14 +45,14 @@ def test_source_and_metrics_flags_take_their_environment_variables(
     assert args.eval_window == 123 and args.source == "kafka" and args.metrics_linger_s == 2.5
     assert args.heldout_after == "2026-12-02T03:00:00Z"
     assert _train_args("--eval-window", "7").eval_window == 7  # the command line still wins
-    from trainer.app.train import _job
+    from hetgmp.trainer.app.train import _job
 
     job, _ = _job(args)
     assert job.heldout_after_ms == 1_796_180_400_000 and job.progressive == 123
 
 
 def test_records_default_is_per_source_and_help_says_so(capsys) -> None:
-    from trainer.app.train import _job
+    from hetgmp.trainer.app.train import _job
 
     kafka, _ = _job(_train_args("--source", "kafka"))
     assert kafka.run_records == 0  # until the topic stays idle, not 200,000
@@ -65,7 +65,7 @@ def test_records_default_is_per_source_and_help_says_so(capsys) -> None:
 
 
 def test_an_unreadable_heldout_after_is_a_usage_error(capsys) -> None:
-    from trainer.app.cli import main
+    from hetgmp.trainer.app.cli import main
 
     try:
         code = main(["train", "--source", "kafka", "--heldout-after", "tomorrow"])
@@ -77,7 +77,7 @@ def test_an_unreadable_heldout_after_is_a_usage_error(capsys) -> None:
 
 
 def test_the_summary_line_says_when_the_progressive_auc_is_in_sample() -> None:
-    from trainer.app.train import auc_phrase
+    from hetgmp.trainer.app.train import auc_phrase
 
     base = {"heldout_auc": None, "progressive_auc": 0.71234, "eval_window": 2000,
             "progressive_in_sample": False}

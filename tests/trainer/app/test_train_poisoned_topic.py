@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from streaming.kafka import KafkaSettings, ensure_topic
+from hetgmp.streaming.kafka import KafkaSettings, ensure_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed]
 
@@ -92,7 +92,7 @@ def _produce(kafka: KafkaSettings, topic: str) -> tuple[int, int]:
 
 
 def _train(*argv: str) -> dict[str, object]:
-    r = subprocess.run([sys.executable, "-m", "trainer.app.cli", "train", *argv],
+    r = subprocess.run([sys.executable, "-m", "hetgmp.trainer.app.cli", "train", *argv],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])

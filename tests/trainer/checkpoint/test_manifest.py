@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from exact_jobs import EXACT, SYN
 
-from partitioner import Placement
-from trainer import checkpoint as ckpt
-from trainer.dist import LocalComm, run_threads
-from trainer.online import Diverged, OnlineConfig
-from trainer.run import Job, run_rank
-from trainer.sources import SyntheticSpec
+from hetgmp.partitioner import Placement
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import LocalComm, run_threads
+from hetgmp.trainer.online import Diverged, OnlineConfig
+from hetgmp.trainer.run import Job, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
 
 BATCH = 240
 SOURCE = SyntheticSpec(SYN, 0, BATCH * 6)

@@ -13,13 +13,13 @@ import pytest
 import torch
 from exact_jobs import BATCH, EXACT, SYN, WINDOW
 
-from partitioner import Placement
-from streaming import SyntheticStream
-from trainer.dist import LocalComm, run_threads
-from trainer.online import OnlineConfig
-from trainer.run import Job, graph_placement, run_jobs, run_rank
-from trainer.sources import SyntheticSpec
-from trainer.testing import ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming import SyntheticStream
+from hetgmp.trainer.dist import LocalComm, run_threads
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.testing import ReturnState
 
 STEPS = 24
 SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
@@ -109,9 +109,9 @@ def test_at_s3_counts_ride_with_pushes_and_change_nothing_unbounded() -> None:
 def test_the_clip_adds_no_wait_for_the_device() -> None:
     # Invariant 8: the counts, the L2 term, the clip's factors and its tally stay on the
     # device; a step at 2 ranks still waits twice (CUDA's branch, as test_exchange audits it).
-    from runtime import FakeClock
-    from trainer.step import SyncCounter, Trainer
-    from trainer.testing import StreamSource
+    from hetgmp.runtime import FakeClock
+    from hetgmp.trainer.step import SyncCounter, Trainer
+    from hetgmp.trainer.testing import StreamSource
 
     source = StreamSource(SYN, BATCH, 6)
     batches = [source.next_batch() for _ in range(6)]

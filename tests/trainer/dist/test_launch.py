@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.dist.launcher import WorkerFailed, gpus_needed, job_device, launch, resolve_device
-from trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.launcher import WorkerFailed, gpus_needed, job_device, launch, resolve_device
+from hetgmp.trainer.dist import LaunchConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -236,8 +236,8 @@ def test_ranks_whose_launcher_was_killed_exit_by_themselves(tmp_path) -> None:
     here = Path(__file__).resolve().parents[1]  # tests/trainer: launch_targets
     script = (
         "import launch_targets\n"
-        "from trainer.dist.launcher import launch, stop_event\n"
-        "from trainer.dist import LaunchConfig\n"
+        "from hetgmp.trainer.dist.launcher import launch, stop_event\n"
+        "from hetgmp.trainer.dist import LaunchConfig\n"
         f"launch(launch_targets.hold, (600.0, {str(tmp_path)!r}),"
         " LaunchConfig(device='cpu', workers=2, timeout_s=1), stop_event())\n")
     env = {**os.environ, "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

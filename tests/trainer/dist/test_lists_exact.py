@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from partitioner import Placement
-from streaming import ClickBatch, SyntheticStream
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import LocalComm, run_threads
-from trainer.embedding import StoreConfig
-from trainer.model import Bags, ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, graph_placement, run_jobs, run_rank
-from trainer.sources import SyntheticSpec
-from trainer.step import TrainConfig, Trainer
-from trainer.testing import AuditRun, ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming import ClickBatch, SyntheticStream
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import LocalComm, run_threads
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import Bags, ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.step import TrainConfig, Trainer
+from hetgmp.trainer.testing import AuditRun, ReturnState
 
 # A history of 8 items sharing the item table (mean pooling), and MLPerf's first 8 bag sizes
 # (3, 2, 1, 2, 6, 1, 1, 1; mean pooling): weighted sums come with the hand-made batches below.
@@ -201,7 +201,7 @@ def test_a_batch_of_lists_pools_each_bag_as_embedding_bag_does() -> None:
 @pytest.mark.parametrize("longest,vocab", [(4, 300), (300, 1_000), (70_000, 1 << 40)],
                          ids=["bytes", "uint16-lengths", "uint32-lengths-and-positions"])
 def test_a_routed_block_of_lists_reads_back_whole(longest: int, vocab: int) -> None:
-    from trainer.step.message import pack_lists, unpack_lists
+    from hetgmp.trainer.step.message import pack_lists, unpack_lists
 
     rng = np.random.default_rng(longest)
     n = 40

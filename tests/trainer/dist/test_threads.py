@@ -13,13 +13,13 @@ import pytest
 import torch
 from exact_jobs import BATCH, DCN_SGD, EXACT, SYN, WINDOW
 
-from partitioner import Placement
-from streaming import SyntheticStream
-from trainer.dist import LocalComm, ThreadComm, run_threads
-from trainer.online import OnlineConfig
-from trainer.run import Job, graph_placement, run_jobs, run_rank
-from trainer.sources import SyntheticSpec
-from trainer.testing import AuditRun, ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming import SyntheticStream
+from hetgmp.trainer.dist import LocalComm, ThreadComm, run_threads
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.testing import AuditRun, ReturnState
 
 STATE = (ReturnState,)
 # Fewer steps than the gloo tests' (exact_jobs.STEPS): the lane's budget is seconds.
@@ -176,8 +176,8 @@ def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
 def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
     import os
 
-    from trainer.dist import PeerLost
-    from trainer.dist.peers import Peers
+    from hetgmp.trainer.dist import PeerLost
+    from hetgmp.trainer.dist.peers import Peers
 
     alone = Peers(0, ("here", "here"), (os.getpid(), os.getpid()))  # both ranks alive
     with pytest.raises(RuntimeError, match="split sizes") as info:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from streaming import KafkaSettings, ProduceConfig, SyntheticConfig, produce
-from runtime import free_port, free_ports
-from trainer import checkpoint as ckpt
-from trainer.app.demo import scrape
+from hetgmp.streaming import KafkaSettings, ProduceConfig, SyntheticConfig, produce
+from hetgmp.runtime import free_port, free_ports
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.app.demo import scrape
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed, pytest.mark.slow]
 
@@ -33,7 +33,7 @@ def _agent(rdzv: int, nodes: int, procs: int, train: list[str], log: Path) -> su
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
             "--nproc-per-node", str(procs), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", f"job-{rdzv}",
-            "--max-restarts", "0", "-m", "trainer.app.cli", "train", *train]
+            "--max-restarts", "0", "-m", "hetgmp.trainer.app.cli", "train", *train]
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
 
 

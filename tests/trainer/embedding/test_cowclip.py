@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.embedding import StoreConfig
-from trainer.embedding.optimizer import RowOptimizer
-from trainer.embedding.replicas import ReplicaTable
-from trainer.model import DenseOptimizer
-from trainer.step import TrainConfig, scaled
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.embedding.optimizer import RowOptimizer
+from hetgmp.trainer.embedding.replicas import ReplicaTable
+from hetgmp.trainer.model import DenseOptimizer
+from hetgmp.trainer.step import TrainConfig, scaled
 
 F64 = torch.float64
 

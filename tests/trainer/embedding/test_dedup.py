@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.embedding.dedup import unique_padded
-from trainer.step import SyncCounter
+from hetgmp.trainer.embedding.dedup import unique_padded
+from hetgmp.trainer.step import SyncCounter
 
 
 @pytest.mark.parametrize("case", ["random", "empty", "one", "all_equal", "extremes"])

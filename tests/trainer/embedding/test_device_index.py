@@ -8,7 +8,7 @@ import pytest
 import torch
 from numpy.typing import ArrayLike
 
-from trainer.embedding.device_index import DeviceIndex
+from hetgmp.trainer.embedding.device_index import DeviceIndex
 
 TOP = 2**63 - 1
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.embedding.device_init import initial_rows_on
-from trainer.embedding.optimizer import initial_rows
+from hetgmp.trainer.embedding.device_init import initial_rows_on
+from hetgmp.trainer.embedding.optimizer import initial_rows
 
 
 @pytest.mark.parametrize("seed", [0, 3, -7, 2**62])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.embedding import Migration
+from hetgmp.partitioner import FullPartitioner, PartitionConfig, Placement, WindowGraph
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.embedding import Migration
 
 
 @pytest.mark.parametrize("workers", [2, pytest.param(3, marks=pytest.mark.slow)])
@@ -37,7 +37,7 @@ def test_each_step_of_a_migration_routes_like_a_placement_built_from_scratch(wor
 
 
 def test_an_index_copy_is_independent_and_assign_needs_present_ids() -> None:
-    from partitioner.idindex import IdIndex
+    from hetgmp.partitioner.idindex import IdIndex
 
     index = IdIndex(64)
     index.insert(np.array([3, 7, 11]), np.array([30, 70, 110]))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.embedding import StoreConfig
-from trainer.embedding.optimizer import RowOptimizer
-from trainer.embedding.replicas import ReplicaTable
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.embedding.optimizer import RowOptimizer
+from hetgmp.trainer.embedding.replicas import ReplicaTable
 
 
 def _table() -> ReplicaTable:

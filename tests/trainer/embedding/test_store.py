@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from partitioner.idindex import IdIndex
-from trainer.embedding import EmbeddingStore, StoreConfig, initial_rows
-from trainer.embedding.optimizer import RowOptimizer
+from hetgmp.partitioner.idindex import IdIndex
+from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig, initial_rows
+from hetgmp.trainer.embedding.optimizer import RowOptimizer
 
 
 def test_index_finds_inserted_ids_and_misses_others() -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from reference_store import ReferenceStore
 
-from trainer.embedding import EmbeddingStore, StoreConfig
+from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig
 
 CONFIGS = {
     "plain": StoreConfig(),
@@ -192,7 +192,7 @@ def test_on_cuda_apply_never_waits_and_a_lookup_of_held_ids_waits_once() -> None
                                   pytest.param("candidate cap", marks=pytest.mark.slow)])
 def test_maintain_waits_once(name: str) -> None:
     # Every eviction decision is queued; one readback of the counts sizes the compactions.
-    from trainer.step import SyncCounter
+    from hetgmp.trainer.step import SyncCounter
 
     dev = EmbeddingStore(8, CONFIGS[name], dtype=torch.float64, capacity=16)
     dev.cpu_shortcuts = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.model import ModelConfig
-from trainer.model.models import DLRM, DCNv2, DeepFM, build_model
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.model.models import DLRM, DCNv2, DeepFM, build_model
 
 F, D, N_DENSE, B = 5, 4, 3, 7
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.model.pooling import pool_bags
+from hetgmp.trainer.model.pooling import pool_bags
 
 V, R = 50, 6
 

@@ -6,17 +6,17 @@ from collections.abc import Callable
 
 import pytest
 
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import LaunchConfig
-from trainer.dist.launcher import launch
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, RankResult, run_rank
-from trainer.sources import KafkaSpec
-from trainer.step import TrainConfig
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.launcher import launch
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, RankResult, run_rank
+from hetgmp.trainer.sources import KafkaSpec
+from hetgmp.trainer.step import TrainConfig
 
 OnlineRun = Callable[..., list[RankResult]]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.synthetic import SyntheticConfig
-from trainer.online.auto import AutoPlacement
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.online.auto import AutoPlacement
 
 TRIAL = 1_000
 

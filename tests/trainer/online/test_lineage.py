@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from trainer.online.publisher import GENERATION_FILE, next_generation
+from hetgmp.trainer.online.publisher import GENERATION_FILE, next_generation
 
 
 def test_runs_of_one_directory_share_its_lineage_and_count_on(tmp_path: Path) -> None:

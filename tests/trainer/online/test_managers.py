@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioner import Placement, plan_diff
-from streaming import ClickBatch
-from trainer.dist import KINDS, ThreadComm, run_threads
-from trainer.online.budget import RecordBudget
-from trainer.online.control import Proposal, agree, combine, decode, encode, width
-from trainer.online.drift import BASELINE_STEPS, DriftDetector
-from trainer.online.migration import plan_of_words, plan_words, relay_broadcast
-from trainer.online.stats import FreshnessHistogram
-from trainer.online.window import WindowFeed, pack, unpack
+from hetgmp.partitioner import Placement, plan_diff
+from hetgmp.streaming import ClickBatch
+from hetgmp.trainer.dist import KINDS, ThreadComm, run_threads
+from hetgmp.trainer.online.budget import RecordBudget
+from hetgmp.trainer.online.control import Proposal, agree, combine, decode, encode, width
+from hetgmp.trainer.online.drift import BASELINE_STEPS, DriftDetector
+from hetgmp.trainer.online.migration import plan_of_words, plan_words, relay_broadcast
+from hetgmp.trainer.online.stats import FreshnessHistogram
+from hetgmp.trainer.online.window import WindowFeed, pack, unpack
 
 
 def test_the_control_vector_sums_proposals_into_one_decision() -> None:

@@ -14,22 +14,22 @@ import numpy as np
 import pytest
 import torch
 
-from partitioner import Placement
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer import checkpoint as ckpt
-from trainer.dist import LaunchConfig
-from trainer.dist.comm import LocalComm
-from trainer.dist.launcher import WorkerFailed, launch
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
-from trainer.sources import KafkaSpec, SyntheticSpec
-from trainer.step import TrainConfig
-from trainer.testing import AuditRun, Fault, RecordOffsets, ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.dist.launcher import WorkerFailed, launch
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
+from hetgmp.trainer.sources import KafkaSpec, SyntheticSpec
+from hetgmp.trainer.step import TrainConfig
+from hetgmp.trainer.testing import AuditRun, Fault, RecordOffsets, ReturnState
 
 pytestmark = pytest.mark.distributed
 
@@ -320,7 +320,7 @@ def test_record_budget_is_met_when_one_rank_has_all_the_records(kafka: KafkaSett
     must not keep the turn (the run would spin without a step for ever)."""
     from kafka import KafkaProducer
 
-    from streaming.kafka import ensure_topic
+    from hetgmp.streaming.kafka import ensure_topic
 
     topic, n = unique("online-budget"), 3_001
     ensure_topic(kafka, topic, 2)
@@ -338,7 +338,7 @@ def test_record_budget_is_met_when_one_rank_has_all_the_records(kafka: KafkaSett
 
 
 def test_budget_shares_add_up_and_rotate() -> None:
-    from trainer.online.budget import budget_share
+    from hetgmp.trainer.online.budget import budget_share
 
     for remaining in (0, 1, 2, 7, 1000):
         for turn in range(3):
@@ -386,7 +386,7 @@ def test_checkpoint_directories_are_not_reused_by_accident(tmp_path: Path) -> No
 
 def test_a_complete_checkpoint_is_durable_in_its_root(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.checkpoint import manifest as written
+    from hetgmp.trainer.checkpoint import manifest as written
 
     synced: list[tuple[Path, bool]] = []
     real = written.fsync_dir
@@ -437,7 +437,7 @@ def test_sigterm_to_one_rank_stops_the_job_gracefully(tmp_path: Path) -> None:
     import threading
     import time
 
-    from trainer.dist.launcher import stop_event
+    from hetgmp.trainer.dist.launcher import stop_event
 
     long = SyntheticSpec(SYN, start=WINDOW, records=BATCH * 2000)
     job = Job(long, **EXACT, placement=Placement.hash(2),
@@ -477,10 +477,10 @@ def test_samples_held_for_the_partitioner_stay_within_the_window() -> None:
     sends it any (here, one rank and a repartition due only after ten minutes)."""
     from contextlib import ExitStack
 
-    from runtime import SystemClock
-    from trainer.online import OnlineLoop, build_parts
-    from trainer.sources import SyntheticShard
-    from trainer.step import Trainer
+    from hetgmp.runtime import SystemClock
+    from hetgmp.trainer.online import OnlineLoop, build_parts
+    from hetgmp.trainer.sources import SyntheticShard
+    from hetgmp.trainer.step import Trainer
 
     comm, batch, window = LocalComm(), 500, 2_000
     source = SyntheticShard(SyntheticSpec(SYN, 0, 40 * batch), batch, 0, 1)

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from partitioner import PartitionConfig
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.online.partition_process import PartitionerProcess
+from hetgmp.partitioner import PartitionConfig
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.online.partition_process import PartitionerProcess
 
 
 @pytest.mark.slow

@@ -16,16 +16,16 @@ from published_job import (
     online_config,
 )
 
-from partitioner import Placement
-from streaming.producer import ProduceConfig, produce
-from trainer.dist.launcher import launch
-from trainer.run import Job, run_rank
-from trainer.testing import ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.trainer.dist.launcher import launch
+from hetgmp.trainer.run import Job, run_rank
+from hetgmp.trainer.testing import ReturnState
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, broker) -> dict:
-    from streaming.kafka import KafkaSettings as KS
+    from hetgmp.streaming.kafka import KafkaSettings as KS
 
     kafka = KS(bootstrap_servers=broker.bootstrap_servers, client_id="hetgmp-test")
     root = tmp_path_factory.mktemp("published")

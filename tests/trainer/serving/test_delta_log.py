@@ -29,14 +29,14 @@ from published_job import (
     trainer_model,
 )
 
-from partitioner import Placement
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticStream
-from trainer.dist.launcher import WorkerFailed, launch
-from trainer.run import Job, run_rank
-from trainer.sources.synthetic import synthetic_batch
-from trainer.testing import Fault, ReturnState
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticStream
+from hetgmp.trainer.dist.launcher import WorkerFailed, launch
+from hetgmp.trainer.run import Job, run_rank
+from hetgmp.trainer.sources.synthetic import synthetic_batch
+from hetgmp.trainer.testing import Fault, ReturnState
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed]
 

@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from trainer.serving import deltas
-from trainer.serving.deltas import (
+from hetgmp.trainer.serving import deltas
+from hetgmp.trainer.serving.deltas import (
     Publish,
     decode,
     dense_messages,

@@ -14,10 +14,10 @@ from prometheus_client import generate_latest
 from small_serving import GEN, LINEAGE, PUBLISHES, SCHEMA
 from small_serving import small_model as _model
 
-from streaming import parse_schema
-from trainer.serving import Publish, decode, log_version, mark_message
-from trainer.serving.deltas import Delta
-from trainer.serving.server import Service
+from hetgmp.streaming import parse_schema
+from hetgmp.trainer.serving import Publish, decode, log_version, mark_message
+from hetgmp.trainer.serving.deltas import Delta
+from hetgmp.trainer.serving.server import Service
 
 QUIET_S = 600  # the newest record is ten minutes old
 

@@ -1,7 +1,7 @@
 """What a client can hold of ``hetgmp serve``: connections that never finish a request head are
 closed after the header timeout, a body that does not arrive gets 408, bodies in memory are
 bounded, deep JSON is a 400; normal requests are answered meanwhile. The server is the serve
-command's own (:func:`trainer.app.serve.listen`, its settings), on loopback in this process,
+command's own (:func:`hetgmp.trainer.app.serve.listen`, its settings), on loopback in this process,
 with a small model; the process itself is tested in ``test_serve.py``."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, Iterator
 import pytest
 from small_serving import SCHEMA, small_model
 
-from streaming import parse_schema
-from trainer.app.serve import listen
-from trainer.serving import ServeConfig, Service
+from hetgmp.streaming import parse_schema
+from hetgmp.trainer.app.serve import listen
+from hetgmp.trainer.serving import ServeConfig, Service
 
 LINE = b"0\t1\t2\ta\tb\tc\n"
 

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from partitioner import Placement
-from streaming.codec import DecodeConfig, Decoder
-from streaming.synthetic import SyntheticConfig, SyntheticStream
-from trainer.dist import LocalComm
-from trainer.embedding import StoreConfig
-from trainer.model import Bags, ModelConfig
-from trainer.run import Job
-from trainer.run.rank import model_shape
-from trainer.serving import ServingModel, log_version
-from trainer.sources import SyntheticSpec, synthetic_batch
-from trainer.step import TrainConfig, Trainer
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.codec import DecodeConfig, Decoder
+from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.trainer.dist import LocalComm
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import Bags, ModelConfig
+from hetgmp.trainer.run import Job
+from hetgmp.trainer.run.rank import model_shape
+from hetgmp.trainer.serving import ServingModel, log_version
+from hetgmp.trainer.sources import SyntheticSpec, synthetic_batch
+from hetgmp.trainer.step import TrainConfig, Trainer
 
 SYN = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6, n_sparse=5,
                       seed=9)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.serving import Publish, ServingModel, log_version, mark_message, row_messages
-from trainer.serving.deltas import decode
+from hetgmp.trainer.serving import Publish, ServingModel, log_version, mark_message, row_messages
+from hetgmp.trainer.serving.deltas import decode
 
 SHAPE = {"model": "widedeep", "row_dim": 5, "hidden": [4], "cross_layers": 0, "fields": 2,
          "dense": 1, "row_seed": 0, "row_init_scale": 0.01}
 
 
 def _model() -> ServingModel:
-    from trainer.model import FlatParameters, build_model
-    from trainer.serving.model import model_config
+    from hetgmp.trainer.model import FlatParameters, build_model
+    from hetgmp.trainer.serving.model import model_config
 
     n = FlatParameters(build_model(model_config(SHAPE), 2, 1)).numel
     # As from a checkpoint taken after publish 3 of generation 1, world 1.
@@ -66,9 +66,9 @@ def test_a_replayed_mark_is_neither_a_gap_nor_an_incomplete_publish() -> None:
 
 
 def test_dense_publishes_that_never_complete_are_held_a_few_at_a_time() -> None:
-    from trainer.model import FlatParameters, build_model
-    from trainer.serving import dense_messages
-    from trainer.serving.model import model_config
+    from hetgmp.trainer.model import FlatParameters, build_model
+    from hetgmp.trainer.serving import dense_messages
+    from hetgmp.trainer.serving.model import model_config
 
     shape = {**SHAPE, "hidden": [512, 512]}  # two dense messages a publish
     n = FlatParameters(build_model(model_config(shape), 2, 1)).numel

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 from small_serving import GEN, PUBLISHES, small_model
 
-from streaming import parse_schema
-from streaming.hashing import feature_id
-from trainer.serving import Service, ServingModel, build_app, log_version
+from hetgmp.streaming import parse_schema
+from hetgmp.streaming.hashing import feature_id
+from hetgmp.trainer.serving import Service, ServingModel, build_app, log_version
 
 # 2 dense (one trained as it is), 3 sparse (one a weighted list): the small model's widths.
 SCHEMA = "label=y;dense=price:transform=none,views;sparse=item,city,tags:max_len=4:weighted=true"

@@ -19,9 +19,16 @@ from small_serving import numel as _numel
 from small_serving import small_batch as _batch
 from small_serving import small_model as _model
 
-from trainer.serving import Publish, ServingModel, dense_messages, log_version, mark_message, row_messages
-from trainer.serving.follower import DeltaGate, FollowerStats
-from trainer.serving.signing import Signer
+from hetgmp.trainer.serving import (
+    Publish,
+    ServingModel,
+    dense_messages,
+    log_version,
+    mark_message,
+    row_messages,
+)
+from hetgmp.trainer.serving.follower import DeltaGate, FollowerStats
+from hetgmp.trainer.serving.signing import Signer
 
 HEAD = Publish(rank=0, world=2, generation=GEN, publish=PUBLISHES + 1, step=500,
                watermark_ms=1_700_000_000_000, lineage=LINEAGE, base=log_version(2, 17))

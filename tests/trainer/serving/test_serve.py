@@ -29,13 +29,13 @@ from published_job import (
 )
 from serve_process import Serve
 
-from partitioner import Placement
-from streaming.codec import Decoder
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticStream
-from trainer.dist.launcher import launch
-from trainer.run import Job, run_rank
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.codec import Decoder
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticStream
+from hetgmp.trainer.dist.launcher import launch
+from hetgmp.trainer.run import Job, run_rank
 
 pytestmark = [pytest.mark.broker, pytest.mark.distributed]
 

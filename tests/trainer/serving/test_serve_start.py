@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from serve_process import Serve
 
-from streaming.kafka import KafkaSettings
+from hetgmp.streaming.kafka import KafkaSettings
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def test_a_path_that_cannot_work_is_refused_in_one_line(tmp_path: Path, flag: st
     a_file = tmp_path / "a-file"
     a_file.write_bytes(b"short")
     args = {"--checkpoint-dir": str(tmp_path), flag: str(a_file)}
-    r = subprocess.run([sys.executable, "-m", "trainer.app.cli", "serve",
+    r = subprocess.run([sys.executable, "-m", "hetgmp.trainer.app.cli", "serve",
                         *[x for kv in args.items() for x in kv]],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr

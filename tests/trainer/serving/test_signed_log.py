@@ -1,7 +1,7 @@
 """A signed delta log on the real broker: the trainer's sink signs every message in a Kafka
 header, a follower holding the key applies those and refuses a forged one between them, and a
 follower of an unsigned log is unaffected by the header. On both Kafka client libraries: the
-headers, the acknowledged offsets and the catch-up go through :mod:`streaming.clients`."""
+headers, the acknowledged offsets and the catch-up go through :mod:`hetgmp.streaming.clients`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from streaming import ensure_topic
-from streaming.kafka import KafkaSettings
-from trainer.serving import (
+from hetgmp.streaming import ensure_topic
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.trainer.serving import (
     Follower,
     KafkaDeltaSink,
     Publish,
@@ -20,7 +20,7 @@ from trainer.serving import (
     mark_message,
     row_messages,
 )
-from trainer.serving.signing import Signer
+from hetgmp.trainer.serving.signing import Signer
 
 pytestmark = pytest.mark.broker
 
@@ -29,8 +29,8 @@ SHAPE = {"model": "widedeep", "row_dim": 5, "hidden": [4], "cross_layers": 0, "f
 
 
 def _model(lineage: str) -> ServingModel:
-    from trainer.model import FlatParameters, build_model
-    from trainer.serving.model import model_config
+    from hetgmp.trainer.model import FlatParameters, build_model
+    from hetgmp.trainer.serving.model import model_config
 
     n = FlatParameters(build_model(model_config(SHAPE), 2, 1)).numel
     return ServingModel(SHAPE, np.zeros(n, np.float32), lineage=lineage,

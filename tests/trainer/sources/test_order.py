@@ -6,22 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming import ClickBatch, Schema
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
-from trainer.dist import LaunchConfig
-from trainer.dist.comm import LocalComm
-from trainer.dist.launcher import launch
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.online import OnlineConfig
-from trainer.run import Job, run_rank
-from trainer.sources import KafkaShard, KafkaSpec
-from trainer.sources.order import EventTimeBuffer
-from trainer.step import TrainConfig
-from trainer.testing import ReturnState
+from hetgmp.streaming import ClickBatch, Schema
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.dist.launcher import launch
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, run_rank
+from hetgmp.trainer.sources import KafkaShard, KafkaSpec
+from hetgmp.trainer.sources.order import EventTimeBuffer
+from hetgmp.trainer.step import TrainConfig
+from hetgmp.trainer.testing import ReturnState
 
 SCHEMA = Schema.from_counts(1, 1)
 

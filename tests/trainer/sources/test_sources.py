@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from partitioner import Placement
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings, ensure_topic
-from streaming.producer import ProduceConfig, produce
-from streaming.synthetic import SyntheticConfig
-from trainer.dist.comm import LocalComm
-from trainer.embedding import StoreConfig
-from trainer.model import ModelConfig
-from trainer.run import Job, run_rank
-from trainer.sources import KafkaShard, KafkaSpec
-from trainer.step import TrainConfig
+from hetgmp.partitioner import Placement
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings, ensure_topic
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.streaming.synthetic import SyntheticConfig
+from hetgmp.trainer.dist.comm import LocalComm
+from hetgmp.trainer.embedding import StoreConfig
+from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.run import Job, run_rank
+from hetgmp.trainer.sources import KafkaShard, KafkaSpec
+from hetgmp.trainer.step import TrainConfig
 
 pytestmark = pytest.mark.broker
 
@@ -75,8 +75,8 @@ def test_a_partition_whose_last_message_is_rejected_whole_is_committed_past_it(
     again: no record of it was handed out, so the source's position never passed it."""
     from kafka import KafkaProducer
 
-    from trainer import checkpoint as ckpt
-    from trainer.online import OnlineConfig
+    from hetgmp.trainer import checkpoint as ckpt
+    from hetgmp.trainer.online import OnlineConfig
 
     topic, group = unique("rejected-tail"), unique("rejected-tail-group")
     produce(kafka, ProduceConfig(topic=topic, count=480, partitions=1,
@@ -112,10 +112,10 @@ def test_a_run_resumed_after_the_broker_lost_its_log_refuses_or_resets(unique,
     """The in-memory broker restarted: the topic exists again, with a new id and other records
     at the old offsets. Resuming at the checkpoint's offsets would skip the new records and
     claim the old ones: it is refused, and --reset-offsets earliest trains the new log."""
-    from runtime import free_port
-    from streaming import EmbeddedBroker, LogLost
-    from trainer import checkpoint as ckpt
-    from trainer.online import OnlineConfig
+    from hetgmp.runtime import free_port
+    from hetgmp.streaming import EmbeddedBroker, LogLost
+    from hetgmp.trainer import checkpoint as ckpt
+    from hetgmp.trainer.online import OnlineConfig
 
     port, topic, group = free_port(), unique("lost-log"), unique("lost-log-group")
     settings = ModelConfig(model="widedeep", embed_dim=4, hidden=(8,))

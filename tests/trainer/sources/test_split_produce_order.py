@@ -1,6 +1,6 @@
 """The held-out protocol produces a file's first 80% and then its last 20%, in two produce calls
 (one process, or two ``hetgmp produce`` commands): the order a rank hands the records out in
-(append time, offset, partition: :mod:`trainer.sources.order`) is the file's, across the two.
+(append time, offset, partition: :mod:`hetgmp.trainer.sources.order`) is the file's, across the two.
 
 Each call used to start its round robin at partition 0: after 63 messages on 4 partitions
 (16, 16, 16, 15) the second call's fourth message (partition 3, offset 15) sorted before its
@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import FakeClock
-from streaming import ClickBatch
-from streaming.consumer import ConsumerConfig
-from streaming.kafka import KafkaSettings
-from streaming.producer import ProduceConfig, produce
-from trainer.sources import KafkaShard, KafkaSpec
+from hetgmp.runtime import FakeClock
+from hetgmp.streaming import ClickBatch
+from hetgmp.streaming.consumer import ConsumerConfig
+from hetgmp.streaming.kafka import KafkaSettings
+from hetgmp.streaming.producer import ProduceConfig, produce
+from hetgmp.trainer.sources import KafkaShard, KafkaSpec
 
 pytestmark = pytest.mark.broker
 
@@ -79,7 +79,7 @@ def test_two_produce_commands_keep_the_files_order(kafka: KafkaSettings, unique,
     first, last = write_halves(tmp_path)
     topic = unique("split-commands")
     for path in (first, last):
-        r = subprocess.run([sys.executable, "-m", "trainer.app.cli", "produce",
+        r = subprocess.run([sys.executable, "-m", "hetgmp.trainer.app.cli", "produce",
                             "--bootstrap-servers", kafka.bootstrap_servers, "--topic", topic,
                             "--source", f"file:{path}", "--partitions", "4",
                             "--records-per-message", str(PER_MESSAGE)],

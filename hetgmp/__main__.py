@@ -1,0 +1,5 @@
+"""``python -m hetgmp``: the ``hetgmp`` command."""
+
+from hetgmp.trainer.app.cli import main
+
+raise SystemExit(main())
