@@ -5,6 +5,7 @@ installs beside MosaicML's ``streaming`` (``mosaicml-streaming``) and leaves tha
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,9 +19,16 @@ FOLDERS = ("runtime", "streaming", "partitioner", "trainer")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of what the wheel is made of: setuptools builds in the source tree,
+    # and a build/ left there from an older layout would go into the wheel.
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for name in (*FOLDERS, "hetgmp"):
+        shutil.copytree(ROOT / name, src / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), str(ROOT)], check=True, timeout=300)
+                    "-q", "-w", str(out), str(src)], check=True, timeout=300)
     (found,) = out.glob("hetgmp_stream-*.whl")
     return found
 
