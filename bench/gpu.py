@@ -49,7 +49,7 @@ from hetgmp.streaming import ClickBatch, SyntheticStream
 from hetgmp.streaming.synthetic import SyntheticConfig
 from hetgmp.trainer.dist import PHASES
 from hetgmp.trainer.dist.comm import LocalComm
-from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.model import Features, ModelConfig
 from hetgmp.trainer.sources import synthetic_batch
 from hetgmp.trainer.step import SyncCounter, TrainConfig, Trainer
 
@@ -195,7 +195,7 @@ def _model_only_row(batches: list[ClickBatch], args: argparse.Namespace) -> dict
     def step(emb: torch.Tensor, dense: torch.Tensor, labels: torch.Tensor) -> None:
         emb = emb.detach().requires_grad_(True)
         with trainer.model_autocast():
-            logits = model(emb, dense)
+            logits = model(Features(trainer.spec.pooled, emb, dense))
         loss = loss_fn(logits.float(), labels) / labels.numel()
         grads = torch.autograd.grad(loss, [emb, *params], allow_unused=True)
         flat = torch.cat(trainer.dense.flat_grads(grads[1:]))

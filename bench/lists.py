@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from hetgmp.streaming import ClickBatch
 from hetgmp.streaming.synthetic import SyntheticConfig
 from hetgmp.trainer.embedding import StoreConfig, unique_padded
-from hetgmp.trainer.model import Bags, ModelConfig, build_model, pool_bags
+from hetgmp.trainer.model import Bags, Features, ModelConfig, build_model, pool_bags
 from hetgmp.trainer.sources import SyntheticSpec, open_source
 from hetgmp.trainer.step import TrainConfig
 
@@ -93,6 +93,7 @@ def model_alone(syn: SyntheticConfig, model: ModelConfig, store: StoreConfig,
         out = []
         for config in ("model_alone", "dense_only"):
             net = build_model(model, len(schema.sparse), len(schema.dense))
+            names = tuple(schema.sparse)
             dense_opt = torch.optim.Adam(net.parameters(), lr=train.dense_lr)
             sparse_opt = torch.optim.Adagrad(table.parameters(), lr=store.lr)
             if config == "dense_only":  # leaves that want a gradient, as rows do
@@ -103,7 +104,8 @@ def model_alone(syn: SyntheticConfig, model: ModelConfig, store: StoreConfig,
             for k, (index, offsets, weights, dense, labels, shape) in enumerate(inputs):
                 pooled = given[k] if config == "dense_only" else \
                     pool(index, offsets, weights, shape)
-                loss = F.binary_cross_entropy_with_logits(net(pooled, dense), labels)
+                logits = net(Features(names, pooled, dense))
+                loss = F.binary_cross_entropy_with_logits(logits, labels)
                 sparse_opt.zero_grad()
                 dense_opt.zero_grad()
                 loss.backward()

@@ -77,6 +77,19 @@ class SyntheticConfig:
         default=1_000, metadata={"help": "user_item: largest context vocabulary"})
     history_len: int = field(
         default=20, metadata={"help": "user_history: items in a record's history list"})
+    repeat_prob: float = field(
+        default=0.0, metadata={"help": "user_history: probability the item is one the user "
+                               "clicked last (one of the history's first repeat_window "
+                               "items): a signal only a model that compares the item with "
+                               "the history can read (0: none, the stream as it was)"})
+    repeat_window: int = field(
+        default=3, metadata={"help": "user_history: the most recent history items a repeat "
+                             "comes from"})
+    repeat_bonus: float = field(
+        default=1.5, metadata={"help": "user_history: ground-truth logit bonus of a repeat"})
+    history_pooling: Literal["mean", "none"] = field(
+        default="mean", metadata={"help": "user_history: how the history field pools: mean, or "
+                                  "none, a sequence of rows for models that read one (din)"})
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -92,6 +105,9 @@ class SyntheticConfig:
                                  "users, items, taste_size >= 1")
             if self.history_len < 1:
                 raise ValueError("history_len must be >= 1")
+            if not 0.0 <= self.repeat_prob <= 1.0 or not \
+                    1 <= self.repeat_window <= self.history_len:
+                raise ValueError("repeat_prob in [0, 1] and repeat_window in 1..history_len")
             if not 0.0 <= self.taste_prob <= 1.0 or not 0.0 <= self.context_user_prob <= 1.0:
                 raise ValueError("taste_prob and context_user_prob must lie in [0, 1]")
         if not 0 < self.vocab_min <= self.vocab_max:
@@ -126,7 +142,7 @@ class SyntheticConfig:
                   else SparseField(name) for name, size in zip(plain.sparse, self.bags)]
         if self.shape == "user_history":  # C3, the history, looks up C2's rows (the items)
             sparse[2] = SparseField(plain.sparse[2], table=plain.sparse[1],
-                                    max_len=self.history_len, pooling="mean")
+                                    max_len=self.history_len, pooling=self.history_pooling)
         return Schema.of(plain.label, plain.dense_fields, sparse)
 
 

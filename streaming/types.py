@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-POOLINGS = ("sum", "mean")
+POOLINGS = ("sum", "mean", "none")
 TRANSFORMS = ("log1p", "none")
 OVERFLOWS = ("truncate", "reject")
 # Values one record may carry in one field. The decoders hold max_len as int64 and a bag's
@@ -84,7 +84,9 @@ class SparseField:
             same id to the same value. Defaults to the field's name. A table no other field
             looks up is refused when it looks like a typo (:func:`table_typo`).
         max_len: Values a record may carry (1: exactly one, as in Criteo).
-        pooling: How a record's values make one vector: ``sum`` or ``mean``.
+        pooling: How a record's values make one vector: ``sum`` or ``mean``; ``none`` keeps
+            them a sequence of rows, padded to ``max_len`` (a model reads it from
+            ``features.sequences``: DIN's history, a two-tower's clicks).
         weighted: Whether each value carries a weight (``id:weight``).
         weights: A weighted field's JSON key and Arrow/Parquet column of weights (defaults
             to ``<name>_weights``).
@@ -119,7 +121,8 @@ class SparseField:
             raise refuse("max_len", f"max_len must be from 1 to {MAX_LEN:,}, "
                                     f"not {shown(self.max_len)}")
         if self.pooling not in POOLINGS:
-            raise refuse("pooling", f"pooling must be sum or mean, not {shown(self.pooling)}")
+            raise refuse("pooling", f"pooling must be sum, mean or none, "
+                                    f"not {shown(self.pooling)}")
         if self.weighted and self.pooling != "sum":
             raise refuse("pooling", "a weighted field pools by sum (weights scale the rows summed)")
         if self.on_overflow not in OVERFLOWS:

@@ -23,6 +23,9 @@ Record ``i`` is a pure function of ``(config, i)``, as for the segmented shape.
 ``shape="user_history"`` adds field 2, the history: ``history_len`` items, each drawn as the
 item field's (from the user's taste with probability ``taste_prob``, else from the global
 popularity), so a user's history tells its taste; the item field's ground truth is unchanged.
+With ``repeat_prob`` the item is, that often, one of the history's first ``repeat_window``
+items (the user's last clicks) and its logit gains ``repeat_bonus`` instead of the taste's: a
+signal in the item's relation to the history, which pooling the history into one mean hides.
 The history is drawn after everything else of a block, so the other fields of a record are those
 of the same record of ``user_item``.
 """
@@ -136,5 +139,12 @@ class UserItemShape:
                 popularity, taste = self._epoch(int(e))
                 values[rows, 2:2 + k] = np.where(tasted[rows], taste[user[rows, None], picks[rows]],
                                                  popularity[ranks[rows]])
-        return values, np.where(from_taste, c.taste_bonus, 0.0)
+        bonus = np.where(from_taste, c.taste_bonus, 0.0)
+        if self._history and c.repeat_prob > 0:
+            # A repeat: the item is one the user clicked last, and likelier clicked again.
+            repeat = rng.random(n) < c.repeat_prob
+            slot = 2 + rng.integers(0, c.repeat_window, n)
+            values[repeat, 1] = values[np.flatnonzero(repeat), slot[repeat]]
+            bonus = np.where(repeat, c.repeat_bonus, bonus)
+        return values, bonus
 

@@ -70,7 +70,7 @@ def test_fields_sharing_a_table_give_a_value_the_same_id_and_others_keep_todays(
 
 @pytest.mark.parametrize(("text", "expected"), [
     ('[sparse.history]\nmax_len = 50\npooling = "max"\n',
-     'line 3: sparse.history: pooling must be sum or mean, not \'max\''),
+     'line 3: sparse.history: pooling must be sum, mean or none, not \'max\''),
     ('[sparse.tags]\nweighted = "yes"\n', "line 2: sparse.tags: weighted must be a bool"),
     ('[sparse.tags]\nmax_len = 0\n', "line 2: sparse.tags: max_len must be from 1 to 1,000,000, not 0"),
     ('[sparse.a]\n\n[dense.x]\ntransfrom = "none"\n',
@@ -184,7 +184,7 @@ def test_a_duplicate_among_10000_fields_is_one_short_line(tmp_path: Path) -> Non
 
 def test_long_names_and_values_are_cut_in_messages(tmp_path: Path) -> None:
     message, _ = _refused(tmp_path, f'[sparse.a]\npooling = "{"m" * 1_000_000}"\n')
-    assert "line 2: sparse.a: pooling must be sum or mean, not 'mmm" in message
+    assert "line 2: sparse.a: pooling must be sum, mean or none, not 'mmm" in message
     assert len(message) < 300
     message, _ = _refused(tmp_path, f'[sparse.{"n" * 100_000}]\nsize = 3\n')
     assert "unknown setting 'size'" in message and len(message) < 300

@@ -489,6 +489,7 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     """Refuse ranks, threads or a model this machine cannot hold (before any rank starts)."""
     from hetgmp.streaming import parse_schema
     from hetgmp.trainer.dist import job_ranks, under_torchrun
+    from hetgmp.trainer.model import Bags, ModelSpec, build_model, check_model
     from hetgmp.trainer.run import check_resources
     from hetgmp.trainer.sources import SyntheticSpec
 
@@ -496,6 +497,11 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
               else parse_schema(job.source.consumer.schema))
     world = job_ranks(launch_config)
     here = 1 if under_torchrun() else launch_config.workers
+    # The model on this schema, run once on a small batch: a model that reads a field the
+    # schema lacks, or returns the wrong shape, is refused in one line naming it before any
+    # rank starts (a factory of the user's is imported here, so an import error is said too).
+    spec = ModelSpec.of_bags(job.model, Bags.of(schema), len(schema.sparse), len(schema.dense))
+    check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
     check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,
                     n_fields=len(schema.sparse), n_dense=len(schema.dense),
-                    device=launch_config.device)
+                    device=launch_config.device, spec=spec)

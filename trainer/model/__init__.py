@@ -1,6 +1,7 @@
-"""The CTR models (Wide&Deep, DeepFM, DCN, DCN-v2, DLRM) and their dense parameters as one flat
-buffer with its optimizer (replicated on every rank, summed by one all-reduce a step), and their
-settings."""
+"""Models: the contract a model trains on (:class:`Features` in, logits out), the factories that
+build one (the built-ins of :mod:`hetgmp.trainer.model.zoo`, or a user's ``module:function``),
+their dense parameters as one flat buffer with its optimizer (replicated on every rank, summed
+by one all-reduce a step), and their settings."""
 
 from __future__ import annotations
 
@@ -11,16 +12,30 @@ from hetgmp.runtime import lazy_exports
 if TYPE_CHECKING:
     from hetgmp.trainer.model.config import ModelConfig
     from hetgmp.trainer.model.dense import DenseOptimizer, FlatParameters
-    from hetgmp.trainer.model.models import build_model
-    from hetgmp.trainer.model.pooling import Bags, pool_bags
+    from hetgmp.trainer.model.features import Features, Sequence
+    from hetgmp.trainer.model.pooling import Bags, batch_features, pool_bags
+    from hetgmp.trainer.model.spec import (
+        ModelError,
+        ModelSpec,
+        build_model,
+        check_model,
+        resolve_factory,
+    )
 
 __all__ = [
     "Bags",
     "DenseOptimizer",
+    "Features",
     "FlatParameters",
     "ModelConfig",
+    "ModelError",
+    "ModelSpec",
+    "Sequence",
+    "batch_features",
     "build_model",
+    "check_model",
     "pool_bags",
+    "resolve_factory",
 ]
 
 __getattr__ = lazy_exports(__name__, {
@@ -28,6 +43,13 @@ __getattr__ = lazy_exports(__name__, {
     "DenseOptimizer": "hetgmp.trainer.model.dense",
     "FlatParameters": "hetgmp.trainer.model.dense",
     "ModelConfig": "hetgmp.trainer.model.config",
-    "build_model": "hetgmp.trainer.model.models",
+    "Features": "hetgmp.trainer.model.features",
+    "ModelError": "hetgmp.trainer.model.spec",
+    "ModelSpec": "hetgmp.trainer.model.spec",
+    "Sequence": "hetgmp.trainer.model.features",
+    "batch_features": "hetgmp.trainer.model.pooling",
+    "build_model": "hetgmp.trainer.model.spec",
+    "check_model": "hetgmp.trainer.model.spec",
+    "resolve_factory": "hetgmp.trainer.model.spec",
     "pool_bags": "hetgmp.trainer.model.pooling",
 })

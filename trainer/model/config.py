@@ -12,10 +12,12 @@ __all__ = ['ModelConfig']
 class ModelConfig:
     """The CTR model: architecture, embedding dimension, layer sizes, float type."""
 
-    model: Literal["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"] = field(
-        default="deepfm", metadata={"help": "CTR model: Wide&Deep, DeepFM, DCN, DCN-v2 (low-rank "
-                                    "cross layers) or DLRM (bottom MLP, dot interactions, top "
-                                    "MLP: MLPerf's)"}
+    model: str = field(
+        default="deepfm", metadata={"help": "the model: a built-in (widedeep, deepfm, dcn, dcnv2 "
+                                    "(low-rank cross layers), dlrm (MLPerf's), din (attention "
+                                    "of a sequence field over a candidate)) or a factory of "
+                                    "yours, package.module:function, taking a ModelSpec and "
+                                    "returning a torch.nn.Module (docs/models.md)"}
     )
     embed_dim: int = field(default=16, metadata={"help": "embedding dimension"})
     hidden: tuple[int, ...] = field(
@@ -48,6 +50,11 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
+        from hetgmp.trainer.model.zoo import BUILTINS
+
+        if self.model not in BUILTINS and ":" not in self.model:
+            raise ValueError(f"model {self.model!r}: a built-in ({', '.join(BUILTINS)}) or "
+                             "package.module:function")
         if self.embed_dim < 1 or self.cross_layers < 0 or self.cross_rank < 1 or \
                 any(h < 1 for h in (*self.hidden, *self.bottom)):
             raise ValueError("embed_dim, cross_rank and hidden sizes must be positive, "

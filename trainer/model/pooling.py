@@ -20,23 +20,34 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Bags", "pool_bags"]
+from hetgmp.trainer.model.features import Features, Sequence
+
+__all__ = ["Bags", "batch_features", "pool_bags"]
 
 
 @dataclass(frozen=True)
 class Bags:
-    """How a log's sparse fields make one vector each.
+    """How a log's sparse fields make what the model reads.
 
     Attributes:
         mean: Per sparse field, whether its values are averaged (else summed); empty: all sum.
         jagged: Whether a record may carry other than one value a field (lists or weights):
             batches then travel with their lengths.
         weighted: Whether some field carries per-value weights.
+        names: The sparse fields' names (empty: ``f0, f1, ...``).
+        sequence: Per sparse field, whether it stays a sequence (``pooling = "none"``) instead
+            of being pooled; empty: none does.
+        max_len: Per sparse field, its most values a record (a sequence's length ``L``).
+        tables: Per sparse field, the table it looks up.
     """
 
     mean: tuple[bool, ...] = ()
     jagged: bool = False
     weighted: bool = False
+    names: tuple[str, ...] = ()
+    sequence: tuple[bool, ...] = ()
+    max_len: tuple[int, ...] = ()
+    tables: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, schema: Any) -> Bags:
@@ -44,7 +55,20 @@ class Bags:
         fields = schema.sparse_fields
         return cls(mean=tuple(f.pooling == "mean" for f in fields),
                    jagged=bool(schema.multi_valued),
-                   weighted=any(f.weighted for f in fields))
+                   weighted=any(f.weighted for f in fields),
+                   names=tuple(f.name for f in fields),
+                   sequence=tuple(f.pooling == "none" for f in fields),
+                   max_len=tuple(f.max_len for f in fields),
+                   tables=tuple(f.table for f in fields))
+
+    def field_names(self, n_fields: int) -> tuple[str, ...]:
+        """The sparse fields' names (``f0, f1, ...`` when the bags carry none)."""
+        return self.names or tuple(f"f{i}" for i in range(n_fields))
+
+    @property
+    def sequences(self) -> tuple[int, ...]:
+        """Indices of the fields kept as sequences."""
+        return tuple(i for i, s in enumerate(self.sequence) if s)
 
 
 class _BagSum(torch.autograd.Function):
@@ -126,3 +150,54 @@ def pool_bags(rows: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor |
         per_value = scale if per_value is None else per_value * scale
     out = _BagSum.apply(rows, index.to(device), offsets, bag, per_value, by_row)
     return out.reshape(batch, fields, rows.shape[1])
+
+
+def batch_features(rows: torch.Tensor, lengths: torch.Tensor, dense: torch.Tensor, bags: Bags,
+                   *, weights: torch.Tensor | None = None, mean: torch.Tensor | None = None,
+                   index: torch.Tensor | None = None,
+                   by_row: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   one_value: bool = False) -> Features:
+    """What the model reads (:class:`~hetgmp.trainer.model.features.Features`) from a batch's
+    looked-up rows: each pooled field's bag pooled, each sequence field's values as rows
+    ``[B, L, R]`` (``L`` its ``max_len``, zeros past each record's length).
+
+    Args:
+        rows: As :func:`pool_bags` takes them: ``[nnz, R]`` in value order, or with ``index``
+            the batch's distinct rows.
+        lengths: integer ``[B, S]`` values of each (record, field).
+        dense: ``[B, n_dense]``.
+        bags: The fields' settings (names, sequences, ``max_len``).
+        weights, mean, index, by_row: As :func:`pool_bags` takes them.
+        one_value: Every (record, field) holds exactly one unweighted value: a field's row is
+            its value's, no bag to pool.
+    """
+    batch, fields = lengths.shape
+    names = bags.field_names(fields)
+    sequences = bags.sequences
+    if one_value and not sequences:
+        picked = rows if index is None else rows.index_select(0, index)
+        return Features(names, picked.view(batch, fields, rows.shape[1]), dense)
+    pooled = pool_bags(rows, lengths, weights, mean, index, by_row=by_row)
+    if not sequences:
+        return Features(names, pooled, dense)
+    keep = [f for f in range(fields) if f not in sequences]
+    device = rows.device
+    flat = lengths.reshape(-1).to(device=device, dtype=torch.int64)
+    starts = (torch.cumsum(flat, 0) - flat).reshape(batch, fields)
+    nnz = int(rows.shape[0] if index is None else index.shape[0])
+    out: dict[str, Sequence] = {}
+    for f in sequences:
+        length = bags.max_len[f]
+        lens = flat.reshape(batch, fields)[:, f].clamp(max=length)
+        steps = torch.arange(length, device=device)
+        valid = steps.unsqueeze(0) < lens.unsqueeze(1)
+        position = torch.where(valid, starts[:, f:f + 1] + steps, 0).clamp(max=max(nnz - 1, 0))
+        which = position if index is None else index[position]
+        if nnz == 0:
+            seq = rows.new_zeros(batch, length, rows.shape[1])
+        else:
+            seq = rows.index_select(0, which.reshape(-1)).view(batch, length, rows.shape[1])
+            seq = seq * valid.unsqueeze(-1).to(rows.dtype)
+        out[names[f]] = Sequence(seq, lens)
+    stacked = pooled.index_select(1, torch.tensor(keep, device=device))
+    return Features(tuple(names[f] for f in keep), stacked, dense, out)

@@ -282,7 +282,13 @@ def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None
     process needs to rebuild the model: the rows' initial values come from their seed and
     scale; the fields pooled by mean, when some are)."""
     m = job.model
-    pooled = {"mean": list(bags.mean)} if bags is not None and any(bags.mean) else {}
+    pooled: dict[str, Any] = {"mean": list(bags.mean)} \
+        if bags is not None and any(bags.mean) else {}
+    if bags is not None and any(bags.sequence):
+        # Sequence fields (pooling = "none"): serve rebuilds the model's features as the
+        # trainer does (their names, their lengths, the tables the model's factory is told).
+        pooled.update(names=list(bags.names), sequence=list(bags.sequence),
+                      max_len=list(bags.max_len), tables=list(bags.tables))
     return {**pooled, "model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
             "cross_layers": m.cross_layers, "cross_rank": m.cross_rank,
             "bottom": list(m.bottom), "dtype": m.dtype, "fields": n_fields,

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from hetgmp.trainer.dist import LaunchConfig
-from hetgmp.trainer.model import ModelConfig, build_model
+from hetgmp.trainer.model import ModelConfig, ModelSpec, build_model
 from hetgmp.trainer.step import TrainConfig
 
 __all__ = ["Needs", "check_resources", "estimate", "machine_memory"]
@@ -62,10 +62,12 @@ def machine_memory() -> int | None:
 
 
 def estimate(model: ModelConfig, train: TrainConfig, world: int, n_fields: int,
-             n_dense: int) -> Needs:
-    """The memory one rank of a job needs, without allocating any of it."""
+             n_dense: int, spec: ModelSpec | None = None) -> Needs:
+    """The memory one rank of a job needs, without allocating any of it (``spec``: what the
+    model's factory is given, when the fields are more than pooled ones)."""
     with torch.device("meta"):
-        params = sum(p.numel() for p in build_model(model, n_fields, n_dense).parameters())
+        params = sum(p.numel() for p in
+                     build_model(model, n_fields, n_dense, spec).parameters())
     item = 8 if model.dtype == "float64" else 4
     local = -(-train.global_batch // world)
     rows = local * n_fields * (model.row_dim + 1) * _PER_ROW * item
@@ -74,7 +76,7 @@ def estimate(model: ModelConfig, train: TrainConfig, world: int, n_fields: int,
 
 def check_resources(launch: LaunchConfig, model: ModelConfig, train: TrainConfig, *,
                     ranks_here: int, world: int, n_fields: int, n_dense: int,
-                    device: str = "cpu") -> Needs:
+                    device: str = "cpu", spec: ModelSpec | None = None) -> Needs:
     """Refuse settings this machine cannot run; returns the estimate.
 
     Args:
@@ -97,7 +99,7 @@ def check_resources(launch: LaunchConfig, model: ModelConfig, train: TrainConfig
         raise ValueError(f"--workers {ranks_here} x --threads {launch.threads} CPU ranks on "
                          f"{cores} core(s): each rank would get a sliver of a core; run at "
                          f"most {4 * cores // launch.threads} here, or more machines")
-    needs = estimate(model, train, world, n_fields, n_dense)
+    needs = estimate(model, train, world, n_fields, n_dense, spec)
     per_rank = needs.bytes_per_rank
     if device == "cuda" and torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()

@@ -28,7 +28,14 @@ from hetgmp.partitioner import IdIndex
 from hetgmp.streaming import ClickBatch
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.trainer.embedding import initial_rows
-from hetgmp.trainer.model import FlatParameters, ModelConfig, build_model, pool_bags
+from hetgmp.trainer.model import (
+    Bags,
+    FlatParameters,
+    ModelConfig,
+    ModelSpec,
+    batch_features,
+    build_model,
+)
 from hetgmp.trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
 
 __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
@@ -47,6 +54,22 @@ MAX_GENERATION_JUMP = 1024
 # How far past a rank's last complete publish (or its run's base) a publish number may be: a
 # rank's publishes arrive in order, one mark each, so a legitimate one is next or close to it.
 MAX_PUBLISH_AHEAD = 1 << 16
+
+
+def _bags_of(shape: dict[str, Any], fields: int) -> Bags:
+    """How the checkpoint's fields make the model's features (``mean``; the sequence fields'
+    names, lengths and tables when it has some)."""
+    mean = tuple(bool(m) for m in shape.get("mean") or ())
+    if not shape.get("sequence"):
+        return Bags(mean=mean)
+    try:
+        return Bags(mean=mean, names=tuple(str(n) for n in shape["names"]),
+                    sequence=tuple(bool(s) for s in shape["sequence"]),
+                    max_len=tuple(int(n) for n in shape["max_len"]),
+                    tables=tuple(str(t) for t in shape["tables"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ckpt.CheckpointError(f"the checkpoint does not describe its fields: {exc!r}") \
+            from None
 
 
 def model_config(shape: dict[str, Any]) -> ModelConfig:
@@ -211,6 +234,10 @@ class ServingModel:
         self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
         mean = shape.get("mean")
         self._mean = torch.tensor([bool(m) for m in mean]) if mean else None
+        self.bags = _bags_of(shape, self.fields)
+        if ":" in self.config.model:
+            log.info("serving model %r by import path: its module must be importable here, "
+                     "as it was where the trainer ran", self.config.model)
         self.table = ServingTable(self.config.row_dim, int(shape.get("row_seed", 0)),
                                   float(shape.get("row_init_scale", 0.01)))
         self.lineage = lineage
@@ -260,7 +287,9 @@ class ServingModel:
 
     def _build(self, flat: np.ndarray) -> tuple[torch.nn.Module, torch.Tensor]:
         """A new model object holding ``flat`` (and that flat buffer)."""
-        module = build_model(self.config, self.fields, self.n_dense)
+        module = build_model(self.config, self.fields, self.n_dense,
+                             ModelSpec.of_bags(self.config, self.bags, self.fields,
+                                               self.n_dense))
         params = FlatParameters(module)
         if params.numel != flat.size:
             raise ckpt.CheckpointError(f"dense parameters of {flat.size} values, the model has "
@@ -459,13 +488,15 @@ class ServingModel:
             model = self._model[0]
         self.unknown_ids += unknown
         table, index = torch.from_numpy(rows), torch.from_numpy(inverse.reshape(-1))
-        if batch.one_value:
-            pooled = table[index].view(len(batch), self.fields, -1)
-        else:  # as the trainer pools (Trainer.pool): each value's row read where it lies
-            weights = None if batch.weights is None else torch.from_numpy(batch.weights)
-            pooled = pool_bags(table, torch.from_numpy(batch.lengths), weights, self._mean,
-                               index)
-        logits = model(pooled, torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)))
+        # As the trainer builds them (Trainer.features): each value's row read where it lies.
+        weights = None if batch.weights is None else torch.from_numpy(batch.weights)
+        features = batch_features(table, torch.from_numpy(batch.lengths),
+                                  torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)),
+                                  self.bags, weights=weights, mean=self._mean, index=index,
+                                  one_value=batch.one_value)
+        logits = model(features)
+        if logits.dim() == 2 and logits.shape[1] == 1:
+            logits = logits.squeeze(1)
         return torch.sigmoid(logits).numpy().astype(np.float64)
 
     def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

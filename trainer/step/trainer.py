@@ -35,7 +35,17 @@ from hetgmp.runtime import Clock, SystemClock
 from hetgmp.streaming import ClickBatch
 from hetgmp.trainer.dist import PHASES, Comm, Pending, StepCounters, Totals, Traffic
 from hetgmp.trainer.embedding import EmbeddingStore, ReplicaTable, RowExchange, StoreConfig, unique_padded
-from hetgmp.trainer.model import Bags, DenseOptimizer, FlatParameters, ModelConfig, build_model, pool_bags
+from hetgmp.trainer.model import (
+    Bags,
+    DenseOptimizer,
+    Features,
+    FlatParameters,
+    ModelConfig,
+    ModelSpec,
+    batch_features,
+    build_model,
+    pool_bags,
+)
 from hetgmp.trainer.step.config import TrainConfig, scaled
 from hetgmp.trainer.step.message import pack_ids, pack_lists, unpack_ids, unpack_lists
 from hetgmp.trainer.step.route_choice import RouteChoice
@@ -130,11 +140,12 @@ class Trainer:
         self._mean = torch.tensor(bags.mean, device=comm.device) if any(bags.mean) else None
         self.dtype = torch.float64 if mc.dtype == "float64" else torch.float32
         device = comm.device
-        self.model: nn.Module = build_model(mc, n_fields, n_dense).to(device)
+        self.spec = ModelSpec.of_bags(mc, bags, n_fields, n_dense)
+        self.model: nn.Module = build_model(mc, n_fields, n_dense, self.spec).to(device)
         self.dense = FlatParameters(self.model)
         # The training forward (public for benchmarks): the model itself, or its torch.compile'd
         # twin (the same module and parameters).
-        self.train_forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+        self.train_forward: Callable[[Features], torch.Tensor] = (
             torch.compile(self.model, dynamic=True) if mc.compile == "on" else self.model)
         # Same seed gives the same values; the broadcast makes it so even across machines
         # whose torch builds might draw differently.
@@ -278,14 +289,15 @@ class Trainer:
             # backward).
             rows = values.index_select(0, inverse)
             rows.requires_grad_(True)
-            pooled = self.pool(rows, local)
+            features = self.features(rows, local)
         else:
             # The distinct rows are the leaf: the fused bag kernel reads them where they lie
             # and its backward sums each one's gradient (trainer.model.pooling).
             rows = values.detach().requires_grad_(True)
-            pooled = self.pool(rows, local, inverse, by_row)
+            features = self.features(rows, local, inverse, by_row)
         with self.model_autocast():
-            logits = self.train_forward(pooled, self._dense_tensor(local.dense))
+            logits = self.train_forward(features)
+        logits = _one_column(logits)
         logits = logits.to(self.dtype)
         labels = to_device(local.labels, self.comm.device, self.dtype)
         loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
@@ -299,6 +311,16 @@ class Trainer:
                 row_grads.index_add_(0, inverse, grads[0])
         self.last_logits = logits.detach()
         return loss_sum, row_grads, grads[1:]
+
+    def features(self, rows: torch.Tensor, batch: ClickBatch, index: torch.Tensor | None = None,
+                 by_row: tuple[torch.Tensor, torch.Tensor] | None = None) -> Features:
+        """What the model reads from the batch's looked-up rows (see :meth:`pool` for
+        ``rows``, ``index`` and ``by_row``): pooled fields, sequence fields, dense features."""
+        weights = None if batch.weights is None else to_device(batch.weights, rows.device)
+        return batch_features(rows, to_device(batch.lengths, rows.device),
+                              self._dense_tensor(batch.dense), self.bags, weights=weights,
+                              mean=self._mean, index=index, by_row=by_row,
+                              one_value=batch.one_value)
 
     def pool(self, rows: torch.Tensor, batch: ClickBatch, index: torch.Tensor | None = None,
              by_row: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -543,7 +565,7 @@ class Trainer:
         uniq, inverse = np.unique(batch.values, return_inverse=True)
         rows = self.exchange.read_only(uniq, replicas=local_view)
         index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
-        logits = self.model(self.pool(rows, batch, index), self._dense_tensor(batch.dense))
+        logits = _one_column(self.model(self.features(rows, batch, index)))
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
 
     def state(self) -> ModelState:
@@ -552,3 +574,8 @@ class Trainer:
         ids, rows, _, versions = self.store.export()
         dense = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         return ModelState(dense, ids, rows.cpu(), versions)
+
+
+def _one_column(logits: torch.Tensor) -> torch.Tensor:
+    """Logits ``[B]`` of a model that returns ``[B]`` or ``[B, 1]``."""
+    return logits.squeeze(-1) if logits.dim() == 2 and logits.shape[1] == 1 else logits

@@ -16,7 +16,7 @@ BAD = {
     "max_len": ('[sparse.a]\nmax_len = 100000000000000000000\n',
                 "line 2: sparse.a: max_len must be from 1 to 1,000,000"),
     "pooling": ('[sparse.a]\npooling = "max"\n',  # consume: a 22-line traceback
-                "line 2: sparse.a: pooling must be sum or mean, not 'max'"),
+                "line 2: sparse.a: pooling must be sum, mean or none, not 'max'"),
     "typo": ('[sparse.movie]\n[sparse.watched]\ntable = "movies"\n',
              "line 3: sparse.watched: table 'movies' is looked up by no other field"),
 }

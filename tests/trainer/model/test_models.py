@@ -5,10 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hetgmp.trainer.model import ModelConfig
-from hetgmp.trainer.model.models import DLRM, DCNv2, DeepFM, build_model
+from hetgmp.trainer.model import Features, ModelConfig, build_model
+from hetgmp.trainer.model.zoo.dcn import DCNv2
+from hetgmp.trainer.model.zoo.deepfm import DeepFM
+from hetgmp.trainer.model.zoo.dlrm import DLRM
 
 F, D, N_DENSE, B = 5, 4, 3, 7
+
+
+def _in(emb: torch.Tensor, dense: torch.Tensor) -> Features:
+    """What the trainer hands a model: pooled rows ``[B, F, R]`` and the dense features."""
+    return Features(tuple(f"f{i}" for i in range(emb.shape[1])), emb, dense)
 
 
 @pytest.mark.parametrize("name", ["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"])
@@ -17,13 +24,13 @@ def test_model_maps_rows_and_dense_to_one_logit_per_sample(name: str) -> None:
     model = build_model(config, F, N_DENSE)
     emb = torch.randn(B, F, config.row_dim, dtype=torch.float64, requires_grad=True)
     dense = torch.rand(B, N_DENSE, dtype=torch.float64)
-    out = model(emb, dense)
+    out = model(_in(emb, dense))
     assert out.shape == (B,)
     out.sum().backward()
     assert emb.grad is not None and emb.grad.abs().sum() > 0
     assert all(p.grad is not None for p in model.parameters())
     # Samples are independent: no batch statistics (s = 0 equivalence needs this).
-    assert torch.allclose(model(emb[:3], dense[:3]), out[:3])
+    assert torch.allclose(model(_in(emb[:3], dense[:3])), out[:3])
 
 
 def test_row_dim_carries_first_order_weight_where_the_model_has_one() -> None:
@@ -52,7 +59,7 @@ def test_deepfm_second_order_term_is_the_sum_over_field_pairs() -> None:
     pairs = sum((vec[:, i] * vec[:, j]).sum(1) for i in range(F) for j in range(i + 1, F))
     first = emb[..., 0].sum(1) + model.linear_dense(dense).squeeze(1)
     deep = model.deep(torch.cat([vec.flatten(1), dense], 1)).squeeze(1)
-    assert torch.allclose(model(emb, dense), first + pairs + deep)
+    assert torch.allclose(model(_in(emb, dense)), first + pairs + deep)
 
 
 def _dcnv2_reference(model: DCNv2, emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
@@ -102,7 +109,7 @@ def test_dcnv2_and_dlrm_compute_what_their_papers_write(name: str) -> None:
         else:
             assert isinstance(model, DLRM)
             want = _dlrm_reference(model, emb, dense)
-        got = model(emb, dense)
+        got = model(_in(emb, dense))
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-12), (got - want).abs().max()
 
 
@@ -114,3 +121,65 @@ def test_dcnv2s_cross_layers_hold_two_width_rank_parameters_each() -> None:
     assert model.cross_v.numel() + model.cross_u.numel() == 3 * 2 * width * 2
     with pytest.raises(ValueError, match="cross_rank"):
         ModelConfig(model="dcnv2", cross_rank=0)
+
+
+# The built-ins' parameters as the models of trainer/model/models.py made them before they
+# moved onto the model contract (issue 56), same config and seed: (name, sum, sum of |x|) of
+# each tensor of the state_dict, in order. The same keys and initial values, so checkpoints
+# and runs of the same seed carry over.
+BEFORE = {
+    "widedeep": [
+        ("wide_dense.weight", -0.1236252189, 0.5719590187),
+        ("wide_dense.bias", 0.1811612844, 0.1811612844),
+        ("deep.0.weight", -1.0759271242, 18.0645097167),
+        ("deep.0.bias", 0.5530095007, 0.9911648575),
+        ("deep.2.weight", -0.018682763, 1.4586756527),
+        ("deep.2.bias", -0.2938990295, 0.2938990295),
+    ],
+    "deepfm": [
+        ("linear_dense.weight", -0.1236252189, 0.5719590187),
+        ("linear_dense.bias", 0.1811612844, 0.1811612844),
+        ("deep.0.weight", -1.0759271242, 18.0645097167),
+        ("deep.0.bias", 0.5530095007, 0.9911648575),
+        ("deep.2.weight", -0.018682763, 1.4586756527),
+        ("deep.2.bias", -0.2938990295, 0.2938990295),
+    ],
+    "dcn": [
+        ("cross_w", -1.7170060547, 7.7173054512),
+        ("cross_b", 0.0, 0.0),
+        ("deep_body.0.weight", -1.0564460203, 18.1567087218),
+        ("deep_body.0.bias", 0.0087156603, 0.8359226948),
+        ("head.weight", -0.5024892917, 3.1022557063),
+        ("head.bias", -0.0003516266, 0.0003516266),
+    ],
+    "dcnv2": [
+        ("cross_v", -2.2851970331, 21.8690583715),
+        ("cross_u", 7.6489034959, 66.6381226706),
+        ("cross_b", 0.0, 0.0),
+        ("deep_body.0.weight", 0.609815092, 19.7351271717),
+        ("deep_body.0.bias", -0.1747896369, 0.8702153298),
+        ("head.weight", 0.0517147956, 2.9800383626),
+        ("head.bias", 0.1239522099, 0.1239522099),
+    ],
+    "dlrm": [
+        ("bottom.0.weight", -0.4558936805, 3.314718768),
+        ("bottom.0.bias", -0.3112790287, 1.9054586589),
+        ("bottom.2.weight", 1.6595110558, 3.9742135964),
+        ("bottom.2.bias", 0.1412910074, 1.0607077628),
+        ("top.0.weight", -1.1714203931, 16.607911937),
+        ("top.0.bias", -0.0121229701, 0.9465137534),
+        ("top.2.weight", 0.0197811509, 0.8822092479),
+        ("top.2.bias", -0.1879011393, 0.1879011393),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_the_builtins_keep_their_parameters_names_and_initial_values(name: str) -> None:
+    config = ModelConfig(model=name, embed_dim=4, hidden=(8,), cross_layers=2, cross_rank=3,
+                         bottom=(5,), seed=7, dtype="float64")
+    got = [(k, float(v.sum()), float(v.abs().sum()))
+           for k, v in build_model(config, 5, 3).state_dict().items()]
+    assert [k for k, _, _ in got] == [k for k, _, _ in BEFORE[name]]
+    for (k, s, a), (_, want_s, want_a) in zip(got, BEFORE[name]):
+        assert s == pytest.approx(want_s, abs=1e-9) and a == pytest.approx(want_a, abs=1e-9), k
