@@ -26,29 +26,37 @@ SYN = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=
 BATCH = 256
 
 
-@pytest.mark.parametrize("kind", ["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"])
-def test_served_scores_of_lists_are_the_trainers(kind: str) -> None:
+def _trained_and_served(syn: SyntheticConfig, model: ModelConfig
+                        ) -> tuple[SyntheticStream, Trainer, ServingModel]:
+    """A trainer six steps into ``syn``'s stream, and a serving model holding its rows and
+    dense parameters as a checkpoint and the log would give them."""
     torch.set_num_threads(1)
-    stream = SyntheticStream(SYN)
-    schema = SYN.schema
-    model = ModelConfig(model=kind, embed_dim=8, hidden=(16,), cross_layers=2, cross_rank=4,
-                        bottom=(8,))
+    stream, schema = SyntheticStream(syn), syn.schema
     store = StoreConfig(optimizer="adagrad", lr=0.05)
     train = TrainConfig(global_batch=BATCH, log_every=0)
     bags = Bags.of(schema)
-    assert bags.jagged and bags.mean == (False, False, True, False, False)
     trainer = Trainer(LocalComm(), Placement.hash(1), len(schema.sparse), len(schema.dense),
                       model=model, store=store, train=train, bags=bags)
     for step in range(6):
         trainer.step(synthetic_batch(stream, step * BATCH, BATCH))
     trainer.flush()
     state = trainer.state()
-    job = Job(SyntheticSpec(SYN, 0, BATCH), model, store, train)
+    job = Job(SyntheticSpec(syn, 0, BATCH), model, store, train)
     shape = model_shape(job, len(schema.sparse), len(schema.dense), bags)
     version = log_version(1, 1)
     served = ServingModel(shape, trainer.dense.flat.detach().numpy().astype(np.float32),
                           lineage="0123456789abcdef", version=version, world=1, step=6)
     served.table.upsert(state.ids, state.rows.numpy().astype(np.float32), version)
+    return stream, trainer, served
+
+
+@pytest.mark.parametrize("kind", ["widedeep", "deepfm", "dcn", "dcnv2", "dlrm"])
+def test_served_scores_of_lists_are_the_trainers(kind: str) -> None:
+    schema = SYN.schema
+    assert Bags.of(schema).jagged and Bags.of(schema).mean == (False, False, True, False, False)
+    model = ModelConfig(model=kind, embed_dim=8, hidden=(16,), cross_layers=2, cross_rank=4,
+                        bottom=(8,))
+    stream, trainer, served = _trained_and_served(SYN, model)
     # Records after the trained ones: their rows, and rows nobody trained (initial values).
     lines = stream.lines(6 * BATCH, 64)
     tsv = Decoder(schema).decode([b"\n".join(lines)]).batch
@@ -73,28 +81,12 @@ def test_served_scores_of_lists_are_the_trainers(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["din", "user_models:build"])
 def test_served_scores_of_a_sequence_model_are_the_trainers(kind: str) -> None:
     # The history kept as a sequence: DIN, and a model of the user's served by import path.
-    torch.set_num_threads(1)
     syn = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6,
                           n_sparse=5, seed=9, history_pooling="none", repeat_prob=0.3)
-    stream, schema = SyntheticStream(syn), syn.schema
-    model = ModelConfig(model=kind, embed_dim=8, hidden=(16,))
-    store = StoreConfig(optimizer="adagrad", lr=0.05)
-    train = TrainConfig(global_batch=BATCH, log_every=0)
-    bags = Bags.of(schema)
-    assert bags.sequence == (False, False, True, False, False)
-    trainer = Trainer(LocalComm(), Placement.hash(1), len(schema.sparse), len(schema.dense),
-                      model=model, store=store, train=train, bags=bags)
-    for step in range(6):
-        trainer.step(synthetic_batch(stream, step * BATCH, BATCH))
-    trainer.flush()
-    state = trainer.state()
-    job = Job(SyntheticSpec(syn, 0, BATCH), model, store, train)
-    shape = model_shape(job, len(schema.sparse), len(schema.dense), bags)
-    version = log_version(1, 1)
-    served = ServingModel(shape, trainer.dense.flat.detach().numpy().astype(np.float32),
-                          lineage="0123456789abcdef", version=version, world=1, step=6)
-    served.table.upsert(state.ids, state.rows.numpy().astype(np.float32), version)
+    assert Bags.of(syn.schema).sequence == (False, False, True, False, False)
+    stream, trainer, served = _trained_and_served(syn, ModelConfig(model=kind, embed_dim=8,
+                                                                   hidden=(16,)))
     lines = stream.lines(6 * BATCH, 64)
-    batch = Decoder(schema).decode([b"\n".join(lines)]).batch
+    batch = Decoder(syn.schema).decode([b"\n".join(lines)]).batch
     assert batch.lengths[:, 2].max() == syn.history_len
     np.testing.assert_allclose(served.score(batch), trainer.predict(batch), rtol=0, atol=1e-5)
