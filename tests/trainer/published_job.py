@@ -72,7 +72,7 @@ def trainer_forward(results: list[RankResult], batch: ClickBatch) -> np.ndarray:
     import torch
 
     from hetgmp.trainer.embedding.optimizer import initial_rows
-    from hetgmp.trainer.model import build_model
+    from hetgmp.trainer.model import Features, build_model
 
     ids, rows, dense = trainer_model(results)
     module = build_model(MODEL, batch.ids.shape[1], batch.dense.shape[1])
@@ -83,7 +83,9 @@ def trainer_forward(results: list[RankResult], batch: ClickBatch) -> np.ndarray:
     table = initial_rows(uniq, MODEL.row_dim, STORE.seed, STORE.init_scale).astype(np.float32)
     table[held] = rows[pos[held]]
     emb = torch.from_numpy(table)[torch.from_numpy(inverse.reshape(-1))]
+    fields = batch.ids.shape[1]
+    features = Features(tuple(f"f{i}" for i in range(fields)),
+                        emb.view(len(batch), fields, -1), torch.from_numpy(batch.dense))
     with torch.no_grad():
-        logits = module(emb.view(len(batch), batch.ids.shape[1], -1),
-                        torch.from_numpy(batch.dense))
+        logits = module(features)
     return torch.sigmoid(logits).numpy()

@@ -500,8 +500,10 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     # The model on this schema, run once on a small batch: a model that reads a field the
     # schema lacks, or returns the wrong shape, is refused in one line naming it before any
     # rank starts (a factory of the user's is imported here, so an import error is said too).
+    # The size first (counted on the meta device): a model too large for this machine is
+    # refused before check_model allocates it.
     spec = ModelSpec.of_bags(job.model, Bags.of(schema), len(schema.sparse), len(schema.dense))
-    check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
     check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,
                     n_fields=len(schema.sparse), n_dense=len(schema.dense),
                     device=launch_config.device, spec=spec)
+    check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
