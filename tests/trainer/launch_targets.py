@@ -33,6 +33,20 @@ def die_on(comm: Comm, rank: int) -> None:
     comm.barrier()
 
 
+def peer_lost_first(comm: Comm, rank: int) -> None:
+    """The order a loaded machine can give: the survivors' collective fails (PeerLost) before
+    rank ``rank``'s death reaches the launcher (it exits 0.5 s later)."""
+    import time
+
+    from hetgmp.trainer.dist.peers import PeerLost
+
+    if comm.rank == rank:
+        time.sleep(0.5)
+        os._exit(3)
+    raise PeerLost(f"the barrier collective failed on rank {comm.rank}: rank {rank} is gone",
+                   [rank], [])
+
+
 def reduce_sums(comm: Comm, sizes: list[int]) -> list[tuple[list[float], int, int, float]]:
     """``all_reduce_sum`` of a rank-dependent float64 tensor of each size: (result, bytes sent,
     collectives timed, seconds in them)."""

@@ -28,6 +28,7 @@ import pickle
 import signal
 import socket
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, TypeVar
@@ -38,6 +39,7 @@ from hetgmp.runtime import die_with_parent, env_value, setup_logging, when_gone
 from hetgmp.trainer.dist.allocator import keep_freed_memory
 from hetgmp.trainer.dist.comm import Comm, DistComm, LocalComm
 from hetgmp.trainer.dist.config import LaunchConfig
+from hetgmp.trainer.dist.peers import PeerLost
 
 __all__ = [
     "WorkerFailed",
@@ -406,19 +408,52 @@ def _collect(procs: list[Any], conns: list[mpc.Connection]) -> list[Any]:
         for rank, conn in list(waiting.items()):
             if conn not in ready:
                 continue
-            try:
-                status, payload = pickle.loads(conn.recv_bytes())
-            except EOFError:
-                procs[rank].join(_STOP_GRACE_S)
-                raise WorkerFailed(rank, _describe_exit(procs[rank].exitcode)) from None
-            if status != "ok":
-                summary, trace = payload
-                raise WorkerFailed(rank, f"{summary}\n{trace}", summary)
-            results[rank] = payload
+            outcome = _outcome(procs, rank, conn)
+            if isinstance(outcome, WorkerFailed):
+                if outcome.summary.startswith(f"{_PEER_LOST}:"):
+                    # A peer's loss is a symptom: the rank that died or raised is the cause,
+                    # whichever the launcher heard first (on a loaded machine the survivor's
+                    # collective can fail before the dead rank's pipe closes).
+                    del waiting[rank]
+                    raise _cause(procs, waiting) or outcome from None
+                raise outcome from None
+            results[rank] = outcome
             del waiting[rank]
     for p in procs:
         p.join(_STOP_GRACE_S)
     return results
+
+
+_PEER_LOST = PeerLost.__name__
+
+
+def _outcome(procs: list[Any], rank: int, conn: mpc.Connection) -> Any:
+    """What rank ``rank`` sent on ``conn`` (which is ready): its result, or a
+    :class:`WorkerFailed` for an error it reported or its death."""
+    try:
+        status, payload = pickle.loads(conn.recv_bytes())
+    except EOFError:
+        procs[rank].join(_STOP_GRACE_S)
+        return WorkerFailed(rank, _describe_exit(procs[rank].exitcode))
+    if status != "ok":
+        summary, trace = payload
+        return WorkerFailed(rank, f"{summary}\n{trace}", summary)
+    return payload
+
+
+def _cause(procs: list[Any], waiting: dict[int, mpc.Connection]) -> WorkerFailed | None:
+    """The failure of another rank, one that is not itself a lost peer, heard within
+    :data:`_STOP_GRACE_S` (None: none came)."""
+    deadline = time.monotonic() + _STOP_GRACE_S
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        for conn in mpc.wait(list(waiting.values()), timeout=left):
+            rank = next(r for r, c in waiting.items() if c is conn)
+            del waiting[rank]
+            outcome = _outcome(procs, rank, conn)  # type: ignore[arg-type]
+            if isinstance(outcome, WorkerFailed) and \
+                    not outcome.summary.startswith(f"{_PEER_LOST}:"):
+                return outcome
+    return None
 
 
 def under_torchrun() -> bool:

@@ -37,7 +37,9 @@ def test_ranks_see_the_environment_of_the_launch_and_its_thread_caps(targets, mo
 
 
 @pytest.mark.parametrize("target,expected", [("raise_on", "ValueError: boom on rank 1"),
-                                             ("die_on", "exited with code 3")])
+                                             ("die_on", "exited with code 3"),
+                                             # the cause named, not the peer that lost it
+                                             ("peer_lost_first", "exited with code 3")])
 def test_a_failing_rank_stops_the_job_without_hanging(targets, target: str, expected: str) -> None:
     t0 = time.monotonic()
     # The collective timeout is far away: only the launcher's watch can end this quickly.
