@@ -469,10 +469,15 @@ class ConfluentSender(RecordSender):
         while not self._closing.is_set():
             try:
                 self._p.poll(0.05)
-            except KafkaException as exc:  # fatal: the next send fails, close() reports the rest
-                self._fatal_error(exc)
+            except (KafkaException, SystemError) as exc:  # fatal: the next send fails,
+                self._fatal_error(exc)                      # close() reports the rest
 
     def _fatal_error(self, exc: BaseException) -> None:
+        # The binding raises a fatal error from poll or flush; a delivery report served in the
+        # same call then fails with SystemError ("returned a result with an exception set"),
+        # the KafkaException as its context: the fatal error is that one.
+        if isinstance(exc, SystemError) and exc.__context__ is not None:
+            exc = exc.__context__
         if self._fatal is None:
             self._fatal = str(exc.args[0] if exc.args else exc)
             log.error("the producer failed for good: %s", self._fatal)
@@ -490,13 +495,16 @@ class ConfluentSender(RecordSender):
         self._sent += 1
 
         def delivered(err: Any, msg: Any) -> None:
-            if self._pending.pop(number, None) is None:
+            if number not in self._pending:
                 return  # close() already reported it
             if err is None:
                 self._on_result(tag, None, int(msg.offset()))
             else:  # after a fatal error, purged messages name it rather than the purge
                 cause = str(err) if self._fatal is None else f"{self._fatal} (then: {err})"
                 self._on_result(tag, RuntimeError(cause), -1)
+            # Only once reported: a report that failed half way (see _fatal_error) leaves the
+            # message pending, and close() reports it as failed.
+            self._pending.pop(number, None)
 
         self._pending[number] = tag  # before produce(): its report may come on another thread
         pairs: list[tuple[str, str | bytes | None]] | None = (
@@ -531,12 +539,12 @@ class ConfluentSender(RecordSender):
                 log.warning("%d messages were still queued when the producer closed", left)
                 self._p.purge()
                 self._p.flush(1.0)
-        except KafkaException as exc:  # fatal (e.g. a restarted broker forgot our producer id)
-            self._fatal_error(exc)
+        except (KafkaException, SystemError) as exc:  # fatal (e.g. a restarted broker forgot
+            self._fatal_error(exc)                      # our producer id)
             try:
                 self._p.purge()
                 self._p.flush(1.0)
-            except KafkaException:
+            except (KafkaException, SystemError):
                 pass  # the same fatal error again; what is left is reported below
         finally:
             self._closing.set()

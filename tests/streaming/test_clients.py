@@ -3,6 +3,7 @@ fetched-messages container, topic ids in one spelling."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import numpy as np
@@ -108,3 +109,46 @@ def test_a_fatal_producer_error_at_close_reports_every_unanswered_message_as_fai
     assert sorted(tag for tag, _, _ in results) == list(range(5))  # each exactly once
     assert all(err is not None and off == -1 for _, err, off in results)
     assert any("unknown producer id" in str(err).lower() for _, err, _ in results)
+
+
+class _FatalOnFlush:
+    """librdkafka's producer as a restarted broker leaves it (idempotence state lost): the
+    binding's flush raises the fatal KafkaException, and a delivery report served in the same
+    call fails as ``SystemError: <class 'RuntimeError'> returned a result with an exception
+    set`` (seen on CI, 2026-12-07), which is what reaches the caller."""
+
+    def __init__(self, config: dict) -> None:
+        self.reports: list = []
+
+    def produce(self, topic: str, **kw: object) -> None:
+        self.reports.append(kw["on_delivery"])
+
+    def poll(self, timeout: float) -> int:
+        time.sleep(timeout)
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        from confluent_kafka import KafkaException
+        try:
+            raise KafkaException("Broker: Unknown Producer Id")
+        except KafkaException:  # the SystemError's context is the fatal error, as there
+            raise SystemError("<class 'RuntimeError'> returned a result with an exception "  # noqa: B904
+                              "set")
+
+    def purge(self) -> None:
+        pass
+
+
+def test_a_fatal_error_raised_through_a_delivery_report_fails_the_messages_it_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import confluent_kafka
+
+    from hetgmp.streaming.clients.confluent import ConfluentSender
+    monkeypatch.setattr(confluent_kafka, "Producer", _FatalOnFlush)
+    results: list = []
+    sender = ConfluentSender(KafkaSettings(bootstrap_servers="127.0.0.1:9"), "t", "all", True,
+                             "none", on_result=lambda tag, err, offset: results.append((tag, err)))
+    sender.send(b"record", 0, None, "m1")
+    sender.close()  # it raised the SystemError
+    (tag, err), = results
+    assert tag == "m1" and "Unknown Producer Id" in str(err)
