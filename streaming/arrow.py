@@ -61,7 +61,7 @@ def encode_arrow(
 
     Args:
         schema: field names of the columns.
-        labels: ``[B]`` 0/1 labels (written as int8).
+        labels: ``[B]`` 0/1 labels (written as int8), ``[B, T]`` for a schema of T labels.
         dense: ``[B, D]`` raw integer features, negative where missing (written as int32
             when they fit).
         ids: int64 ``[B, S]`` feature ids, already hashed (see :mod:`hetgmp.streaming.hashing`);
@@ -73,7 +73,7 @@ def encode_arrow(
     if lengths is not None:
         listed = sparse_columns(schema, np.asarray(ids, np.int64), lengths, None)
         head = pa.RecordBatch.from_pydict({
-            schema.label: pa.array(np.asarray(labels, np.int8)),
+            **_label_columns(schema, labels),
             **{name: pa.array(np.asarray(dense[:, j], np.int64))
                for j, name in enumerate(schema.dense)}, **listed})
         return [ipc_message(head.slice(lo, rows_per_message))
@@ -83,12 +83,12 @@ def encode_arrow(
     # Counts are small: int32 where they fit (52 of a record's ~317 bytes saved on the wire).
     narrow = dense.size == 0 or (dense.min() >= -(2**31) and dense.max() < 2**31)
     dense_type = pa.int32() if narrow else pa.int64()
-    fields = [pa.field(schema.label, pa.int8(), nullable=False)]
+    fields = [pa.field(name, pa.int8(), nullable=False) for name in schema.labels]
     fields += [pa.field(name, dense_type, nullable=False) for name in schema.dense]
     fields += [pa.field(name, pa.int64(), nullable=False) for name in schema.sparse]
     arrow_schema = pa.schema(fields)
     # Column-major copies once, so that every message's columns are contiguous slices of them.
-    columns = [np.ascontiguousarray(labels, dtype=np.int8)]
+    columns = list(np.ascontiguousarray(_two_d(np.asarray(labels, np.int8)).T))
     columns += list(np.ascontiguousarray(dense.T, dtype=np.int32 if narrow else np.int64))
     columns += list(np.ascontiguousarray(np.asarray(ids, dtype=np.int64).T))
     out = []
@@ -97,6 +97,20 @@ def encode_arrow(
         batch = pa.RecordBatch.from_arrays([pa.array(c[lo:hi]) for c in columns], schema=arrow_schema)
         out.append(ipc_message(batch))
     return out
+
+
+def _label_columns(schema: Schema, labels: np.ndarray, dtype: type | None = np.int8
+                   ) -> dict[str, pa.Array]:
+    """Each label's column (``labels``: ``[B]``, or ``[B, T]`` for T labels)."""
+    table = np.asarray(labels if dtype is None else np.asarray(labels, dtype))
+    table = _two_d(table)
+    return {name: pa.array(np.ascontiguousarray(table[:, t]))
+            for t, name in enumerate(schema.labels)}
+
+
+def _two_d(a: np.ndarray) -> np.ndarray:
+    """``[B]`` as ``[B, 1]``; ``[B, T]`` as it is."""
+    return a if a.ndim == 2 else a[:, None]
 
 
 def sparse_columns(schema: Schema, values: np.ndarray, lengths: np.ndarray,
@@ -132,7 +146,7 @@ def batch_to_arrow(batch: ClickBatch, schema: Schema) -> pa.RecordBatch:
     ``int64`` column for a one-value field, ``list<int64>`` and a weighted field's
     ``list<float>`` weights for a field of many; see :func:`sparse_columns`), then its Kafka
     positions. (Was ``ClickBatch.to_arrow``: the values module imports nothing above it.)"""
-    columns = {schema.label: pa.array(batch.labels),
+    columns = {**_label_columns(schema, batch.labels, None),
                **{name: pa.array(batch.dense[:, i]) for i, name in enumerate(schema.dense)},
                **sparse_columns(schema, batch.values, batch.lengths, batch.weights)}
     columns.update({"kafka_partition": pa.array(batch.partitions),
@@ -229,10 +243,11 @@ class ArrowDecoder:
                                 "once")
             return types[name]
 
-        t = typed(s.label)
-        if not (pat.is_integer(t) or pat.is_boolean(t) or pat.is_floating(t)):
-            raise _Unusable(RejectReason.ARROW_SCHEMA, f"column {s.label!r} is {t}, expected an "
-                            "integer, boolean or float label")
+        for name in s.labels:
+            if not (pat.is_integer(t := typed(name)) or pat.is_boolean(t)
+                    or pat.is_floating(t)):
+                raise _Unusable(RejectReason.ARROW_SCHEMA, f"column {name!r} is {t}, expected "
+                                "an integer, boolean or float label")
         for name in s.dense:
             if not (pat.is_integer(t := typed(name)) or pat.is_floating(t)):
                 raise _Unusable(RejectReason.ARROW_SCHEMA,
@@ -282,8 +297,13 @@ class ArrowDecoder:
             parts = [c.to_numpy(zero_copy_only=False) for c in chunks]
             return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-        labels = column(s.label, 2)  # a null label is no label: rejected with the bad ones
-        good = (labels == 0) | (labels == 1)
+        # A null label is a missing one; the fill 2 keeps it out of the good ones.
+        missing = np.zeros(n, dtype=bool)
+        for name in s.labels:
+            missing |= table.column(name).is_null().to_numpy(zero_copy_only=False)
+        labels = column(s.label, 2) if s.tasks == 1 else \
+            np.stack([column(name, 2) for name in s.labels], axis=1)
+        good = np.asarray(_two_d((labels == 0) | (labels == 1)).all(axis=1), dtype=bool)
         # Column-major first (each field a contiguous write), one transpose into [B, F] after.
         dense_t = np.empty((len(s.dense), n), np.float64)
         for j, name in enumerate(s.dense):
@@ -291,8 +311,8 @@ class ArrowDecoder:
         bad_dense = good & ~(np.isfinite(dense_t).all(axis=0)
                              & in_range(dense_t[~self._log1p]).all(axis=0))
         if self._jagged:
-            return self._decode_lists(table, kinds, labels, good, dense_t, bad_dense, msg,
-                                      rows_of, members, meta, rejects)
+            return self._decode_lists(table, kinds, labels, good, missing, dense_t, bad_dense,
+                                      msg, rows_of, members, meta, rejects)
         ids_t = np.empty((len(s.sparse), n), np.int64)
         for j, (name, kind) in enumerate(zip(s.sparse, kinds)):
             if kind == "ids":
@@ -302,7 +322,8 @@ class ArrowDecoder:
         bad_id = good & ~bad_dense & (ids_t < 0).any(axis=0)
         keep = good & ~bad_dense & ~bad_id
         if not keep.all():
-            _reject_records(((RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
+            _reject_records(((RejectReason.MISSING_LABEL, missing, _MISSING_LABEL),
+                             (RejectReason.BAD_LABEL, ~good & ~missing, "label must be 0 or 1"),
                              (RejectReason.BAD_DENSE, bad_dense, _BAD_DENSE),
                              (RejectReason.BAD_ID, bad_id, _BAD_ID)),
                             rows_of, msg, members, meta, rejects)
@@ -317,7 +338,8 @@ class ArrowDecoder:
         )
 
     def _decode_lists(self, table: pa.Table, kinds: list[str], labels: np.ndarray,
-                      good: np.ndarray, dense_t: np.ndarray, bad_dense: np.ndarray,
+                      good: np.ndarray, missing: np.ndarray, dense_t: np.ndarray,
+                      bad_dense: np.ndarray,
                       msg: np.ndarray, rows_of: np.ndarray, members: list, meta: list[np.ndarray],
                       rejects: list[Reject]) -> ClickBatch:
         """:meth:`_decode_group` for a schema with list fields: every field's values as
@@ -374,7 +396,8 @@ class ArrowDecoder:
         too_many = jag.too_many & good & ~bad_dense & ~bad_id
         bad_weight = (jag.bad_weight | bad_weight_rows) & good & ~bad_dense & ~bad_id & ~too_many
         keep = good & ~bad_dense & ~bad_id & ~too_many & ~bad_weight
-        _reject_records(((RejectReason.BAD_LABEL, ~good, "label must be 0 or 1"),
+        _reject_records(((RejectReason.MISSING_LABEL, missing, _MISSING_LABEL),
+                         (RejectReason.BAD_LABEL, ~good & ~missing, "label must be 0 or 1"),
                          (RejectReason.BAD_DENSE, bad_dense, _BAD_DENSE),
                          (RejectReason.BAD_ID, bad_id, _BAD_ID),
                          (RejectReason.TOO_MANY_VALUES, too_many,
@@ -409,6 +432,7 @@ class ArrowDecoder:
 _BAD_DENSE = (f"dense values must be finite numbers (of magnitude at most {MAX_MAGNITUDE:g} "
               "where the transform is none)")
 _BAD_ID = "ids must be non-negative"
+_MISSING_LABEL = "a label the schema requires is missing (null or no column value)"
 _FLOAT64 = pa.float64()
 
 

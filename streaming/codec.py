@@ -43,6 +43,7 @@ _MAX_DIGITS = 18
 # Longer dense values than this are rejected before a float parse looks at them.
 _MAX_NUMBER_BYTES = 40
 _SLACK = 8
+_MISSING_LABEL = "a label the schema requires is missing (empty or absent)"
 _BAD_DENSE = (f"dense values must be finite numbers (of magnitude at most {MAX_MAGNITUDE:g} "
               "where the transform is none)")
 _BAD_WEIGHT = {
@@ -310,28 +311,34 @@ class Decoder:
         f_starts = np.concatenate([starts[rows, None], t + 1], axis=1)
         f_ends = np.concatenate([t, ends[rows, None]], axis=1)
 
-        label_len = f_ends[:, 0] - f_starts[:, 0]
-        label_byte = buf[f_starts[:, 0]]
-        label_ok = (label_len == 1) & ((label_byte == _ZERO) | (label_byte == _ZERO + 1))
-        dense_raw, dense_ok = _parse_numbers(buf, f_starts[:, 1 : 1 + n_dense],
-                                             f_ends[:, 1 : 1 + n_dense])
+        tasks = self.schema.tasks  # the first columns: one label a task
+        label_len = f_ends[:, :tasks] - f_starts[:, :tasks]
+        label_byte = buf[f_starts[:, :tasks]]
+        missing = (label_len == 0).any(axis=1)
+        label_ok = ((label_len == 1) & ((label_byte == _ZERO) | (label_byte == _ZERO + 1))
+                    ).all(axis=1)
+        dense_raw, dense_ok = _parse_numbers(buf, f_starts[:, tasks : tasks + n_dense],
+                                             f_ends[:, tasks : tasks + n_dense])
         if not self._log1p.all():  # values trained as they are: within float32's reach
             dense_ok &= in_range(dense_raw[:, ~self._log1p]).all(axis=1)
-        self._reject_rows(
-            lines, rows[~label_ok], RejectReason.BAD_LABEL, meta, rejects, "label must be 0 or 1"
-        )
+        self._reject_rows(lines, rows[missing], RejectReason.MISSING_LABEL, meta, rejects,
+                          _MISSING_LABEL)
+        self._reject_rows(lines, rows[~label_ok & ~missing], RejectReason.BAD_LABEL, meta,
+                          rejects, "label must be 0 or 1")
         bad_dense = label_ok & ~dense_ok
         self._reject_rows(lines, rows[bad_dense], RejectReason.BAD_DENSE, meta, rejects, _BAD_DENSE)
         good = label_ok & dense_ok
         if not good.all():
             rows, f_starts, f_ends = rows[good], f_starts[good], f_ends[good]
             dense_raw, label_byte = dense_raw[good], label_byte[good]
-        kept, sparse = self._sparse(lines, rows, buf, f_starts[:, 1 + n_dense:],
-                                    f_ends[:, 1 + n_dense:], meta, rejects)
+        kept, sparse = self._sparse(lines, rows, buf, f_starts[:, tasks + n_dense:],
+                                    f_ends[:, tasks + n_dense:], meta, rejects)
         if kept.size < rows.size:
             at = np.searchsorted(rows, kept)
             dense_raw, label_byte = dense_raw[at], label_byte[at]
         labels = (label_byte - _ZERO).astype(np.float32)
+        if tasks == 1:
+            labels = labels[:, 0]
         return self._assemble(lines, kept, labels, dense_raw, sparse, meta)
 
     # -- JSON lines ------------------------------------------------------------------------------
@@ -343,8 +350,9 @@ class Decoder:
         # vectorised like the TSV path, over one buffer holding every categorical value.
         schema = self.schema
         n = lines.starts.size
-        labels = np.zeros(n, np.float32)
+        labels = np.zeros((n, schema.tasks), np.float32)
         dense = np.zeros((n, len(schema.dense)), np.float64)
+        missing = np.zeros(n, dtype=bool)
         values: list[bytes] = []
         ok = np.ones(n, dtype=bool)
         bad_weights = np.zeros(n, dtype=bool)  # weights missing, or not one a value
@@ -354,9 +362,13 @@ class Decoder:
                 obj = json.loads(raw)
                 if not isinstance(obj, dict):
                     raise ValueError("a record must be a JSON object")
-                label = obj.get(schema.label)
-                if label not in (0, 1) or isinstance(label, float) and label not in (0.0, 1.0):
-                    raise ValueError(f"label must be 0 or 1, got {label!r}")
+                row_labels = [obj.get(name) for name in schema.labels]
+                if any(v is None for v in row_labels):
+                    missing[r] = True
+                    continue
+                for label in row_labels:
+                    if label not in (0, 1) or isinstance(label, float) and label not in (0., 1.):
+                        raise ValueError(f"label must be 0 or 1, got {label!r}")
                 row_dense = [_json_number(obj.get(name), not log1p)
                              for name, log1p in zip(schema.dense, self._log1p)]
                 row_values: list[bytes] = []
@@ -376,9 +388,14 @@ class Decoder:
                 self._reject_rows(lines, np.array([r]), RejectReason.BAD_JSON, meta, rejects,
                                   detail)
                 continue
-            labels[r] = float(label)
+            labels[r] = row_labels
             dense[r] = row_dense
             values.extend(row_values)
+        self._reject_rows(lines, np.flatnonzero(missing), RejectReason.MISSING_LABEL, meta,
+                          rejects, _MISSING_LABEL)
+        ok &= ~missing
+        if schema.tasks == 1:
+            labels = labels[:, 0]
         rows = np.flatnonzero(ok)
         if rows.size == 0:
             return ClickBatch.empty(schema)

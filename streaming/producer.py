@@ -380,7 +380,8 @@ def _replay(config: ProduceConfig) -> Iterator[Packed]:
     if config.format == "arrow":
         encode = arrow_messages
     else:
-        encode = functools.partial(tsv_messages, separator=config.value_separator)
+        encode = functools.partial(tsv_messages, separator=config.value_separator,
+                                   labels=schema.tasks)
     per_message = config.per_message
 
     def messages() -> Iterator[Packed]:

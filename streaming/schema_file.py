@@ -3,7 +3,7 @@
 
 ::
 
-    label = "click"
+    label = "click"          # or ["click", "conversion"]: one task a label
 
     [dense.price]            # float; transform "log1p" (the default) or "none"
     transform = "none"
@@ -88,7 +88,11 @@ def parse_schema(spec: str) -> Schema:
         raise SchemaError(f"schema {shown(spec)}: unknown key {shown(unknown[0])} (expected "
                           "label, dense, sparse)")
     try:
-        return Schema.of(parts.get("label", "label"),
+        labels = [n.strip() for n in parts.get("label", "label").split(",")]
+        if not all(labels):
+            raise SchemaError(f"schema {shown(spec)}: label must be field names, comma "
+                              "separated")
+        return Schema.of(labels,
                          inline_fields("dense", parts.get("dense", ""), spec),
                          inline_fields("sparse", parts.get("sparse", ""), spec))
     except SchemaError as exc:
@@ -166,8 +170,11 @@ def load_schema(path: str | Path) -> Schema:
         raise fail(lines.top.get(unknown[0], 1),
                    f"unknown key {shown(unknown[0])} (expected label, dense, sparse)")
     label = doc.get("label", "label")
-    if not isinstance(label, str) or not label:
-        raise fail(lines.top.get("label", 1), "label must be a field name")
+    if isinstance(label, list) and label and all(isinstance(n, str) and n for n in label):
+        label = tuple(label)
+    elif not isinstance(label, str) or not label:
+        raise fail(lines.top.get("label", 1),
+                   "label must be a field name, or a list of them (one a task)")
     dense = _fields(doc.get("dense", []), "dense", lines, fail)
     sparse = _fields(doc.get("sparse", []), "sparse", lines, fail)
     try:

@@ -59,6 +59,12 @@ _HEX16 = (
     _HEX[(np.arange(65536)[:, None] >> np.array([12, 8, 4, 0])) & 0xF].astype(np.uint8).view("<u4").ravel()
 )
 _DEC_LIMIT = 1_000_000
+# The conversion label (SyntheticConfig.conversion): P(conversion | click) =
+# sigmoid(bias + click * (click logit - label_bias) + the values' conversion weights); about
+# a third of clicks convert on the default shapes.
+_CONVERSION_BIAS = -0.8
+_CONVERSION_CLICK = 0.5
+_CONVERSION_SALT = 0x9E3779B97F4A7C15
 _DEC_TABLE: np.ndarray | None = None
 
 
@@ -86,7 +92,8 @@ class SyntheticBlock:
             vocabulary); a field has one slot a value (``T = S`` without lists).
         missing: bool ``[B, S]`` sparse field left empty (a list: an empty bag).
         dense: int64 ``[B, D]`` integer features, -1 where missing.
-        labels: int8 ``[B]``.
+        labels: int8 ``[B]`` clicks; ``[B, 2]`` clicks and conversions with
+            ``SyntheticConfig.conversion``.
         prob: float64 ``[B]`` ground-truth click probability.
         segment: int32 ``[B]``.
     """
@@ -101,6 +108,11 @@ class SyntheticBlock:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+    @property
+    def clicks(self) -> np.ndarray:
+        """int8 ``[B]``: the click labels (the first task's)."""
+        return self.labels if self.labels.ndim == 1 else self.labels[:, 0]
 
 
 class SyntheticStream:
@@ -225,13 +237,21 @@ class SyntheticStream:
             logit += bonus
         prob = 1.0 / (1.0 + np.exp(-logit))
         labels = (rng.random(BLOCK) < prob).astype(np.int8)
+        if c.conversion:
+            # Converted only where clicked; the odds rise with the click's own logit (a user
+            # keen enough to click is likelier to buy) and with values of their own weight.
+            conv = (_CONVERSION_BIAS + _CONVERSION_CLICK * (logit - c.label_bias)
+                    + self._weights(values, missing, _CONVERSION_SALT).sum(axis=1))
+            bought = rng.random(BLOCK) < 1.0 / (1.0 + np.exp(-conv))
+            labels = np.stack([labels, (bought & (labels == 1)).astype(np.int8)], axis=1)
         return SyntheticBlock(start, values, missing, dense, labels, prob, segment)
 
-    def _weights(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    def _weights(self, values: np.ndarray, missing: np.ndarray, salt: int = 0) -> np.ndarray:
         """Ground-truth weight of each slot's (table, value): a hash mapped to a symmetric
-        distribution, ``1 / size`` of it in a bag of ``size``."""
+        distribution, ``1 / size`` of it in a bag of ``size`` (``salt``: another task's
+        weights)."""
         c = self.config
-        h = fmix64(values.astype(np.uint64) ^ self._slot_salt[None, :])
+        h = fmix64(values.astype(np.uint64) ^ (self._slot_salt[None, :] ^ np.uint64(salt)))
         # Sum of two uniforms in [-1, 1): a triangular weight, mean 0, no heavy tails.
         a = (h & np.uint64(0xFFFFFFFF)).astype(np.float64) / 2**32
         b = (h >> np.uint64(32)).astype(np.float64) / 2**32
@@ -328,7 +348,7 @@ class SyntheticStream:
         labels, probs = [], []
         for block, rows in self.blocks(start, count):
             out.extend(self._render(block, rows))
-            labels.append(block.labels[rows])
+            labels.append(block.clicks[rows])
             probs.append(block.prob[rows])
         return out, np.concatenate(labels), np.concatenate(probs)
 
@@ -357,7 +377,10 @@ class SyntheticStream:
         lead = np.where(missing & ~first, 0, lead).astype(np.uint8)
         slots = self.slot_field.size
         sparse_block = np.concatenate([lead[..., None], hexd], axis=2).reshape(n, slots * 9)
-        label = (block.labels[rows].astype(np.uint8) + 48)[:, None]
+        picked = block.labels[rows].astype(np.uint8)
+        digits = (picked if picked.ndim == 2 else picked[:, None]) + 48
+        # Labels tab separated: digit, tab, digit (one task: the digit alone).
+        label = np.insert(digits, np.arange(1, digits.shape[1]), 9, axis=1)
         matrix = np.concatenate([label, dense_block, sparse_block, np.full((n, 1), 10, np.uint8)], axis=1)
         data = matrix[matrix != 0].tobytes()
         return data.split(b"\n")[:-1]
@@ -367,7 +390,7 @@ class SyntheticStream:
     def ceiling_auc(self, start: int, count: int) -> float:
         """AUC of the ground-truth probabilities on the records' own labels (the ceiling)."""
         block = self.take(start, count)
-        return auc(block.labels, block.prob)
+        return auc(block.clicks, block.prob)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:

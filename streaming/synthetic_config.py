@@ -87,6 +87,10 @@ class SyntheticConfig:
                              "comes from"})
     repeat_bonus: float = field(
         default=1.5, metadata={"help": "user_history: ground-truth logit bonus of a repeat"})
+    conversion: bool = field(
+        default=False, metadata={"help": "a second label, conversion, after the click: counted "
+                                 "only where there was a click, likelier the likelier the "
+                                 "click, with value weights of its own (a two-task stream)"})
     history_pooling: Literal["mean", "none"] = field(
         default="mean", metadata={"help": "user_history: how the history field pools: mean, or "
                                   "none, a sequence of rows for models that read one (din)"})
@@ -131,10 +135,13 @@ class SyntheticConfig:
     @property
     def schema(self) -> Schema:
         """The schema of the generated records: Criteo-style names, with lists (and the
-        history's shared table) for the list shapes."""
+        history's shared table) for the list shapes, and the label ``conversion`` after
+        ``label`` with :attr:`conversion`."""
         plain = Schema.from_counts(self.n_dense, self.n_sparse)
+        labels = (plain.label, "conversion") if self.conversion else (plain.label,)
         if self.shape not in ("multi_hot", "user_history"):
-            return plain
+            return Schema.of(labels, plain.dense_fields, plain.sparse_fields) \
+                if self.conversion else plain
         # Lists pool by mean: the ground truth weighs a bag by its values' mean, and summed
         # the 100-value bag's rows moved 100 times as fast as a one-value field's under
         # Adagrad (bench train --quick, multi_hot, sum: held-out AUC 0.568, log-loss 0.994).
@@ -143,7 +150,7 @@ class SyntheticConfig:
         if self.shape == "user_history":  # C3, the history, looks up C2's rows (the items)
             sparse[2] = SparseField(plain.sparse[2], table=plain.sparse[1],
                                     max_len=self.history_len, pooling=self.history_pooling)
-        return Schema.of(plain.label, plain.dense_fields, sparse)
+        return Schema.of(labels, plain.dense_fields, sparse)
 
 
 def zipf_cdf(n: int, exponent: float) -> np.ndarray:

@@ -59,7 +59,7 @@ def parse_column_map(spec: str, schema: Schema) -> dict[str, str]:
     or a weighted field's weights (``<field>_weights``, or the name its ``weights`` gives)."""
     weights = [name for f in schema.sparse_fields if f.weighted
                for name in dict.fromkeys((f"{f.name}_weights", f.weights))]
-    fields = (schema.label, *schema.dense, *schema.sparse, *weights)
+    fields = (*schema.labels, *schema.dense, *schema.sparse, *weights)
     out: dict[str, str] = {}
     for item in (s.strip() for s in spec.split(",")):
         if not item:
@@ -127,7 +127,7 @@ class TableSource:
         files = _files_of(paths)
         self.dataset = ds.dataset([str(f) for f in files], format=_format_of(files, paths))
         mapping = column_map or {}
-        self.fields = [_Field(schema.label, mapping.get(schema.label, schema.label), "label")]
+        self.fields = [_Field(n, mapping.get(n, n), "label") for n in schema.labels]
         self.fields += [_Field(n, mapping.get(n, n), "dense") for n in schema.dense]
         for f in schema.sparse_fields:
             column = mapping.get(f.name, f.name)
@@ -268,11 +268,13 @@ def arrow_messages(batch: pa.RecordBatch, per_message: int) -> list[bytes]:
             for lo in range(0, batch.num_rows, per_message)]
 
 
-def tsv_messages(batch: pa.RecordBatch, per_message: int, separator: str = ",") -> list[bytes]:
-    """Criteo TSV lines (label, dense..., sparse..., tab separated; null = empty field), joined
+def tsv_messages(batch: pa.RecordBatch, per_message: int, separator: str = ",",
+                 labels: int = 1) -> list[bytes]:
+    """Criteo TSV lines (labels, dense..., sparse..., tab separated; null = empty field), joined
     ``per_message`` to a message by newlines. A list column's values are joined by
     ``separator``, each ``id:weight`` when its weights column comes with it (marked so by
-    :class:`TableSource`, or named ``<name>_weights``)."""
+    :class:`TableSource`, or named ``<name>_weights``). The first ``labels`` columns are the
+    labels."""
     texts = []
     names = batch.schema.names
     weights_of = {}
@@ -289,9 +291,9 @@ def tsv_messages(batch: pa.RecordBatch, per_message: int, separator: str = ",") 
             w = weights_of.get(names[i])
             texts.append(_joined(a, None if w is None else batch.column(w), separator))
             continue
-        if i == 0 and pat.is_boolean(a.type):
+        if i < labels and pat.is_boolean(a.type):
             a = pc.cast(a, pa.int8())
-        elif i == 0 and pat.is_floating(a.type):
+        elif i < labels and pat.is_floating(a.type):
             # 1.0 -> "1"; any other label (2.0, 0.5, NaN, 1e300) stays as it is, for the
             # consumer to reject.
             zero_one = pc.all(pc.or_(pc.equal(a, 0), pc.equal(a, 1))).as_py() is not False

@@ -38,6 +38,9 @@ MAX_LEN = 1_000_000
 # [batch, fields] arrays, and counts ('13,26' form) were unbounded, so a typo of a few digits
 # asked for names until memory ran out. Criteo has 39 fields; large production models hundreds.
 MAX_FIELDS = 10_000
+# Labels (tasks) a schema may name: multi-task CTR models train a handful (click, conversion,
+# like, share); each is a logit column and an AUC.
+MAX_LABELS = 16
 # Names a message lists before "and N more" (a duplicate among 10,000 fields was reported as an
 # 89,047-character line).
 _LISTED = 5
@@ -153,13 +156,16 @@ class DenseField:
 
 @dataclass(frozen=True)
 class Schema:
-    """A click log's fields: one label, ``dense`` numeric features, ``sparse`` categoricals.
+    """A click log's fields: its labels, ``dense`` numeric features, ``sparse`` categoricals.
 
     The default is Criteo's: ``label``, ``I1..I13``, ``C1..C26``. Feature ids hash a sparse
     field's *table* (its name unless the field says otherwise) with the value, so renaming a
     field changes its ids, reordering fields does not, and fields sharing a table share ids.
     ``dense`` and ``sparse`` are the names; ``dense_fields`` and ``sparse_fields`` the settings
     (one ``log1p`` value, and one value in a table of the field's name, unless given).
+    ``label`` is the first task's label column; ``extra_labels`` name the columns of further
+    tasks (a record's labels are ``labels``, 0 or 1 each, in that order; a multi-task model
+    returns one logit column per label).
 
     Raises:
         SchemaError: More than :data:`MAX_FIELDS` dense or sparse fields, a name given twice,
@@ -172,19 +178,24 @@ class Schema:
     sparse: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
     dense_fields: tuple[DenseField, ...] = field(default=(), repr=False)
     sparse_fields: tuple[SparseField, ...] = field(default=(), repr=False)
+    extra_labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for kind, given in (("dense", self.dense), ("sparse", self.sparse)):
             if len(given) > MAX_FIELDS:
                 raise SchemaError(f"{len(given):,} {kind} fields: a schema has at most "
                                   f"{MAX_FIELDS:,} of each kind", kind)
-        names = (self.label, *self.dense, *self.sparse)
+        if len(self.extra_labels) >= MAX_LABELS:
+            raise SchemaError(f"{len(self.labels):,} labels: a schema has at most "
+                              f"{MAX_LABELS} tasks", "label")
+        names = (*self.labels, *self.dense, *self.sparse)
         again = [n for n, count in Counter(names).items() if count > 1]
         if again:
             # Located at the second use of the first name given twice (a file's line).
             second = names.index(again[0], names.index(again[0]) + 1)
             raise SchemaError(f"field names must be unique: {listed(again)} given more than "
-                              "once", "dense" if second <= len(self.dense) else "sparse",
+                              "once", "label" if second < self.tasks else
+                              "dense" if second < self.tasks + len(self.dense) else "sparse",
                               again[0])
         if not self.sparse:
             raise SchemaError("a schema needs at least one sparse (categorical) field", "sparse")
@@ -213,10 +224,22 @@ class Schema:
                               "sparse", f.name, "table")
 
     @classmethod
-    def of(cls, label: str, dense: Sequence[DenseField], sparse: Sequence[SparseField]) -> Schema:
-        """A schema from its fields' settings."""
-        return cls(label, tuple(f.name for f in dense), tuple(f.name for f in sparse),
-                   tuple(dense), tuple(sparse))
+    def of(cls, label: str | Sequence[str], dense: Sequence[DenseField],
+           sparse: Sequence[SparseField]) -> Schema:
+        """A schema from its fields' settings (``label``: one name, or each task's in order)."""
+        labels = (label,) if isinstance(label, str) else tuple(label)
+        return cls(labels[0], tuple(f.name for f in dense), tuple(f.name for f in sparse),
+                   tuple(dense), tuple(sparse), labels[1:])
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every task's label column, the first task's first."""
+        return (self.label, *self.extra_labels)
+
+    @property
+    def tasks(self) -> int:
+        """Labels a record carries (the logit columns a model returns)."""
+        return 1 + len(self.extra_labels)
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -248,8 +271,8 @@ class Schema:
 
     @property
     def num_fields(self) -> int:
-        """Fields in a TSV line: label + dense + sparse."""
-        return 1 + len(self.dense) + len(self.sparse)
+        """Fields in a TSV line: labels + dense + sparse."""
+        return self.tasks + len(self.dense) + len(self.sparse)
 
 
 def table_typo(fields: Sequence[SparseField]) -> tuple[SparseField, str] | None:
@@ -330,7 +353,7 @@ class ClickBatch:
     Criteo-shaped log is the case where every length is 1 (:meth:`of_ids`, :attr:`ids`).
 
     Attributes:
-        labels: float32 ``[B]``, 0 or 1.
+        labels: float32 ``[B]``, 0 or 1; ``[B, T]`` when the schema has ``T > 1`` labels.
         dense: float32 ``[B, D]``, the dense features after their transforms (missing = 0).
         values: int64 ``[nnz]`` feature ids (see :mod:`hetgmp.streaming.hashing`), non-negative.
         lengths: int32 ``[B, S]`` values of each (sample, field); 0 is an empty bag.
@@ -369,7 +392,8 @@ class ClickBatch:
     @classmethod
     def empty(cls, schema: Schema) -> ClickBatch:
         """A batch with no rows and the schema's widths."""
-        return cls.of_ids(np.zeros(0, np.float32), np.zeros((0, len(schema.dense)), np.float32),
+        labels = np.zeros((0,) if schema.tasks == 1 else (0, schema.tasks), np.float32)
+        return cls.of_ids(labels, np.zeros((0, len(schema.dense)), np.float32),
                           np.zeros((0, len(schema.sparse)), np.int64))
 
     @property
@@ -462,6 +486,7 @@ class RejectReason(str, Enum):
     INVALID_UTF8 = "invalid_utf8"
     WRONG_FIELD_COUNT = "wrong_field_count"
     BAD_LABEL = "bad_label"
+    MISSING_LABEL = "missing_label"
     BAD_DENSE = "bad_dense"
     BAD_JSON = "bad_json"
     BAD_ARROW = "bad_arrow"

@@ -57,7 +57,7 @@ def test_negative_and_long_dense_values():
         (tsv(dense=["-", *["1"] * 12]), RejectReason.BAD_DENSE),
         (tsv(dense=["1234567890x", *["1"] * 12]), RejectReason.BAD_DENSE),
         (tsv(label="2"), RejectReason.BAD_LABEL),
-        (tsv(label=""), RejectReason.BAD_LABEL),
+        (tsv(label=""), RejectReason.MISSING_LABEL),
         (b"\xff\xfe" + tsv(), RejectReason.INVALID_UTF8),
     ],
 )

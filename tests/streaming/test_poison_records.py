@@ -202,7 +202,7 @@ def test_arrow_columns_that_stopped_the_decoder_are_refused_by_reason() -> None:
                                         "u": pa.array([1, None, 2**64 - 1], pa.uint64())})
     d = decoder.decode([ipc_message(nulls)])
     assert len(d.batch) == 1 and d.batch.labels.tolist() == [1.0]
-    assert [r.reason for r in d.rejects] == [RejectReason.BAD_LABEL, RejectReason.BAD_ID]
+    assert [r.reason for r in d.rejects] == [RejectReason.MISSING_LABEL, RejectReason.BAD_ID]
     twice = pa.RecordBatch.from_arrays([pa.array([1]), pa.array([1]), pa.array([1]),
                                         pa.array(["x"])], names=["y", "a", "a", "u"])
     d = decoder.decode([ipc_message(twice), ipc_message(nulls.slice(0, 1))])

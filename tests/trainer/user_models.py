@@ -11,16 +11,17 @@ from hetgmp.trainer.model import Features, ModelSpec
 
 class LastClicks(nn.Module):
     """The item's row against the mean and the most recent of the user's history rows, beside
-    an MLP of every pooled field: reads pooled fields, a sequence and the dense features."""
+    an MLP of every pooled field: reads pooled fields, a sequence and the dense features, and
+    returns a logit a label of the schema (``[B, T]``)."""
 
     def __init__(self, spec: ModelSpec, hidden: int = 16) -> None:
         super().__init__()
         (self.history, _), = spec.sequences
         self.item = next(f for f in spec.pooled if spec.table_of(f) == spec.table_of(self.history))
         d = spec.row_dim
-        self.mix = nn.Linear(3, 1)
+        self.mix = nn.Linear(3, spec.tasks)
         self.deep = nn.Sequential(nn.Linear(len(spec.pooled) * d + spec.n_dense, hidden),
-                                  nn.ReLU(), nn.Linear(hidden, 1))
+                                  nn.ReLU(), nn.Linear(hidden, spec.tasks))
 
     def forward(self, features: Features) -> torch.Tensor:
         seq = features.sequences[self.history]
@@ -31,7 +32,7 @@ class LastClicks(nn.Module):
         sims = torch.stack([(item * mean).sum(1), (item * last).sum(1),
                             seq.lengths.to(item.dtype)], dim=1)
         deep = self.deep(torch.cat([features.stacked().flatten(1), features.dense], dim=1))
-        return self.mix(sims) + deep  # [B, 1]: one task
+        return self.mix(sims) + deep  # [B, T]: one column a task
 
 
 def build(spec: ModelSpec) -> nn.Module:

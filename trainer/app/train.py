@@ -309,6 +309,8 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         # before the one trained) and said to be in-sample; --heldout-after gives the
         # out-of-sample figure.
         "progressive_in_sample": result.progressive_in_sample,
+        # Several labels: each task's AUC and log-loss (the figures above are the first's).
+        "tasks": result.tasks or None,
         "eval_window": args.eval_window,
         "placement": result.placement,
         "placements_moved_to": result.online.get("placements", 0),
@@ -476,6 +478,11 @@ def _fill_phrase(summary: dict[str, Any]) -> str:
 def auc_phrase(summary: dict[str, Any]) -> str:
     """The AUC of the summary line and what it is: held out when the run scored held-out
     records, else progressive, said to be in-sample after ``--passes``."""
+    if summary.get("tasks"):
+        kind = "heldout" if summary["heldout_auc"] is not None else "progressive"
+        each = ", ".join(f"{name} {_rounded(t.get(f'{kind}_auc'))}"
+                         for name, t in summary["tasks"].items())
+        return f"AUC {each} ({'held-out' if kind == 'heldout' else 'progressive'})"
     if summary["heldout_auc"] is not None:
         return f"AUC {round(summary['heldout_auc'], 4)} (held-out)"
     auc = summary["progressive_auc"]
@@ -483,6 +490,10 @@ def auc_phrase(summary: dict[str, Any]) -> str:
             + (", in-sample: records trained in an earlier pass"
                if summary["progressive_in_sample"] else ""))
     return f"AUC {auc if auc is None else round(auc, 4)} ({what})"
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
@@ -507,3 +518,4 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
                     n_fields=len(schema.sparse), n_dense=len(schema.dense),
                     device=launch_config.device, spec=spec)
     check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
+    job.train.loss_weights(schema.tasks)  # --task-weights one a label

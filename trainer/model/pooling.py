@@ -39,6 +39,7 @@ class Bags:
             of being pooled; empty: none does.
         max_len: Per sparse field, its most values a record (a sequence's length ``L``).
         tables: Per sparse field, the table it looks up.
+        labels: The schema's labels, one logit column of the model each (empty: one).
     """
 
     mean: tuple[bool, ...] = ()
@@ -48,6 +49,7 @@ class Bags:
     sequence: tuple[bool, ...] = ()
     max_len: tuple[int, ...] = ()
     tables: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, schema: Any) -> Bags:
@@ -59,11 +61,17 @@ class Bags:
                    names=tuple(f.name for f in fields),
                    sequence=tuple(f.pooling == "none" for f in fields),
                    max_len=tuple(f.max_len for f in fields),
-                   tables=tuple(f.table for f in fields))
+                   tables=tuple(f.table for f in fields),
+                   labels=tuple(schema.labels))
 
     def field_names(self, n_fields: int) -> tuple[str, ...]:
         """The sparse fields' names (``f0, f1, ...`` when the bags carry none)."""
         return self.names or tuple(f"f{i}" for i in range(n_fields))
+
+    @property
+    def tasks(self) -> int:
+        """Logit columns the model returns: one a label."""
+        return max(1, len(self.labels))
 
     @property
     def sequences(self) -> tuple[int, ...]:

@@ -46,6 +46,7 @@ class ModelSpec:
         tasks: Logit columns the model returns (one per label; 1: ``[B]`` or ``[B, 1]``).
         tables: ``(field, table)`` of every sparse field: fields that share a table read the
             same rows (DIN's candidate item and the history of items).
+        labels: The labels' names, in the order of the logit columns (empty: one, unnamed).
     """
 
     config: ModelConfig
@@ -54,6 +55,14 @@ class ModelSpec:
     sequences: tuple[tuple[str, int], ...] = field(default=())
     tasks: int = 1
     tables: tuple[tuple[str, str], ...] = field(default=())
+    labels: tuple[str, ...] = field(default=())
+
+    def require_one_task(self, model: str) -> None:
+        """Refuse a schema of several labels (a model with one logit)."""
+        if self.tasks > 1:
+            raise ModelError(f"model {model!r} predicts one label; the schema has {self.tasks} "
+                             f"({', '.join(self.labels)}): use a multi-task model (mmoe) or "
+                             "your own")
 
     def table_of(self, name: str) -> str:
         """The table field ``name`` looks up (its own name when not given)."""
@@ -70,7 +79,8 @@ class ModelSpec:
         sequences = set(bags.sequences)
         return cls(config, tuple(n for i, n in enumerate(names) if i not in sequences),
                    n_dense, tuple((names[i], bags.max_len[i]) for i in sorted(sequences)),
-                   tables=tuple(zip(names, bags.tables or names)))
+                   tasks=bags.tasks, tables=tuple(zip(names, bags.tables or names)),
+                   labels=bags.labels)
 
     @classmethod
     def of_fields(cls, config: ModelConfig, n_fields: int, n_dense: int) -> ModelSpec:

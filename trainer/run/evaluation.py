@@ -3,6 +3,9 @@
 Progressive validation scores each training sample before its update (the logits of the step
 that trains on it), so the AUC of the most recent samples is a held-out figure that costs no
 extra forward pass. :class:`Progressive` keeps a bounded window of them.
+
+A schema of several labels scores each task apart (labels and scores ``[N, T]``): the
+``*_tasks`` functions give one ``(AUC, log-loss)`` a task, the others the first task's.
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from hetgmp.trainer.dist import Comm
 from hetgmp.trainer.sources import SyntheticShard, SyntheticSpec
 from hetgmp.trainer.step import Trainer
 
-__all__ = ["Progressive", "score_batches", "score_heldout"]
+__all__ = ["Progressive", "TaskScores", "score_batches", "score_batches_tasks", "score_heldout",
+           "score_heldout_tasks", "task_scores"]
+
+#: ``(AUC, mean log-loss)`` of each task, in the schema's label order.
+TaskScores = list[tuple[float, float]]
 
 _EVAL_CHUNK = 8192
 
@@ -74,22 +81,39 @@ class Progressive:
         return np.concatenate([p[0] for p in self._parts]), logits
 
     def local_auc(self) -> float:
-        """This rank's progressive AUC (NaN without both classes)."""
+        """This rank's progressive AUC of the first task (NaN without both classes)."""
+        return self.local_task_aucs()[0]
+
+    def local_task_aucs(self) -> list[float]:
+        """This rank's progressive AUC of each task (NaN without both classes)."""
         y, p = self.arrays()
-        return auc(y, p) if 0 < y.sum() < y.size else math.nan
+        y, p = _columns(y), _columns(p)
+        return [auc(y[:, t], p[:, t]) if 0 < y[:, t].sum() < y.shape[0] else math.nan
+                for t in range(y.shape[1])]
 
     def job_scores(self, comm: Comm) -> tuple[float, float]:
         """The progressive AUC and mean log-loss over every rank's samples (collective)."""
+        return self.job_task_scores(comm)[0]
+
+    def job_task_scores(self, comm: Comm) -> TaskScores:
+        """:meth:`job_scores` of each task (collective)."""
         parts = comm.all_gather_object(self.arrays())
-        y = np.concatenate([p[0] for p in parts])
-        logits = np.concatenate([p[1] for p in parts])
-        return auc(y, logits), _logloss(y, 1 / (1 + np.exp(-logits.astype(np.float64))))
+        y = _cat([p[0] for p in parts])
+        logits = _cat([p[1] for p in parts])
+        # Ranked by the logits (sigmoid ties logits past ~37 in float64).
+        return task_scores(y, 1 / (1 + np.exp(-logits.astype(np.float64))), logits)
 
 
 def score_heldout(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
                   local_view: bool = False) -> tuple[float, float]:
     """AUC and mean log-loss of the held-out records, each rank scoring its share
     (collective)."""
+    return score_heldout_tasks(trainer, spec, comm, local_view)[0]
+
+
+def score_heldout_tasks(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
+                        local_view: bool = False) -> TaskScores:
+    """:func:`score_heldout` of each task (collective)."""
     shard = SyntheticShard(spec, _EVAL_CHUNK, comm.rank, comm.world)
     labels, scores = [], []
     while not shard.exhausted:
@@ -97,7 +121,7 @@ def score_heldout(trainer: Trainer, spec: SyntheticSpec, comm: Comm,
         labels.append(batch.labels)
         scores.append(trainer.predict(batch, local_view=local_view))
     y, p = _gathered(comm, labels, scores)
-    return auc(y, p), _logloss(y, p)
+    return task_scores(y, p)
 
 
 def score_batches(trainer: Trainer, batches: list[ClickBatch], comm: Comm, schema: Schema
@@ -105,6 +129,13 @@ def score_batches(trainer: Trainer, batches: list[ClickBatch], comm: Comm, schem
     """AUC, mean log-loss and count of records each rank holds in ``batches`` (its share of a
     hold-out; shares may differ), with the model as it is now (collective: a rank with fewer
     records scores empty chunks, so that every rank calls the same collectives)."""
+    scores, n = score_batches_tasks(trainer, batches, comm, schema)
+    return scores[0][0], scores[0][1], n
+
+
+def score_batches_tasks(trainer: Trainer, batches: list[ClickBatch], comm: Comm,
+                        schema: Schema) -> tuple[TaskScores, int]:
+    """:func:`score_batches` of each task, and the records scored (collective)."""
     mine = ClickBatch.concat(batches) if batches else None
     n = len(mine) if mine is not None else 0
     chunks = max(comm.all_gather_object(-(-n // _EVAL_CHUNK)))
@@ -118,17 +149,36 @@ def score_batches(trainer: Trainer, batches: list[ClickBatch], comm: Comm, schem
         scores.append(trainer.predict(part))
     y, p = _gathered(comm, labels, scores)
     if not y.size:
-        return math.nan, math.nan, 0
-    return auc(y, p), _logloss(y, p), int(y.size)
+        return [(math.nan, math.nan)] * schema.tasks, 0
+    return task_scores(y, p), int(y.shape[0])
+
+
+def task_scores(y: np.ndarray, p: np.ndarray, ranked: np.ndarray | None = None) -> TaskScores:
+    """``(AUC, mean log-loss)`` of each task from labels and probabilities (``[N]`` for one
+    task, ``[N, T]`` for several); the AUC ranks ``ranked`` (the logits) when given."""
+    y, p = _columns(y), _columns(p)
+    r = p if ranked is None else _columns(ranked)
+    return [(auc(y[:, t], r[:, t]), _logloss(y[:, t], p[:, t])) for t in range(y.shape[1])]
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    """Rows of ``parts`` in order; an empty part of another shape (a rank that kept nothing)
+    left out."""
+    full = [q for q in parts if q.shape[0]]
+    return np.concatenate(full) if full else parts[0]
+
+
+def _columns(a: np.ndarray) -> np.ndarray:
+    """``[N]`` as ``[N, 1]``; ``[N, T]`` as it is."""
+    return a if a.ndim == 2 else a[:, None]
 
 
 def _gathered(comm: Comm, labels: list[np.ndarray], scores: list[np.ndarray]
               ) -> tuple[np.ndarray, np.ndarray]:
     """Every rank's labels and scores, in rank order (collective)."""
-    mine = (np.concatenate(labels) if labels else np.zeros(0),
-            np.concatenate(scores) if scores else np.zeros(0))
+    mine = (_cat(labels) if labels else np.zeros(0), _cat(scores) if scores else np.zeros(0))
     parts = comm.all_gather_object(mine)
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    return _cat([p[0] for p in parts]), _cat([p[1] for p in parts])
 
 
 def _logloss(y: np.ndarray, p: np.ndarray) -> float:

@@ -118,6 +118,9 @@ class RankResult:
         source: The sources' own counts, summed over ranks (a Kafka source: how its
             event-time order went, :meth:`hetgmp.trainer.sources.KafkaShard.report`).
         observed: What the job's observers reported at the end (plain data, by key).
+        tasks: With several labels, each task's figures by its label: ``heldout_auc``,
+            ``heldout_logloss``, ``progressive_auc``, ``progressive_logloss`` where measured
+            (the fields above are the first task's). Empty with one label.
     """
 
     rank: int
@@ -144,6 +147,7 @@ class RankResult:
     sent_by_kind: dict[str, int] = field(default_factory=dict)
     source: dict[str, int] = field(default_factory=dict)
     observed: dict[str, Any] = field(default_factory=dict)
+    tasks: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def training_seconds(self) -> float:

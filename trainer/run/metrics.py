@@ -222,6 +222,7 @@ class TrainerMetrics(Collector):
         }
         self._collective_s = dict.fromkeys(KINDS, 0.0)
         self._imbalance: dict[str, float] = {}
+        self._task_auc: dict[str, float] = {}
         self._repartitions = {k: 0 for k in REPARTITION_KINDS}
         self._pass_moves = dict.fromkeys(PassReport.STEPS, 0)
         self._step = BucketCounts(STEP_BUCKETS)
@@ -339,6 +340,11 @@ class TrainerMetrics(Collector):
         with self._lock:
             self._gauges["hetgmp_heldout_auc"] = auc
 
+    def on_task_aucs(self, aucs: dict[str, float]) -> None:
+        """Record the rolling AUC of each task, by label (a schema of several labels)."""
+        with self._lock:
+            self._task_auc.update(aucs)
+
     def set_staleness_bound(self, s: int) -> None:
         """Record the staleness bound ``s`` (called at construction)."""
         with self._lock:
@@ -417,6 +423,13 @@ class TrainerMetrics(Collector):
         for what, value in self._imbalance.items():
             imbalance.add_metric([r, what], value)
         out.append(imbalance)
+        if self._task_auc:
+            tasks = GaugeMetricFamily(
+                "hetgmp_task_auc", "Rolling AUC of held-out (progressive validation) records, "
+                "by task (label).", labels=["rank", "task"])
+            for task, value in self._task_auc.items():
+                tasks.add_metric([r, task], value)
+            out.append(tasks)
         age = GaugeMetricFamily(
             "hetgmp_checkpoint_age_seconds", "Seconds since the last checkpoint was written.",
             labels=["rank"],

@@ -36,7 +36,12 @@ from hetgmp.trainer.online import (
     check_compatible,
     restore,
 )
-from hetgmp.trainer.run.evaluation import Progressive, score_batches, score_heldout
+from hetgmp.trainer.run.evaluation import (
+    Progressive,
+    TaskScores,
+    score_batches_tasks,
+    score_heldout_tasks,
+)
 from hetgmp.trainer.run.job import Job, RankResult
 from hetgmp.trainer.run.placement import Start, initial_placement
 from hetgmp.trainer.sources import KafkaSpec, Resume, Source, open_source
@@ -145,7 +150,10 @@ class _Logs:
             # Whole steps of the job: the ranks' shares together are the job's last samples.
             self.progressive.add(tr.last_labels, tr.last_logits, c.global_samples)
             if self.metrics is not None and tr.step_index % _AUC_EVERY == 0:
-                self.metrics.on_heldout_auc(self.progressive.local_auc())
+                aucs = self.progressive.local_task_aucs()
+                self.metrics.on_heldout_auc(aucs[0])
+                if len(aucs) > 1:
+                    self.metrics.on_task_aucs(dict(zip(self.schema.labels, aucs)))
 
 
 def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start: Start,
@@ -196,22 +204,29 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
                         resumed_from=manifest.step if manifest else None,
                         resumed_records=manifest.records if manifest else 0)
     # A job-wide condition (a per-rank one would leave ranks in different collectives).
+    labels = logs.schema.labels
     if job.heldout is not None and trainer.placement.replica_counts().sum() > 0:
-        result.heldout_auc_local, result.heldout_logloss_local = score_heldout(
-            trainer, job.heldout, comm, local_view=True)
+        result.heldout_auc_local, result.heldout_logloss_local = score_heldout_tasks(
+            trainer, job.heldout, comm, local_view=True)[0]
     trainer.flush()
     if job.heldout is not None:
-        result.heldout_auc, result.heldout_logloss = score_heldout(trainer, job.heldout, comm)
+        scores = score_heldout_tasks(trainer, job.heldout, comm)
+        result.heldout_auc, result.heldout_logloss = scores[0]
+        _by_task(result, labels, "heldout", scores)
         if result.heldout_auc_local is None:
             result.heldout_auc_local = result.heldout_auc
             result.heldout_logloss_local = result.heldout_logloss
     if job.progressive and logs.progressive is not None:
-        result.progressive_auc, result.progressive_logloss = logs.progressive.job_scores(comm)
+        scores = logs.progressive.job_task_scores(comm)
+        result.progressive_auc, result.progressive_logloss = scores[0]
+        _by_task(result, labels, "progressive", scores)
     result.progressive_in_sample = any(comm.all_gather_object(logs.again))
     result.short_steps, result.min_step_samples = logs.short_steps, logs.min_step_samples
     if job.heldout_after_ms is not None:
-        result.heldout_auc, result.heldout_logloss, result.heldout_records = score_batches(
-            trainer, logs.held, comm, logs.schema)
+        scores, result.heldout_records = score_batches_tasks(trainer, logs.held, comm,
+                                                             logs.schema)
+        result.heldout_auc, result.heldout_logloss = scores[0]
+        _by_task(result, labels, "heldout", scores)
     result.job_totals = gather_totals(comm, trainer.totals)
     # Everything every rank sent, the loop's traffic between steps included (by kind).
     result.sent_by_kind = dict(zip(KINDS, np.sum(
@@ -226,6 +241,16 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
         # One rank: no partitioner ever ran, hash (every row here) stayed in force.
         result.placement["kind"] = "hash"
     return result
+
+
+def _by_task(result: RankResult, labels: tuple[str, ...], kind: str, scores: TaskScores
+             ) -> None:
+    """Each task's ``kind`` AUC and log-loss into ``result.tasks`` (several labels only)."""
+    if len(labels) < 2:
+        return
+    for name, (auc_, logloss) in zip(labels, scores):
+        result.tasks.setdefault(name, {}).update(
+            {f"{kind}_auc": auc_, f"{kind}_logloss": logloss})
 
 
 def _auto_in_force(auto: dict[str, Any], say: bool) -> dict[str, object]:
@@ -289,6 +314,9 @@ def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None
         # trainer does (their names, their lengths, the tables the model's factory is told).
         pooled.update(names=list(bags.names), sequence=list(bags.sequence),
                       max_len=list(bags.max_len), tables=list(bags.tables))
+    if bags is not None and bags.tasks > 1:
+        # Several labels: the model's logit columns, named (serve answers one score each).
+        pooled["labels"] = list(bags.labels)
     return {**pooled, "model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
             "cross_layers": m.cross_layers, "cross_rank": m.cross_rank,
             "bottom": list(m.bottom), "dtype": m.dtype, "fields": n_fields,

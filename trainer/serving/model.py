@@ -58,15 +58,16 @@ MAX_PUBLISH_AHEAD = 1 << 16
 
 def _bags_of(shape: dict[str, Any], fields: int) -> Bags:
     """How the checkpoint's fields make the model's features (``mean``; the sequence fields'
-    names, lengths and tables when it has some)."""
+    names, lengths and tables when it has some; the labels when several)."""
     mean = tuple(bool(m) for m in shape.get("mean") or ())
-    if not shape.get("sequence"):
-        return Bags(mean=mean)
     try:
+        labels = tuple(str(n) for n in shape.get("labels") or ())
+        if not shape.get("sequence"):
+            return Bags(mean=mean, labels=labels)
         return Bags(mean=mean, names=tuple(str(n) for n in shape["names"]),
                     sequence=tuple(bool(s) for s in shape["sequence"]),
                     max_len=tuple(int(n) for n in shape["max_len"]),
-                    tables=tuple(str(t) for t in shape["tables"]))
+                    tables=tuple(str(t) for t in shape["tables"]), labels=labels)
     except (KeyError, TypeError, ValueError) as exc:
         raise ckpt.CheckpointError(f"the checkpoint does not describe its fields: {exc!r}") \
             from None
@@ -477,7 +478,8 @@ class ServingModel:
 
     @torch.no_grad()
     def score(self, batch: ClickBatch) -> np.ndarray:
-        """Click probabilities of ``batch``'s records (float64 ``[n]``)."""
+        """Click probabilities of ``batch``'s records (float64 ``[n]``; ``[n, T]`` for a
+        model of T labels)."""
         if batch.fields != self.fields or batch.dense.shape[1:] != (self.n_dense,):
             raise ValueError(f"records of {batch.fields} sparse and "
                              f"{batch.dense.shape[1:]} dense fields; the model takes "

@@ -87,6 +87,11 @@ class TrainConfig:
         default="adam", metadata={"help": "optimizer of the dense (MLP) parameters"}
     )
     dense_lr: float = field(default=1e-3, metadata={"help": "dense learning rate"})
+    task_weights: tuple[float, ...] = field(
+        default=(),
+        metadata={"help": "with several labels: each task's weight in the loss, comma "
+                  "separated in the schema's label order (default: 1 each)"},
+    )
     batch_scaling: BatchRule = field(
         default="none",
         metadata={"help": "derive learning rates and the embedding L2 from --global-batch: "
@@ -117,6 +122,22 @@ class TrainConfig:
         check_replica_basis(self.replica_basis)
         if self.base_batch < 1 or self.scaling_warmup < 0:
             raise ValueError("base_batch >= 1 and scaling_warmup >= 0 required")
+        if not all(math.isfinite(w) and w >= 0 for w in self.task_weights):
+            raise ValueError(f"task_weights {self.task_weights}: each must be a finite number "
+                             ">= 0")
+
+    def loss_weights(self, tasks: int) -> tuple[float, ...]:
+        """Each task's weight in the loss (``task_weights``, or 1 each).
+
+        Raises:
+            ValueError: ``task_weights`` given for another number of tasks.
+        """
+        if not self.task_weights:
+            return (1.0,) * tasks
+        if len(self.task_weights) != tasks:
+            raise ValueError(f"--task-weights gives {len(self.task_weights)} weight(s); the "
+                             f"schema has {tasks} label(s)")
+        return self.task_weights
 
     @property
     def routes(self) -> bool:

@@ -18,8 +18,9 @@ __all__ = ["as_words", "compact_ids", "expand_ids", "from_words", "pack_ids", "p
 
 
 def _floats(batch: ClickBatch) -> np.ndarray:
-    """int64 ``[B, W]``: each sample's label and dense features, float32 bits two a word."""
-    floats = np.concatenate([batch.labels[:, None], batch.dense], axis=1).astype(np.float32)
+    """int64 ``[B, W]``: each sample's labels and dense features, float32 bits two a word."""
+    labels = batch.labels if batch.labels.ndim == 2 else batch.labels[:, None]
+    floats = np.concatenate([labels, batch.dense], axis=1).astype(np.float32)
     return _words(floats)
 
 
@@ -35,17 +36,24 @@ def pack_ids(batch: ClickBatch) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([batch.ids, _floats(batch)], axis=1))
 
 
-def unpack_ids(packed: np.ndarray, n_fields: int, n_dense: int) -> ClickBatch:
+def unpack_ids(packed: np.ndarray, n_fields: int, n_dense: int, n_labels: int = 1
+               ) -> ClickBatch:
     """The samples of :func:`pack_ids` rows (from any number of ranks, one after the other)."""
     ids = np.ascontiguousarray(packed[:, :n_fields])
     floats = np.ascontiguousarray(packed[:, n_fields:]).view(np.float32)
-    return ClickBatch.of_ids(floats[:, 0].copy(), floats[:, 1:1 + n_dense].copy(), ids)
+    return ClickBatch.of_ids(_labels(floats, n_labels),
+                             floats[:, n_labels:n_labels + n_dense].copy(), ids)
+
+
+def _labels(floats: np.ndarray, n_labels: int) -> np.ndarray:
+    """The labels of unpacked float rows: ``[B]`` for one, ``[B, T]`` for several."""
+    return (floats[:, 0] if n_labels == 1 else floats[:, :n_labels]).copy()
 
 
 def _pack_block(batch: ClickBatch, weighted: bool) -> np.ndarray:
     """A batch with lists as one int64 message, in parts a word aligned:
 
-    - each sample's floats, ``[B, W]`` (label and dense features, float32 two a word);
+    - each sample's floats, ``[B, W]`` (labels and dense features, float32 two a word);
     - the byte width of the lengths (1, 2 or 4: the narrowest that holds the longest), then
       the lengths ``[B, S]`` in it;
     - the values, compact (:func:`compact_ids`: the distinct ones and positions among them);
@@ -107,10 +115,10 @@ def pack_lists(batch: ClickBatch, counts: np.ndarray, weighted: bool
 
 
 def unpack_lists(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_fields: int,
-                 n_dense: int, weighted: bool) -> ClickBatch:
+                 n_dense: int, weighted: bool, n_labels: int = 1) -> ClickBatch:
     """The batch of the blocks of ``words``: block ``i`` holds ``samples[i]`` samples in
     ``sizes[i]`` words (each as :func:`_pack_block` wrote it)."""
-    fwords = -(-(1 + n_dense) // 2)
+    fwords = -(-(n_labels + n_dense) // 2)
     parts, start = [], 0
     for n, size in zip(samples.tolist(), sizes.tolist()):
         block = words[start:start + size]
@@ -124,8 +132,8 @@ def unpack_lists(words: np.ndarray, samples: np.ndarray, sizes: np.ndarray, n_fi
         nnz = int(lengths.sum())
         values, at = expand_ids(block, at, nnz)
         weights = from_words(block, at, np.float32, nnz)[0].copy() if weighted else None
-        parts.append(ClickBatch(labels=floats[:, 0].copy(),
-                                dense=floats[:, 1:1 + n_dense].copy(),
+        parts.append(ClickBatch(labels=_labels(floats, n_labels),
+                                dense=floats[:, n_labels:n_labels + n_dense].copy(),
                                 values=values, lengths=lengths,
                                 partitions=np.full(n, -1, np.int32),
                                 offsets=np.full(n, -1, np.int64),

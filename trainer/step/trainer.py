@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from hetgmp.partitioner import Placement, capacity
 from hetgmp.runtime import Clock, SystemClock
@@ -160,6 +161,10 @@ class Trainer:
         self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat,
                                         warmup_steps=self.scaling.warmup_steps)
         self.loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
+        # Several labels: the loss is each task's summed loss times its weight, summed.
+        self.tasks = self.spec.tasks
+        self._task_weights = (torch.tensor(tc.loss_weights(self.tasks), dtype=self.dtype,
+                                           device=device) if self.tasks > 1 else None)
         self.step_index = 0
         self._totals = Totals()
         self.routes = tc.routes and comm.world > 1
@@ -172,9 +177,10 @@ class Trainer:
         # auto).
         self.route_choice = RouteChoice(tc.route_rounds, comm.rank, self._clock.monotonic)
         self.last_logits = torch.zeros(0)
-        self.last_labels = np.zeros(0, np.float32)
+        no_labels = np.zeros((0,) if self.tasks == 1 else (0, self.tasks), np.float32)
+        self.last_labels = no_labels
         self.last_dest: np.ndarray | None = None
-        self.last_routed_in = ClickBatch.of_ids(np.zeros(0, np.float32),
+        self.last_routed_in = ClickBatch.of_ids(no_labels,
                                                 np.zeros((0, n_dense), np.float32),
                                                 np.zeros((0, n_fields), np.int64))
         # The last step's dense all-reduce, left running, and its buffer (see finish_step).
@@ -300,7 +306,11 @@ class Trainer:
         logits = _one_column(logits)
         logits = logits.to(self.dtype)
         labels = to_device(local.labels, self.comm.device, self.dtype)
-        loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
+        if self._task_weights is None:
+            loss_sum = self.loss_fn(logits, labels)  # summed over this rank's samples
+        else:  # [B, T]: each task's loss weighted, summed over samples and tasks
+            loss_sum = F.binary_cross_entropy_with_logits(
+                logits, labels, weight=self._task_weights, reduction="sum")
         loss = loss_sum / global_n
         grads = torch.autograd.grad(loss, [rows, *self.dense.params], allow_unused=True)
         if not local.one_value:
@@ -460,11 +470,11 @@ class Trainer:
         if prep.words is not None:  # jagged
             received = comm.host_all_to_all(packed, prep.words, heard[:, 3], "route")
             local = unpack_lists(received, heard[:, 0], heard[:, 3], self.n_fields,
-                                   self.n_dense, self.bags.weighted)
+                                 self.n_dense, self.bags.weighted, self.tasks)
         else:
             if received is None:
                 received = comm.host_all_to_all(packed, counts, heard[:, 0], "route")
-            local = unpack_ids(received, self.n_fields, self.n_dense)
+            local = unpack_ids(received, self.n_fields, self.n_dense, self.tasks)
         c.samples_trained = len(local)
         # Which of the samples read here went to rank 0, and the ids of those other ranks
         # routed here: rank 0 holds these already (the online loop's window need not resend).

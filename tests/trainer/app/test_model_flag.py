@@ -19,7 +19,7 @@ HISTORY = ["--source", "synthetic", "--synthetic-shape", "user_history",
     ("user_models:missing_field", "reads a field this schema does not give it"),
     ("user_models:wrong_shape", "returned (3, 8) for 3 records"),
     ("deepfm", "reads pooled fields only"),
-    ("notamodel", "a built-in (widedeep, deepfm, dcn, dcnv2, dlrm, din) or "
+    ("notamodel", "a built-in (widedeep, deepfm, dcn, dcnv2, dlrm, din, mmoe) or "
                   "package.module:function"),
 ])
 def test_a_model_the_schema_cannot_train_is_refused_in_one_line(

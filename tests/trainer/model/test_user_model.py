@@ -1,7 +1,8 @@
 """The model contract (issue 56): a model of the user's, named by import path, trains on
-pooled fields, a sequence field and dense features; N ranks equal one process at s = 0
-(float64) through live migrations and a resume; a model that reads a field the schema lacks,
-or returns the wrong shape, is refused with one line before any rank starts."""
+pooled fields, a sequence field and dense features, with two labels (click and conversion);
+N ranks equal one process at s = 0 (float64) through live migrations and a resume; a model
+that reads a field the schema lacks, or returns the wrong shape, is refused with one line
+before any rank starts."""
 
 from __future__ import annotations
 
@@ -25,11 +26,13 @@ from hetgmp.trainer.sources import SyntheticSpec
 from hetgmp.trainer.step import TrainConfig
 from hetgmp.trainer.testing import AuditRun, ReturnState
 
-# The history kept as a sequence of 8 rows of the item table.
+# The history kept as a sequence of 8 rows of the item table; two labels.
 HISTORY = SyntheticConfig(shape="user_history", users=1_500, items=2_500, history_len=8,
-                          n_sparse=6, seed=4, history_pooling="none", repeat_prob=0.3)
+                          n_sparse=6, seed=4, history_pooling="none", repeat_prob=0.3,
+                          conversion=True)
 WINDOW, BATCH, STEPS = 6_000, 240, 12
-TRAIN = TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_every=0)
+TRAIN = TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_every=0,
+                    task_weights=(1.0, 0.5))
 EXACT = dict(model=ModelConfig(model="user_models:build", embed_dim=8, dtype="float64"),
              store=StoreConfig(optimizer="adagrad", lr=0.05), train=TRAIN)
 SOURCE = SyntheticSpec(HISTORY, start=WINDOW, records=BATCH * STEPS)
@@ -52,6 +55,7 @@ def test_the_spec_names_pooled_and_sequence_fields_and_their_tables() -> None:
     spec = ModelSpec.of_bags(EXACT["model"], Bags.of(HISTORY.schema), 6, 13)
     history = HISTORY.schema.sparse[2]
     assert spec.sequences == ((history, 8),) and history not in spec.pooled
+    assert spec.tasks == 2 and spec.labels == ("label", "conversion")
     assert spec.table_of(history) == spec.table_of(HISTORY.schema.sparse[1])
 
 

@@ -90,3 +90,20 @@ def test_served_scores_of_a_sequence_model_are_the_trainers(kind: str) -> None:
     batch = Decoder(syn.schema).decode([b"\n".join(lines)]).batch
     assert batch.lengths[:, 2].max() == syn.history_len
     np.testing.assert_allclose(served.score(batch), trainer.predict(batch), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(("kind", "pooling"), [("mmoe", "mean"), ("user_models:build", "none")])
+def test_served_scores_of_a_two_task_model_are_the_trainers_per_task(kind: str,
+                                                                     pooling: str) -> None:
+    # Click and conversion: the built-in MMoE on the pooled history, and a model of the user's
+    # on the history as a sequence; serve answers a score a task, each the trainer's.
+    syn = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6,
+                          n_sparse=5, seed=9, history_pooling=pooling, conversion=True)
+    stream, trainer, served = _trained_and_served(syn, ModelConfig(model=kind, embed_dim=8,
+                                                                   hidden=(16,)))
+    batch = Decoder(syn.schema).decode([b"\n".join(stream.lines(6 * BATCH, 64))]).batch
+    assert batch.labels.shape == (64, 2)
+    scores = served.score(batch)
+    assert scores.shape == (64, 2) and served.bags.labels == ("label", "conversion")
+    np.testing.assert_allclose(scores, trainer.predict(batch), rtol=0, atol=1e-5)
+    assert np.abs(scores[:, 0] - scores[:, 1]).max() > 1e-3  # two heads, not one copied

@@ -15,4 +15,5 @@ BUILTINS = {
     "dcnv2": "hetgmp.trainer.model.zoo.dcn:build_dcnv2",
     "dlrm": "hetgmp.trainer.model.zoo.dlrm:build",
     "din": "hetgmp.trainer.model.zoo.din:build",
+    "mmoe": "hetgmp.trainer.model.zoo.mmoe:build",
 }

@@ -75,11 +75,13 @@ def _width(spec: ModelSpec) -> int:
 def build_dcn(spec: ModelSpec) -> nn.Module:
     """``--model dcn``."""
     spec.require_pooled_only("dcn")
+    spec.require_one_task("dcn")
     return DCN(_width(spec), spec.config.cross_layers, spec.config.hidden)
 
 
 def build_dcnv2(spec: ModelSpec) -> nn.Module:
     """``--model dcnv2``."""
     spec.require_pooled_only("dcnv2")
+    spec.require_one_task("dcnv2")
     c = spec.config
     return DCNv2(_width(spec), c.cross_layers, c.cross_rank, c.hidden)

@@ -39,4 +39,5 @@ class DeepFM(nn.Module):
 def build(spec: ModelSpec) -> nn.Module:
     """``--model deepfm``."""
     spec.require_pooled_only("deepfm")
+    spec.require_one_task("deepfm")
     return DeepFM(spec.config.embed_dim, len(spec.pooled), spec.n_dense, spec.config.hidden)

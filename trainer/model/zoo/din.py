@@ -61,6 +61,7 @@ class DIN(nn.Module):
 def build(spec: ModelSpec) -> nn.Module:
     """``--model din``: the first sequence field, with a pooled field of its table as the
     candidate."""
+    spec.require_one_task("din")
     for history, _ in spec.sequences:
         table = spec.table_of(history)
         candidates = [f for f in spec.pooled if spec.table_of(f) == table]

@@ -42,5 +42,6 @@ class DLRM(nn.Module):
 def build(spec: ModelSpec) -> nn.Module:
     """``--model dlrm``."""
     spec.require_pooled_only("dlrm")
+    spec.require_one_task("dlrm")
     c = spec.config
     return DLRM(c.embed_dim, len(spec.pooled), spec.n_dense, c.bottom, c.hidden)

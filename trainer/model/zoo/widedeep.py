@@ -36,4 +36,5 @@ class WideDeep(nn.Module):
 def build(spec: ModelSpec) -> nn.Module:
     """``--model widedeep``."""
     spec.require_pooled_only("widedeep")
+    spec.require_one_task("widedeep")
     return WideDeep(spec.config.embed_dim, len(spec.pooled), spec.n_dense, spec.config.hidden)
