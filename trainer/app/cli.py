@@ -28,6 +28,7 @@ _EPILOG = (
 _BENCH_MODULES = {"ingest": "ingest", "partition": "partition", "train": "train",
                   "online": "online", "serve": "serve", "chaos": "chaos", "store": "store_bench",
                   "gpu": "gpu", "waits": "waits", "scale": "scale", "batch": "batch",
+                  "models": "models",
                   "all": "suite"}
 BENCHMARKS = tuple(_BENCH_MODULES)
 
