@@ -188,6 +188,11 @@ def rank_file(directory: Path, rank: int) -> Path:
     return directory / f"rank-{rank:05d}.npz"
 
 
+# Files a checkpoint may hold besides every rank's rows, the dense parameters and the
+# placement: the model's torch.export program (trainer.model.export.EXPORTED).
+_OPTIONAL_FILES = ("model.pt2",)
+
+
 def _file_names(world: int) -> list[str]:
     return [rank_file(Path(), r).name for r in range(world)] + ["dense.npz", "placement.npz"]
 
@@ -203,7 +208,10 @@ def write_manifest(directory: Path, *, step: int, world: int, placement_version:
                    model: ModelLog | None = None) -> Manifest:
     """Complete a checkpoint (rank 0, once every rank's files are written)."""
     files = {}
-    for name in _file_names(world):
+    # A model exported with torch.export (trainer.model.export) goes with the files when
+    # rank 0 wrote one.
+    optional = [n for n in _OPTIONAL_FILES if (directory / n).exists()]
+    for name in _file_names(world) + optional:
         path = directory / name
         if not path.exists():
             raise CheckpointError(f"{path} is missing: the checkpoint is not complete")
@@ -283,11 +291,12 @@ def parse_manifest(directory: Path, body: Any) -> Manifest:
         world = _int(body, "world", 1, _MAX_WORLD)
         offsets = _offsets(body["offsets"], "offsets")
         files = body["files"]
-        if not isinstance(files, dict) or set(files) != set(_file_names(world)):
+        if not isinstance(files, dict) or \
+                set(files) - set(_OPTIONAL_FILES) != set(_file_names(world)):
             names = sorted(files) if isinstance(files, dict) else files
             raise CheckpointError(f"files must name exactly the {world} rank file(s), "
-                                  f"dense.npz and placement.npz of a world of {world}, not "
-                                  f"{names!r}")
+                                  f"dense.npz and placement.npz of a world of {world} (and "
+                                  f"{', '.join(_OPTIONAL_FILES)} if written), not {names!r}")
         for name, meta in files.items():
             if not (isinstance(meta, dict) and set(meta) == {"bytes", "sha256"}
                     and type(meta["bytes"]) is int and meta["bytes"] >= 0

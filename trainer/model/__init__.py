@@ -12,6 +12,14 @@ from hetgmp.runtime import lazy_exports
 if TYPE_CHECKING:
     from hetgmp.trainer.model.config import ModelConfig
     from hetgmp.trainer.model.dense import DenseOptimizer, FlatParameters
+    from hetgmp.trainer.model.export import (
+        EXPORTED,
+        ExportError,
+        call_exported,
+        export_model,
+        load_exported,
+        param_names,
+    )
     from hetgmp.trainer.model.features import Features, Sequence
     from hetgmp.trainer.model.pooling import Bags, batch_features, pool_bags
     from hetgmp.trainer.model.spec import (
@@ -23,8 +31,10 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "EXPORTED",
     "Bags",
     "DenseOptimizer",
+    "ExportError",
     "Features",
     "FlatParameters",
     "ModelConfig",
@@ -33,12 +43,22 @@ __all__ = [
     "Sequence",
     "batch_features",
     "build_model",
+    "call_exported",
     "check_model",
+    "export_model",
+    "load_exported",
+    "param_names",
     "pool_bags",
     "resolve_factory",
 ]
 
 __getattr__ = lazy_exports(__name__, {
+    "EXPORTED": "hetgmp.trainer.model.export",
+    "ExportError": "hetgmp.trainer.model.export",
+    "call_exported": "hetgmp.trainer.model.export",
+    "export_model": "hetgmp.trainer.model.export",
+    "load_exported": "hetgmp.trainer.model.export",
+    "param_names": "hetgmp.trainer.model.export",
     "Bags": "hetgmp.trainer.model.pooling",
     "DenseOptimizer": "hetgmp.trainer.model.dense",
     "FlatParameters": "hetgmp.trainer.model.dense",

@@ -20,8 +20,11 @@ __all__ = ["FlatParameters", "DenseOptimizer"]
 class FlatParameters:
     """A module's trainable parameters re-homed as views of one contiguous buffer."""
 
-    def __init__(self, module: nn.Module) -> None:
-        self.params = [p for p in module.parameters() if p.requires_grad]
+    def __init__(self, module: nn.Module, params: list[nn.Parameter] | None = None) -> None:
+        """``module``'s trainable parameters, or ``params`` in their order when given (a
+        module whose own order differs: an exported program's)."""
+        self.params = params if params is not None else \
+            [p for p in module.parameters() if p.requires_grad]
         self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])
         pos = 0
         for p in self.params:

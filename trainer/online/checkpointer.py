@@ -22,6 +22,7 @@ import torch
 from hetgmp.runtime import Clock
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.model import EXPORTED, ExportError, export_model
 from hetgmp.trainer.online.config import Interval
 from hetgmp.trainer.online.observe import Observer
 from hetgmp.trainer.online.publisher import Publisher
@@ -60,9 +61,28 @@ class Checkpointer:
         self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
         self.observers = observers or Observer()
         self.written = 0
+        # A user's model as a torch.export program (rank 0, made at the first checkpoint and
+        # written in each): serve scores it without the user's code. None: not made yet;
+        # b"": not exportable (said once), serve imports it by path.
+        self._program: bytes | None = None
         # A resumed run does not rewrite the checkpoint it started from.
         self._last: tuple[int, int, dict[int, int], int] | None = resumed
         self._since = (records, clock.monotonic())
+
+    def _exported(self, trainer: Trainer) -> bytes:
+        """The program of a user's model (b"" for a built-in, or one torch cannot export)."""
+        if self._program is None:
+            self._program = b""
+            name = trainer.model_config.model
+            if ":" in name:
+                try:
+                    self._program = export_model(trainer.model, trainer.spec)
+                    log.info("model %r exported with torch.export: serve scores it without "
+                             "its code", name)
+                except ExportError as exc:
+                    log.warning("model %r could not be exported (%s): serve will import it "
+                                "by path", name, exc)
+        return self._program
 
     @property
     def enabled(self) -> bool:
@@ -129,6 +149,9 @@ class Checkpointer:
             ckpt.save_dense(directory, {"flat": trainer.dense.flat,
                                         **trainer.optimizer.state_arrays()})
             ckpt.save_placement(directory, trainer.placement)
+            program = self._exported(trainer)
+            if program:
+                ckpt.atomic_write(directory / EXPORTED, lambda f: f.write(program))
         source.prepare_commit()  # dead letters land before the offsets pass them
         self.comm.barrier()
         manifest = None

@@ -26,7 +26,7 @@ from hetgmp.runtime import Clock, SystemClock
 from hetgmp.streaming import ClickBatch
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.trainer.dist import KINDS, Comm, StepCounters, Totals
-from hetgmp.trainer.model import Bags
+from hetgmp.trainer.model import Bags, param_names
 from hetgmp.trainer.online import (
     Observer,
     Observers,
@@ -72,7 +72,7 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
         trainer = Trainer(comm, start.placement, len(schema.sparse), len(schema.dense),
                           model=job.model, store=job.store, train=job.train, bags=bags,
                           clock=clock)
-        shape = model_shape(job, len(schema.sparse), len(schema.dense), bags)
+        shape = model_shape(job, len(schema.sparse), len(schema.dense), bags, trainer.model)
         if manifest is not None:
             check_compatible(manifest, shape, source.topic)
             rows = restore(trainer, manifest)
@@ -301,11 +301,12 @@ def find_checkpoint(job: Job, comm: Comm) -> ckpt.Manifest | None:
     return None if path is None else ckpt.read_manifest(Path(path))
 
 
-def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None
-                ) -> dict[str, Any]:
+def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None,
+                model: Any = None) -> dict[str, Any]:
     """The settings a checkpoint must share with the run that loads it (and what a serving
     process needs to rebuild the model: the rows' initial values come from their seed and
-    scale; the fields pooled by mean, when some are)."""
+    scale; the fields pooled by mean, when some are; a user's ``model``'s parameter names,
+    which place the dense buffer in its exported program)."""
     m = job.model
     pooled: dict[str, Any] = {"mean": list(bags.mean)} \
         if bags is not None and any(bags.mean) else {}
@@ -314,6 +315,8 @@ def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None
         # trainer does (their names, their lengths, the tables the model's factory is told).
         pooled.update(names=list(bags.names), sequence=list(bags.sequence),
                       max_len=list(bags.max_len), tables=list(bags.tables))
+    if model is not None and ":" in m.model:
+        pooled["dense_names"] = param_names(model)
     if bags is not None and bags.tasks > 1:
         # Several labels: the model's logit columns, named (serve answers one score each).
         pooled["labels"] = list(bags.labels)

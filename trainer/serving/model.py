@@ -29,12 +29,16 @@ from hetgmp.streaming import ClickBatch
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.trainer.embedding import initial_rows
 from hetgmp.trainer.model import (
+    EXPORTED,
     Bags,
+    ExportError,
     FlatParameters,
     ModelConfig,
     ModelSpec,
     batch_features,
     build_model,
+    call_exported,
+    load_exported,
 )
 from hetgmp.trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
 
@@ -229,14 +233,21 @@ class ServingModel:
     """
 
     def __init__(self, shape: dict[str, Any], flat: np.ndarray, *, lineage: str, version: int,
-                 world: int, step: int) -> None:
+                 world: int, step: int, program: bytes | None = None) -> None:
         self.shape = shape
         self.config = model_config(shape)
         self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
         mean = shape.get("mean")
         self._mean = torch.tensor([bool(m) for m in mean]) if mean else None
         self.bags = _bags_of(shape, self.fields)
-        if ":" in self.config.model:
+        self.spec = ModelSpec.of_bags(self.config, self.bags, self.fields, self.n_dense)
+        # A user's model exported with torch.export (trainer.model.export): scored without
+        # its code; the dense parameters go into the program by name.
+        self._program = program if program and shape.get("dense_names") else None
+        if self._program is not None:
+            log.info("serving model %r from its torch.export program: its code is not needed "
+                     "here", self.config.model)
+        elif ":" in self.config.model:
             log.info("serving model %r by import path: its module must be importable here, "
                      "as it was where the trainer ran", self.config.model)
         self.table = ServingTable(self.config.row_dim, int(shape.get("row_seed", 0)),
@@ -276,8 +287,9 @@ class ServingModel:
         version = log_version(m.generation, m.publishes)
         ids, values, _, _ = ckpt.load_rows(manifest)
         dense = ckpt.load_dense(manifest)["flat"]
+        program = manifest.read(EXPORTED) if EXPORTED in manifest.files else None
         model = cls(manifest.extra, dense, lineage=m.lineage, version=version,
-                    world=manifest.world, step=manifest.step)
+                    world=manifest.world, step=manifest.step, program=program)
         if values.shape[1:] != (model.config.row_dim,):
             raise ckpt.CheckpointError(f"{manifest.path}: rows of width {values.shape[1:]}, "
                                        f"the model's are {model.config.row_dim}")
@@ -288,16 +300,23 @@ class ServingModel:
 
     def _build(self, flat: np.ndarray) -> tuple[torch.nn.Module, torch.Tensor]:
         """A new model object holding ``flat`` (and that flat buffer)."""
-        module = build_model(self.config, self.fields, self.n_dense,
-                             ModelSpec.of_bags(self.config, self.bags, self.fields,
-                                               self.n_dense))
-        params = FlatParameters(module)
+        if self._program is not None:
+            try:
+                module, named = load_exported(self._program,
+                                              [str(n) for n in self.shape["dense_names"]])
+            except ExportError as exc:
+                raise ckpt.CheckpointError(f"the checkpoint's {EXPORTED}: {exc}") from None
+            params = FlatParameters(module, named)
+        else:
+            module = build_model(self.config, self.fields, self.n_dense, self.spec)
+            params = FlatParameters(module)
         if params.numel != flat.size:
             raise ckpt.CheckpointError(f"dense parameters of {flat.size} values, the model has "
                                        f"{params.numel}")
         with torch.no_grad():
             params.flat.copy_(torch.from_numpy(np.ascontiguousarray(flat, np.float32)))
-        module.eval()
+        if self._program is None:
+            module.eval()  # a program was traced in eval mode (and refuses eval())
         return module, params.flat
 
     # -- the log -----------------------------------------------------------------------------
@@ -496,7 +515,8 @@ class ServingModel:
                                   torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)),
                                   self.bags, weights=weights, mean=self._mean, index=index,
                                   one_value=batch.one_value)
-        logits = model(features)
+        logits = model(features) if self._program is None else \
+            call_exported(model, features, self.spec)
         if logits.dim() == 2 and logits.shape[1] == 1:
             logits = logits.squeeze(1)
         return torch.sigmoid(logits).numpy().astype(np.float64)

@@ -107,3 +107,48 @@ def test_served_scores_of_a_two_task_model_are_the_trainers_per_task(kind: str,
     assert scores.shape == (64, 2) and served.bags.labels == ("label", "conversion")
     np.testing.assert_allclose(scores, trainer.predict(batch), rtol=0, atol=1e-5)
     assert np.abs(scores[:, 0] - scores[:, 1]).max() > 1e-3  # two heads, not one copied
+
+
+def test_a_users_model_is_served_from_its_exported_program_without_its_code(tmp_path) -> None:
+    # A checkpoint of a user's model carries it as a torch.export program; serve scores it
+    # where the user's package is gone, as the trainer does.
+    from hetgmp.trainer import checkpoint as ckpt
+    from hetgmp.trainer.online import OnlineConfig
+    from hetgmp.trainer.run import run_rank
+
+    syn = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6,
+                          n_sparse=5, seed=9, history_pooling="none", repeat_prob=0.3,
+                          conversion=True)
+    model = ModelConfig(model="user_models:build", embed_dim=8, hidden=(16,))
+    store, train = StoreConfig(optimizer="adagrad", lr=0.05), TrainConfig(global_batch=BATCH,
+                                                                         log_every=0)
+    online = OnlineConfig(checkpoint_dir=str(tmp_path), checkpoint_interval=str(4 * BATCH))
+    run_rank(LocalComm(), Job(SyntheticSpec(syn, 0, 6 * BATCH), model, store, train,
+                              placement=Placement.hash(1), online=online))
+    manifest = ckpt.latest(tmp_path)
+    assert manifest is not None and "model.pt2" in manifest.files
+    ids, values, _, _ = ckpt.load_rows(manifest)
+    flat = ckpt.load_dense(manifest)["flat"]
+    program = manifest.read("model.pt2")
+
+    def served(shape: dict, program: bytes | None, dense: np.ndarray = flat) -> ServingModel:
+        s = ServingModel(shape, dense, lineage="0123456789abcdef", version=log_version(1, 1),
+                         world=1, step=manifest.step, program=program)
+        s.table.upsert(ids, values.astype(np.float32), log_version(1, 1))
+        return s
+
+    stream = SyntheticStream(syn)
+    batch = Decoder(syn.schema).decode([b"\n".join(stream.lines(6 * BATCH, 64))]).batch
+    by_code = served(manifest.extra, None).score(batch)
+    # The package is gone: the path imports nothing, and the program is all there is.
+    gone = {**manifest.extra, "model": "no_such_package.models:build"}
+    without_code = served(gone, program).score(batch)
+    assert without_code.shape == (64, 2)
+    np.testing.assert_allclose(without_code, by_code, rtol=0, atol=1e-6)
+    # The program holds the parameters of the checkpoint it was made at; the ones served are
+    # the checkpoint's (and the log's) own.
+    assert manifest.step == 6
+    halved = served(gone, program, flat * 0.5).score(batch)
+    assert np.abs(halved - without_code).max() > 1e-3
+    with pytest.raises(Exception, match="cannot import"):
+        served(gone, None)
