@@ -36,7 +36,7 @@ from hetgmp.trainer.dist import StepCounters
 from hetgmp.trainer.online import Observer, RunView
 from hetgmp.trainer.sources import Source, synthetic_batch
 
-__all__ = ["AuditRun", "Fault", "FaultFile", "Ledger", "Ledgered", "RecordOffsets",
+__all__ = ["AuditRun", "Fault", "FaultFile", "Ledger", "Ledgered", "Paced", "RecordOffsets",
            "RecordSteps", "ReturnState", "StreamSource", "read_ledger"]
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,27 @@ def read_ledger(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 FaultPoint = Literal["migration", "checkpoint"]
+
+
+class _Sleeper(Observer):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_step(self, batch: ClickBatch, counters: StepCounters) -> None:
+        time.sleep(self.seconds)
+
+
+@dataclass(frozen=True)
+class Paced:
+    """Every rank rests ``seconds`` after each step: records arriving at a bounded rate, as a
+    live stream's do (an observer factory). A test of work that must keep pace with training,
+    the partitioner's, then holds on a machine other processes load: training on records
+    already in the topic outran a partitioner starved of CPU."""
+
+    seconds: float
+
+    def __call__(self, rank: int) -> Observer:
+        return _Sleeper(self.seconds)
 
 
 class _Killer(Observer):

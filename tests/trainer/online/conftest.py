@@ -28,7 +28,7 @@ def online_run(kafka: KafkaSettings, unique: Callable[[str], str]) -> OnlineRun:
     ``interval`` records, and return every rank's result (all records trained, checked)."""
 
     def run(name: str, syn: SyntheticConfig, records: int, *, placement: str, warmup: int,
-            interval: int) -> list[RankResult]:
+            interval: int, observers: tuple = ()) -> list[RankResult]:
         topic = unique(name)
         produce(kafka, ProduceConfig(topic=topic, count=records, partitions=2), syn)
         job = Job(
@@ -38,7 +38,7 @@ def online_run(kafka: KafkaSettings, unique: Callable[[str], str]) -> OnlineRun:
             train=TrainConfig(global_batch=1024, placement=placement,  # type: ignore[arg-type]
                               warmup=warmup, log_every=0),
             online=OnlineConfig(repartition_interval=str(interval), window=30_000,
-                                max_records=records))
+                                max_records=records), observers=observers)
         results = launch(run_rank, job, LaunchConfig(device="cpu", workers=2, timeout_s=120))
         assert results[0].job_totals.samples == records
         return results

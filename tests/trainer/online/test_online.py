@@ -29,7 +29,7 @@ from hetgmp.trainer.online import OnlineConfig
 from hetgmp.trainer.run import Job, RankResult, graph_placement, run_jobs, run_rank
 from hetgmp.trainer.sources import KafkaSpec, SyntheticSpec
 from hetgmp.trainer.step import TrainConfig
-from hetgmp.trainer.testing import AuditRun, Fault, RecordOffsets, ReturnState
+from hetgmp.trainer.testing import AuditRun, Fault, Paced, RecordOffsets, ReturnState
 
 pytestmark = pytest.mark.distributed
 
@@ -281,8 +281,12 @@ STREAM = 100_000
 def test_placement_follows_a_drifting_stream(online_run) -> None:
     from bench.online import job_series
 
+    # Records arrive at most at about 30k/s (a step of 1,024 and a 30 ms rest): training on a topic
+    # written beforehand outran a partitioner that other processes starved of CPU (CI, a core
+    # kept busy: the placement after the last drift landed too late, or not at all).
     results = online_run("online-drift", SyntheticConfig(seed=2, drift_every=DRIFT_EVERY),
-                         STREAM, placement="graph", warmup=8_000, interval=10_000)
+                         STREAM, placement="graph", warmup=8_000, interval=10_000,
+                         observers=(Paced(0.03),))
     events = results[0].online["events"]
     done = [e for e in events if e["event"] == "migration_done"]
     versions = [e["version"] for e in done]
@@ -304,10 +308,13 @@ def test_placement_follows_a_drifting_stream(online_run) -> None:
     for drift in range(DRIFT_EVERY, STREAM, DRIFT_EVERY):
         # Right after the drift, on the placement of the old stream ...
         hit = (s["records"] >= drift) & (s["records"] < drift + 4_000)
-        # ... and once a placement computed after the drift is in force, until the next one.
-        later = [e["step"] for e in done if e["records"] >= drift + 2_000]
+        # ... and once the last placement in force before the next drift, computed after this
+        # one, is in force (the first after a drift is computed on a window mostly of the old
+        # stream: its gain is within the noise of a few steps).
+        later = [e["step"] for e in done
+                 if drift + 2_000 <= e["records"] < drift + DRIFT_EVERY - 4_096]
         assert later, f"no placement after the drift at {drift}"
-        settled = (s["step"] > later[0]) & (s["records"] < drift + DRIFT_EVERY)
+        settled = (s["step"] > later[-1]) & (s["records"] < drift + DRIFT_EVERY)
         assert settled.sum() >= 3, drift
         assert rrps(settled) < rrps(hit) < cold, (drift, rrps(hit), rrps(settled), cold)
 
