@@ -10,6 +10,8 @@ goes on from the newest checkpoint, nothing skipped.
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,12 +29,22 @@ pytestmark = [pytest.mark.broker, pytest.mark.distributed, pytest.mark.slow]
 
 SYN = SyntheticConfig(seed=6, drift_every=30_000)
 TIMEOUT_S = 30
+# Which agent serves the rendezvous store in step 2: the survivor (0). 1, the agent killed,
+# reproduces the failure this pinning removes: the survivor's agent loses the store and ends
+# its rank before the rank can name the lost peer.
+HOST = int(os.environ.get("HETGMP_TEST_RDZV_HOST", "0"))
 
 
-def _agent(rdzv: int, nodes: int, procs: int, train: list[str], log: Path) -> subprocess.Popen:
+def _agent(rdzv: int, nodes: int, procs: int, train: list[str], log: Path,
+           host: bool | None = None) -> subprocess.Popen:
+    """One torchrun agent. ``host`` says whether it serves the rendezvous store: on one box
+    every agent matches the endpoint, and the first to bind the port would host it, so a test
+    that kills an agent names the survivor as host (an agent that loses the store ends its
+    workers before they can report the lost peer)."""
+    conf = [] if host is None else ["--rdzv-conf", f"is_host={str(host).lower()}"]
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
             "--nproc-per-node", str(procs), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", f"job-{rdzv}",
+            "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", f"job-{rdzv}", *conf,
             "--max-restarts", "0", "-m", "hetgmp.trainer.app.cli", "train", *train]
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
 
@@ -84,7 +96,8 @@ def test_two_torchrun_agents_train_fail_and_resume(kafka: KafkaSettings, unique,
     # --timeout-s and names the rank it lost.
     produce(kafka, ProduceConfig(topic=topic, count=60_000, partitions=4), SYN)
     rdzv = free_port()
-    agents = [_agent(rdzv, 2, 1, [*train, "--resume"], log) for log in logs]
+    agents = [_agent(rdzv, 2, 1, [*train, "--resume"], log, host=n == HOST)
+              for n, log in enumerate(logs)]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the resumed run has checkpointed once
         newest = ckpt.latest(tmp_path / "ckpt", verify=False)
@@ -98,7 +111,10 @@ def test_two_torchrun_agents_train_fail_and_resume(kafka: KafkaSettings, unique,
     took = time.monotonic() - killed
     out = logs[0].read_text()
     assert code != 0 and took < TIMEOUT_S + 15, (code, took)
-    assert "PeerLost" in out and "rank 1" in out and "is gone" in out, out[-3000:]
+    # Ranks follow the rendezvous's order, not the launch order: the survivor names the other.
+    lost = re.search(r"collective failed on rank (\d): rank (\d) \(pid \d+\) "
+                     r"of this machine is gone", out)
+    assert "PeerLost" in out and lost is not None and {lost[1], lost[2]} == {"0", "1"}, out[-3000:]
 
     # 3. One machine, one rank: --resume goes on from the newest checkpoint to the end of the
     # topic, every record trained once over the three runs.
