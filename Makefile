@@ -76,7 +76,8 @@ test-fast: $(STAMP) tools
 # that depends on timing (a race, a decision read off the wall clock) shows up as a failure.
 STRESS_RUNS ?= 5
 STRESS_TESTS := tests/trainer/test_exchange.py tests/trainer/dist/test_threads.py \
-	tests/trainer/dist/test_lists_exact.py tests/trainer/test_step.py
+	tests/trainer/dist/test_lists_exact.py tests/trainer/test_step.py \
+	tests/trainer/dist/test_tier_exact.py
 stress: $(STAMP)
 	@for i in $$(seq $(STRESS_RUNS)); do echo "stress run $$i of $(STRESS_RUNS)"; \
 		$(PY) -m pytest -q --hog 2 $(STRESS_TESTS) $(PYTEST_ARGS) || exit 1; done

@@ -41,6 +41,7 @@ import argparse
 import gc
 import json
 import resource
+import sys
 import time
 
 import numpy as np
@@ -70,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "store grows instead (see above; empty = the phase benchmark)")
     p.add_argument("--evict-rounds", type=int, default=3,
                    help="with --rows: rounds of N/32 new ids past the cap, each evicted")
+    p.add_argument("--tiers", action="store_true",
+                   help="instead: the store with a disk tier against every row in memory "
+                        "(bench/tiers.py; its own flags follow, see --tiers --help)")
+    p.add_argument("--engines", action="store_true",
+                   help="instead: the disk tier's candidate engines on the tier's work "
+                        "(bench/tier_engines.py; its own flags follow, see --engines --help)")
     return p
 
 
@@ -247,6 +254,15 @@ def grow_main(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--engines" in argv:
+        from bench import tier_engines
+
+        return tier_engines.main([a for a in argv if a != "--engines"])
+    if "--tiers" in argv:
+        from bench import tiers
+
+        return tiers.main([a for a in argv if a != "--tiers"])
     args = parse_args(argv)
     if args.sizes:
         return grow_main(args)

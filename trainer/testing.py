@@ -294,6 +294,20 @@ class ReturnState(Observer):
         return {"state": run.trainer.state()}
 
 
+class StoreTiers(Observer):
+    """``observed["store"]``: what the rank's store did (created, evicted, spilled, restored)
+    and the rows in each tier at the end."""
+
+    def __init__(self, rank: int = 0) -> None:
+        pass
+
+    def on_end(self, run: RunView) -> dict[str, Any]:
+        store = run.trainer.store
+        tier = store.tier
+        return {"store": {**vars(store.stats), "memory_rows": len(store),
+                          "disk_rows": 0 if tier is None else len(tier)}}
+
+
 class RecordSteps(Observer):
     """``observed["step_counters"]``: every step's counters."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -70,3 +71,34 @@ def test_bench_refuses_bad_flags(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
+
+
+def test_the_engines_bench_reads_back_what_each_engine_was_given(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each engine's first read batch is compared with the rows written (a mismatch raises).
+    code = main(["--engines", "--rows", "20000", "--batch", "512", "--spill", "4096",
+                 "--dir", str(tmp_path)])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {r["engine"]: r for r in summary["rows"]}
+    lmdb = importlib.util.find_spec("lmdb") is not None  # only the comparison needs it
+    assert set(rows) == {"rocksdb", "mmap"} | ({"lmdb"} if lmdb else set())
+    for r in rows.values():
+        assert r["row_bytes"] == 64 * 4 + 4 + 8 and r["read_rows_per_s"] > 0
+        assert r["disk_over_row"] >= 0.99  # every row is on disk
+    assert list(tmp_path.iterdir()) == []  # each engine's files removed
+
+
+def test_the_tiers_bench_compares_both_stores_and_checks_their_rows(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--tiers", "--table-rows", "20000", "--memory-rows", "2000", "--draws", "2048",
+                 "--steps", "3", "--warmup", "1", "--dim", "8", "--dir", str(tmp_path)])
+    assert code == 0  # the rows of both stores are compared at the end (a mismatch raises)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["bench"] == "store_tiers" and summary["disk_over_row"] > 0.9
+    rows = {r["pattern"]: r for r in summary["rows"]}
+    assert set(rows) == {"zipf", "uniform"}
+    # Skewed draws find more of their ids in memory than uniform ones.
+    assert 0 <= rows["uniform"]["memory_hit_rate"] < rows["zipf"]["memory_hit_rate"] <= 1
+    assert all(r["tiered_rows_per_s"] > 0 and r["memory_rows_per_s"] > 0 for r in rows.values())
+    assert list(tmp_path.iterdir()) == []  # the tier removed its files

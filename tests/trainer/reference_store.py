@@ -131,6 +131,7 @@ class ReferenceStore(StoreSize):
         """
         ids = np.asarray(ids, dtype=np.int64)
         self._last_step = max(self._last_step, step)
+        self.stats.looked_up += int(ids.size)
         slots = self._index.find(ids)
         missing = np.flatnonzero(slots < 0)
         if missing.size:

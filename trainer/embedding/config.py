@@ -1,5 +1,5 @@
 """The embedding store's settings (``--store-*``): initial values, row optimizer (with CowClip
-and an L2 penalty), admission, eviction."""
+and an L2 penalty), admission, eviction, the disk tier."""
 
 from __future__ import annotations
 
@@ -60,7 +60,19 @@ class StoreConfig:
                              "that passed it, the least recently used rows go, down to 1/32 "
                              "below it; a step's new rows are the most it is ever passed by"}
     )
+    disk_dir: str = field(
+        default="", metadata={"help": "directory of a disk tier (RocksDB) under the rows in "
+                              "memory: with --store-max-rows, the rows a step passes the cap "
+                              "by spill there whole (value, optimizer state, version) instead "
+                              "of being dropped, and come back bit for bit when their id is "
+                              "read again; rows idle --store-evict-after steps are still "
+                              "dropped. Each rank writes a directory of its own under it, "
+                              "removed at exit (checkpoints hold the rows). Empty: no tier"}
+    )
+
     def __post_init__(self) -> None:
+        if self.disk_dir and not self.max_rows:
+            raise ValueError("a disk tier (disk_dir) needs max_rows, the rows kept in memory")
         if self.lr <= 0 or self.init_scale < 0 or self.adagrad_eps <= 0:
             raise ValueError("lr and adagrad_eps must be positive, init_scale non-negative")
         if self.admit_after < 0 or self.evict_after < 0 or self.max_rows < 0:

@@ -49,7 +49,6 @@ contract (the store this one replaced), and the tests run both on long random st
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -60,7 +59,10 @@ from hetgmp.trainer.embedding.device_index import DeviceIndex
 from hetgmp.trainer.embedding.device_init import initial_rows_on
 from hetgmp.trainer.embedding.device_sorted import among, stable_order
 from hetgmp.trainer.embedding.optimizer import RowOptimizer, initial_rows
-from hetgmp.trainer.embedding.types import PaddedLookup, StoreStats
+from hetgmp.trainer.embedding.size import StoreSize
+from hetgmp.trainer.embedding.spill import Spilling
+from hetgmp.trainer.embedding.tier import DiskTier
+from hetgmp.trainer.embedding.types import Found, PaddedLookup, StoreStats
 
 __all__ = ["EmbeddingStore", "StoreSize"]
 
@@ -73,62 +75,7 @@ def _like(result: torch.Tensor, ids: Ids) -> Ids:
     return result.cpu().numpy() if isinstance(ids, np.ndarray) else result
 
 
-class Found(NamedTuple):
-    """What ``EmbeddingStore._find_rows`` found, for a lookup that waits for nothing.
-
-    Attributes:
-        slots: Row slot of each id, -1 for an id without a row.
-        candidates: Admission-candidate slot of each id, -1 where none (None: admission off).
-        counts: int64 ``[3]`` on the device: of the valid ids, those without a row, those of
-            them not yet candidates, those of them admitted now (the last two 0 when
-            admission is off).
-    """
-
-    slots: torch.Tensor
-    candidates: torch.Tensor | None
-    counts: torch.Tensor
-
-    def head(self, n: int) -> Found:
-        """The same for the first ``n`` ids (the valid ones of a padded batch)."""
-        cand = None if self.candidates is None else self.candidates[:n]
-        return Found(self.slots[:n], cand, self.counts)
-
-
-class _Sized(Protocol):
-    @property
-    def size(self) -> int: ...
-
-
-class StoreSize:
-    """What a store answers about its size, from its settings, row index and
-    admission-candidate index (the test suite's numpy reference store shares it)."""
-
-    config: StoreConfig
-    _index: _Sized
-    _cand: _Sized
-
-    def __len__(self) -> int:
-        return self._index.size
-
-    @property
-    def low_water(self) -> int:
-        """Rows left when the cap ``max_rows`` is enforced (1/32 below it)."""
-        cap = self.config.max_rows
-        return cap - cap // 32
-
-    @property
-    def over_cap(self) -> bool:
-        """More rows than ``max_rows`` (checked at the end of every step)."""
-        return bool(self.config.max_rows) and self._index.size > self.config.max_rows
-
-    @property
-    def candidates(self) -> int:
-        """Ids counted for admission that have no row yet."""
-        return self._cand.size
-
-
-
-class EmbeddingStore(StoreSize):
+class EmbeddingStore(Spilling, StoreSize):
     """Rows owned by one rank (primaries), created on demand, updated by the owner only, with
     every decision made on the rank's device.
 
@@ -178,6 +125,10 @@ class EmbeddingStore(StoreSize):
         # count read before the rows are found. A sync audit on CPU (trainer.step.syncs) turns them
         # off to count the path CUDA takes.
         self.cpu_shortcuts = dev.type == "cpu"
+        # The disk tier (--store-disk-dir): rows past the cap, whole; a row lives in one tier.
+        # `_dirty`: ids of spilled rows changed since they were last published (sorted).
+        self._tier = DiskTier(c.disk_dir, dim, c.state_width, dtype) if c.disk_dir else None
+        self._dirty = np.zeros(0, np.int64)
 
     # -- size --------------------------------------------------------------------------------
 
@@ -225,21 +176,37 @@ class EmbeddingStore(StoreSize):
         self._pinned = pinned
 
     def contains(self, ids: Ids) -> Ids:
-        """Whether each id has a row."""
-        return _like(self._index.find(self._ids_t(ids)) >= 0, ids)
+        """Whether each id has a row (in memory or on disk)."""
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
+        have = slots >= 0
+        disk = self._on_disk(flat, slots)
+        if disk is not None:
+            have[disk[0]] = True
+        return _like(have, ids)
 
     def versions(self, ids: Ids) -> Ids:
         """Version of each id's row; 0 for ids without one."""
-        slots = self._index.find(self._ids_t(ids))
-        return _like(torch.where(slots >= 0, self._version[self._sunk(slots)], 0), ids)
+        flat = self._ids_t(ids)
+        slots = self._index.find(flat)
+        out = torch.where(slots >= 0, self._version[self._sunk(slots)], 0)
+        disk = self._on_disk(flat, slots)
+        if disk is not None:
+            out[disk[0]] = torch.from_numpy(disk[3]).to(self.device)
+        return _like(out, ids)
 
     def peek(self, ids: Ids) -> torch.Tensor:
-        """Values of rows without creating or touching them (initial values for absent ids)."""
+        """Values of rows without creating or touching them (initial values for absent ids;
+        a spilled row is read from disk and stays there)."""
         flat = self._ids_t(ids)
         slots = self._index.find(flat)
         out = self._initial(flat)
         have = slots >= 0
-        return torch.where(have[:, None], self._values[self._sunk(slots)], out)
+        out = torch.where(have[:, None], self._values[self._sunk(slots)], out)
+        disk = self._on_disk(flat, slots)
+        if disk is not None:
+            out[disk[0]] = disk[1]
+        return out
 
     def lookup_padded(self, ids: torch.Tensor, count: torch.Tensor, step: int, *,
                       with_state: bool = False, extra: torch.Tensor | None = None
@@ -262,6 +229,8 @@ class EmbeddingStore(StoreSize):
             extra: Values to read back with the counts (any shape; read as float64).
         """
         flat = self._ids_t(ids)
+        if self._tier is not None:  # one more wait: the tier is read on the host
+            self._restore(flat[:int(count)])
         if self.cpu_shortcuts:
             flat = flat[:int(count)]
             valid = torch.ones(flat.numel(), dtype=torch.bool, device=self.device)
@@ -310,7 +279,10 @@ class EmbeddingStore(StoreSize):
         Returns:
             (values ``[n, dim]``, state ``[n, state_width]`` or None).
         """
-        return self._lookup(ids, self._ids_t(ids), step, with_state, None, None)
+        flat = self._ids_t(ids)
+        if self._tier is not None:
+            self._restore(flat)
+        return self._lookup(ids, flat, step, with_state, None, None)
 
     def _lookup(self, ids: object, flat: torch.Tensor, step: int, with_state: bool,
                 found: Found | None, counts: Sequence[int] | None
@@ -320,6 +292,7 @@ class EmbeddingStore(StoreSize):
         and its counts read back, waiting for nothing (the found slots are updated in
         place)."""
         self._last_step = max(self._last_step, step)
+        self._stats.looked_up += int(flat.numel())
         known: tuple[torch.Tensor, int] | None = None
         if found is None or counts is None:
             slots = self._index.find(flat)
@@ -394,22 +367,28 @@ class EmbeddingStore(StoreSize):
         return _like(applied, ids)
 
     def ids(self) -> np.ndarray:
-        """Ids that have a row, sorted."""
-        return torch.sort(self._index.items()[0]).values.cpu().numpy()
+        """Ids that have a row (in either tier), sorted."""
+        mem = torch.sort(self._index.items()[0]).values.cpu().numpy()
+        if self._tier is None or not len(self._tier):
+            return mem
+        return np.sort(np.concatenate([mem, self._tier.ids()]))
 
     def export(self) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
-        """Every row: (ids sorted, values, optimizer state, versions)."""
+        """Every row, in either tier: (ids sorted, values, optimizer state, versions)."""
         ids, slots = self._index.items()
         order = torch.argsort(ids)
         ids, slots = ids[order], slots[order]
-        return ids.cpu().numpy(), self._values[slots].clone(), self._state[slots].clone(), \
-            self._version[slots].cpu().numpy()
+        return self._with_disk_rows((ids.cpu().numpy(), self._values[slots].clone(),
+                                     self._state[slots].clone(),
+                                     self._version[slots].cpu().numpy()))
 
     # -- migration ---------------------------------------------------------------------------
 
     def take(self, ids: Ids) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Remove the rows of ``ids`` that exist and return (ids, values, state, versions)."""
         flat = self._ids_t(ids)
+        if self._tier is not None:  # rows leave from whichever tier holds them
+            self._restore(flat)
         slots = self._index.find(flat)
         have = slots >= 0
         flat, slots = flat[have], slots[have]
@@ -435,16 +414,19 @@ class EmbeddingStore(StoreSize):
         flat = self._ids_t(ids)
         if flat.numel() == 0:
             return
+        if self._tier is not None:  # a row lives in one tier: the one put here is in memory
+            self._restore(flat)
         slots = self._index.find(flat)
         new = torch.nonzero(slots < 0).reshape(-1)
         if new.numel():
-            slots[new] = self._create(flat[new])
-            self._stats.created -= int(new.numel())  # moved in, not created
+            slots[new] = self._create(flat[new], count=False, fill=False)  # moved in
         self._values[slots] = values.to(device=self.device, dtype=self.dtype)
         self._state[slots] = state.to(device=self.device, dtype=self.dtype)
         self._version[slots] = self._ids_t(versions)
         self._last_used[slots] = step
         self._changed[slots] = not published
+        if self._tier is not None and self.over_cap:  # a restore larger than memory
+            self.maintain(step)
 
     # -- the delta log -----------------------------------------------------------------------
 
@@ -456,14 +438,18 @@ class EmbeddingStore(StoreSize):
         order = torch.argsort(ids)
         ids, slots = ids[order], slots[order]
         self._changed[slots] = False
-        return ids.cpu().numpy(), self._values.index_select(0, slots)
+        return self._with_dirty_rows(ids.cpu().numpy(), self._values.index_select(0, slots))
 
     def unpublish(self, ids: Ids | None = None) -> None:
         """Count rows ``ids`` (every row: None) as changed, to publish them again."""
         if ids is None:
             self._changed[:] = True
+            self._unpublish_spilled(None, None)
         else:
-            self._changed[self._sunk(self._index.find(self._ids_t(ids)))] = True
+            flat = self._ids_t(ids)
+            slots = self._index.find(flat)
+            self._changed[self._sunk(slots)] = True
+            self._unpublish_spilled(flat, slots)
         self._changed[self._cap] = False
 
     def track_evictions(self, on: bool = True) -> None:
@@ -498,6 +484,7 @@ class EmbeddingStore(StoreSize):
         if c.evict_after:
             evict |= used < step - c.evict_after
         evict &= ~pinned
+        idle = evict.clone() if self._tier is not None else evict
         if c.max_rows and ids.numel() > c.max_rows:  # host-known: the cap may bind
             # Past the cap after the idle rows go, the least recent others go too, down to
             # low_water: the first `kept - low_water` of them in (last use, id) order.
@@ -507,20 +494,29 @@ class EmbeddingStore(StoreSize):
             eligible = ~evict[order] & ~pinned[order]
             evict[order] = evict[order] | (eligible & (torch.cumsum(eligible, 0) <= extra))
         keep_cand = self._cand.kept(step, self._index, c.evict_after, c.max_rows)
-        tomb = evict & (self._version[slots] > 0)
-        counts = [evict.sum(), tomb.sum()] + ([] if keep_cand is None else [keep_cand[0].sum()])
-        n_gone, n_tomb, *n_cand = torch.stack(counts).tolist()  # the readback
+        # With a disk tier the rows the cap chose spill; idle rows are dropped either way.
+        spill = evict & ~idle if self._tier is not None else None
+        dropped = evict if spill is None else idle
+        tomb = dropped & (self._version[slots] > 0)
+        counts = [evict.sum(), tomb.sum(), evict.sum() if spill is None else spill.sum()]
+        if keep_cand is not None:
+            counts.append(keep_cand[0].sum())
+        n_gone, n_tomb, n_spill, *n_cand = torch.stack(counts).tolist()  # the readback
+        if spill is None:
+            n_spill = 0
         if keep_cand is not None:
             self._cand.prune(keep_cand, n_cand[0])
         if n_gone == 0:
             return 0
+        if spill is not None and n_spill:
+            self._spill(ids, slots, spill, n_spill)
         gone = slots[torch.nonzero_static(evict, size=n_gone).reshape(-1)]
         if self._tombstones is not None:
             self._tombstones.append(ids[torch.nonzero_static(tomb, size=n_tomb).reshape(-1)])
         self._release(torch.flip(gone, (0,)))
         stay = torch.nonzero_static(~evict, size=ids.numel() - n_gone).reshape(-1)
         self._index.rebuild(ids[stay], slots[stay])
-        self._stats.evicted += n_gone
+        self._stats.evicted += n_gone - n_spill
         return n_gone
 
     # -- internals ---------------------------------------------------------------------------
@@ -545,7 +541,10 @@ class EmbeddingStore(StoreSize):
         self._free = torch.cat([self._free[:self._free_size], slots])
         self._free_size += int(slots.numel())
 
-    def _create(self, ids: torch.Tensor) -> torch.Tensor:
+    def _create(self, ids: torch.Tensor, *, count: bool = True, fill: bool = True
+                ) -> torch.Tensor:
+        """Slots for rows of ``ids``: initial values, fresh state, version 0 (``fill=False``:
+        the caller writes every slot's value, state and version itself)."""
         self._looked_up = None
         n = int(ids.numel())
         reused = min(n, self._free_size)
@@ -559,12 +558,14 @@ class EmbeddingStore(StoreSize):
         self._fresh += fresh
         if self._free_size == 0:
             self._free = self._free[:0]
-        self._values[slots] = self._initial(ids)
-        self._state[slots] = self.optimizer.initial_state(n, self.dtype, self.device)
-        self._version[slots] = 0
+        if fill:
+            self._values[slots] = self._initial(ids)
+            self._state[slots] = self.optimizer.initial_state(n, self.dtype, self.device)
+            self._version[slots] = 0
         self._changed[slots] = False
         self._index.insert(ids, slots)
-        self._stats.created += n
+        if count:
+            self._stats.created += n
         return slots
 
     def _grow(self, need: int) -> None:

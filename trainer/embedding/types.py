@@ -1,7 +1,7 @@
 """Values of the embedding path: what a read gives the step (:class:`Read`), what a store's
-padded lookup answers (:class:`PaddedLookup`) and what it has done (:class:`StoreStats`), and the
-audit log of the staleness protocol (:class:`Audit`). The contract between a step and the path
-is :class:`hetgmp.trainer.embedding.path.EmbeddingPath`."""
+padded lookup answers (:class:`PaddedLookup`), finds (:class:`Found`) and has done
+(:class:`StoreStats`), and the audit log of the staleness protocol (:class:`Audit`). The
+contract between a step and the path is :class:`hetgmp.trainer.embedding.path.EmbeddingPath`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["Audit", "PaddedLookup", "Read", "StoreStats"]
+__all__ = ["Audit", "Found", "PaddedLookup", "Read", "StoreStats"]
 
 
 @dataclass
@@ -25,6 +25,11 @@ class StoreStats:
     # up in one call).
     not_admitted_reads: int = 0
     dropped_updates: int = 0
+    # Distinct ids looked up (a lookup call's ids; the hit rate's denominator).
+    looked_up: int = 0
+    # The disk tier: rows written to it past the cap, and rows read back into memory.
+    spilled: int = 0
+    restored: int = 0
 
 
 class PaddedLookup(NamedTuple):
@@ -72,3 +77,24 @@ class Read:
     values: torch.Tensor
     extra: list[float]
     step: int
+
+
+class Found(NamedTuple):
+    """What ``EmbeddingStore._find_rows`` found, for a lookup that waits for nothing.
+
+    Attributes:
+        slots: Row slot of each id, -1 for an id without a row.
+        candidates: Admission-candidate slot of each id, -1 where none (None: admission off).
+        counts: int64 ``[3]`` on the device: of the valid ids, those without a row, those of
+            them not yet candidates, those of them admitted now (the last two 0 when
+            admission is off).
+    """
+
+    slots: torch.Tensor
+    candidates: torch.Tensor | None
+    counts: torch.Tensor
+
+    def head(self, n: int) -> Found:
+        """The same for the first ``n`` ids (the valid ones of a padded batch)."""
+        cand = None if self.candidates is None else self.candidates[:n]
+        return Found(self.slots[:n], cand, self.counts)

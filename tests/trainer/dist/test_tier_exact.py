@@ -1,0 +1,82 @@
+"""The disk tier changes nothing a model learns (issue 57): with each rank's memory tier far
+smaller than its share of the table, s = 0 training on 2 thread ranks equals one process without
+a tier (float64), through live migrations, a checkpoint and a resume on another number of ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from exact_jobs import BATCH, EXACT, SYN, WINDOW
+
+from hetgmp.partitioner import Placement
+from hetgmp.streaming import SyntheticStream
+from hetgmp.trainer.dist import LocalComm, run_threads
+from hetgmp.trainer.online import OnlineConfig
+from hetgmp.trainer.run import Job, graph_placement, run_rank
+from hetgmp.trainer.sources import SyntheticSpec
+from hetgmp.trainer.testing import AuditRun, ReturnState, StoreTiers
+
+pytestmark = pytest.mark.slow  # 3 s: the fast lane's budget; make test and make stress run it
+
+STEPS = 20
+SOURCE = SyntheticSpec(SYN, start=WINDOW.records, records=BATCH * STEPS)
+MEMORY_ROWS = 300  # a rank owns thousands of rows here
+
+
+@pytest.fixture(scope="module")
+def reference():
+    torch.set_num_threads(1)
+    return run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1),
+                                     observers=(ReturnState,)))
+
+
+def _job(disk: Path, placement: Placement, **kw: object) -> Job:
+    store = replace(EXACT["store"], max_rows=MEMORY_ROWS, disk_dir=str(disk))
+    return Job(SOURCE, EXACT["model"], store, EXACT["train"], placement=placement,
+               observers=(ReturnState, StoreTiers, AuditRun), **kw)  # type: ignore[arg-type]
+
+
+def test_spilled_rows_train_exactly_through_migrations_and_a_resume_on_one_rank(
+        tmp_path: Path, reference, max_diff) -> None:
+    world = 2
+    ids = np.unique(SyntheticStream(SYN).feature_ids(0, WINDOW.records + BATCH * STEPS))
+    rng = np.random.default_rng(5)
+    owners = rng.integers(0, world, ids.size)
+    reps = tuple(np.sort(rng.choice(ids[owners != w], 100, replace=False)) for w in range(world))
+    graph = graph_placement(SyntheticStream(SYN).feature_ids(WINDOW.start, WINDOW.records),
+                            world, EXACT["train"])
+    schedule = ((3, graph.with_version(1)), (8, Placement(2, world, ids, owners, reps)),
+                (14, Placement.hash(world, 3)))
+    online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
+                          migration_chunk_bytes=96 * 3000)
+    ranks = run_threads(run_rank, _job(tmp_path / "a", Placement.hash(world), online=online,
+                                       schedule=schedule), world)
+    dense, emb = max_diff(reference, ranks)
+    assert dense <= 1e-9 and emb <= 1e-9, (dense, emb)
+    done = [e for e in ranks[0].online["events"] if e["event"] == "migration_done"]
+    assert [e["version"] for e in done] == [1, 2, 3]
+    for r in ranks:  # the tier did the work: most rows on disk, many read back
+        s = r.observed["store"]
+        assert s["disk_rows"] > 3 * MEMORY_ROWS and s["restored"] > 1000, s
+        assert s["spilled"] > 1000 and s["evicted"] == 0, s
+
+    # Half the run on two ranks with a checkpoint; the rest on one rank: the same model.
+    ckpt = tmp_path / "ckpt"
+    half = replace(online, checkpoint_dir=str(ckpt), max_records=BATCH * STEPS // 2)
+    first = run_threads(run_rank, _job(tmp_path / "b", graph, online=half), world)
+    assert first[0].steps == STEPS // 2
+    resume = replace(online, checkpoint_dir=str(ckpt), resume=True)
+    torch.set_num_threads(1)
+    one = run_rank(LocalComm(), _job(tmp_path / "c", Placement.hash(1), online=resume))
+    assert one.resumed_from == STEPS // 2 and one.steps == STEPS
+    assert one.observed["store"]["disk_rows"] > 3 * MEMORY_ROWS
+    dense, emb = max_diff(reference, [one])
+    assert dense <= 1e-9 and emb <= 1e-9, (dense, emb)
+    # Every tier removed its files when its rank ended (checkpoints hold the rows).
+    for d in ("a", "b", "c"):
+        assert not list((tmp_path / d).glob("tier-*")), d

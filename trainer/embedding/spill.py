@@ -1,0 +1,152 @@
+"""What :class:`~hetgmp.trainer.embedding.store.EmbeddingStore` does with its disk tier
+(:mod:`hetgmp.trainer.embedding.tier`): rows spilled past the cap, read back before a step,
+found by peeks and migrations where they lie, merged into exports and the delta log's changes.
+
+A mixin of the store: it works on the store's own tensors and index, and keeps beside them
+the ids of spilled rows changed since they were last published (``_dirty``, sorted), so that
+the delta log publishes a row that left memory before its publish (from disk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from hetgmp.trainer.embedding.device_index import DeviceIndex
+from hetgmp.trainer.embedding.tier import DiskTier
+from hetgmp.trainer.embedding.types import StoreStats
+
+__all__ = ["Spilling"]
+
+Rows = tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]
+
+
+class Spilling:
+    """The disk tier's part of the store (a row lives in exactly one tier)."""
+
+    _tier: DiskTier | None
+    _dirty: np.ndarray
+    _index: DeviceIndex
+    _stats: StoreStats
+    _values: torch.Tensor
+    _state: torch.Tensor
+    _version: torch.Tensor
+    _changed: torch.Tensor
+    _last_used: torch.Tensor
+    _last_step: int
+    device: torch.device
+    _create: Callable[..., torch.Tensor]  # the store's: slots for new rows
+
+    @property
+    def tier(self) -> DiskTier | None:
+        """The disk tier, if the store has one."""
+        return self._tier
+
+    @property
+    def rows(self) -> int:
+        """Rows this store holds, in memory and on disk."""
+        return self._index.size + (len(self._tier) if self._tier is not None else 0)
+
+    def counts(self) -> dict[str, int]:
+        """Rows in each tier and what the store did, without waiting for the device (the
+        dropped-update count, which would, is left out): for metrics and reports."""
+        st = self._stats
+        out = {"memory_rows": self._index.size, "created": st.created, "evicted": st.evicted,
+               "looked_up": st.looked_up}
+        if self._tier is not None:
+            out.update(disk_rows=len(self._tier), spilled=st.spilled, restored=st.restored,
+                       disk_bytes=self._tier.disk_bytes)
+        return out
+
+    def close(self) -> None:
+        """Remove the disk tier's files (its rows are gone); the rows in memory stay."""
+        if self._tier is not None:
+            self._tier.close()
+
+    def _on_disk(self, flat: torch.Tensor, slots: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray] | None:
+        """Of the ids of ``flat`` without a row in memory (``slots`` < 0), those the disk tier
+        holds: (their positions in ``flat``, values, state, versions); None when none can be."""
+        if self._tier is None or not len(self._tier):
+            return None
+        missing = torch.nonzero(slots < 0).reshape(-1)
+        if not missing.numel():
+            return None
+        found, values, state, versions = self._tier.get(flat[missing].cpu().numpy())
+        at = missing[torch.from_numpy(found).to(self.device)]
+        return at, values.to(self.device), state.to(self.device), versions
+
+    def _restore(self, flat: torch.Tensor) -> None:
+        """Bring the spilled rows of ``flat`` back into memory, whole (before a lookup: the
+        step reads and updates them there). Counts as neither created nor admitted."""
+        disk = self._on_disk(flat, self._index.find(flat))
+        if disk is None or not disk[0].numel():
+            return
+        at, values, state, versions = disk
+        ids = flat[at]
+        host = ids.cpu().numpy()
+        assert self._tier is not None
+        self._tier.delete(host)
+        dirty = np.isin(host, self._dirty, assume_unique=True)
+        self._dirty = self._dirty[~np.isin(self._dirty, host, assume_unique=True)]
+        slots = self._create(ids, count=False, fill=False)
+        self._values[slots] = values
+        self._state[slots] = state
+        self._version[slots] = torch.from_numpy(versions).to(self.device)
+        self._changed[slots] = torch.from_numpy(dirty).to(self.device)
+        self._last_used[slots] = self._last_step
+        self._stats.restored += int(ids.numel())
+
+    def _spill(self, ids: torch.Tensor, slots: torch.Tensor, spill: torch.Tensor,
+               n: int) -> None:
+        """Write the rows ``spill`` marks (of the index's ``ids``/``slots``) to the disk tier,
+        whole; those changed since their last publish stay due for the delta log."""
+        assert self._tier is not None
+        at = torch.nonzero_static(spill, size=n).reshape(-1)
+        gone, where = ids[at], slots[at]
+        host = gone.cpu().numpy()
+        self._tier.put(host, self._values[where], self._state[where],
+                       self._version[where].cpu().numpy())
+        changed = self._changed[where].cpu().numpy()
+        if changed.any():
+            self._dirty = np.union1d(self._dirty, host[changed])
+        self._stats.spilled += n
+
+    def _with_disk_rows(self, memory: Rows) -> Rows:
+        """``memory``'s rows (ids sorted) and every row of the disk tier, in id order."""
+        if self._tier is None or not len(self._tier):
+            return memory
+        disk = self._tier.items()
+        both = np.concatenate([memory[0], disk[0]])
+        order = np.argsort(both, kind="stable")
+        at = torch.from_numpy(order).to(self.device)
+        return (both[order], torch.cat([memory[1], disk[1].to(self.device)])[at],
+                torch.cat([memory[2], disk[2].to(self.device)])[at],
+                np.concatenate([memory[3], disk[3]])[order])
+
+    def _with_dirty_rows(self, ids: np.ndarray, values: torch.Tensor
+                         ) -> tuple[np.ndarray, torch.Tensor]:
+        """The changed rows of memory (``ids`` sorted, ``values``) and the spilled rows due for
+        the delta log, read from disk, in id order; those are then published."""
+        if not self._dirty.size:
+            return ids, values
+        assert self._tier is not None
+        dirty, self._dirty = self._dirty, np.zeros(0, np.int64)
+        found, disk, _, _ = self._tier.get(dirty)
+        both = np.concatenate([ids, dirty[found]])
+        order = np.argsort(both, kind="stable")
+        return both[order], torch.cat([values, disk.to(self.device)])[
+            torch.from_numpy(order).to(self.device)]
+
+    def _unpublish_spilled(self, flat: torch.Tensor | None, slots: torch.Tensor | None) -> None:
+        """Spilled rows of ``flat`` (every spilled row: None) due for the delta log again."""
+        if self._tier is None:
+            return
+        if flat is None or slots is None:
+            self._dirty = self._tier.ids()
+            return
+        disk = self._on_disk(flat, slots)
+        if disk is not None:
+            self._dirty = np.union1d(self._dirty, flat[disk[0]].cpu().numpy())

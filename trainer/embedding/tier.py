@@ -1,0 +1,237 @@
+"""The store's disk tier: rows past the memory tier's cap, whole (value, optimizer state,
+version), in RocksDB on local disk.
+
+A row lives in exactly one tier. :class:`~hetgmp.trainer.embedding.store.EmbeddingStore` spills
+the least recently used rows here when it passes ``--store-max-rows`` and takes a row back into
+memory when its id is read again, bit for bit what was spilled. The engine was chosen by
+measurement (``hetgmp bench store --engines``, ``docs/experiments.md`` "Disk tier engines"):
+RocksDB keeps its index on disk (an id -> slot map in memory would cost 16 bytes a spilled row),
+stores a row in 1.08x its bytes (LMDB's B-tree pages, filled by random ids, took 3.6x), and
+its checkpoints are hard links.
+
+Keys are the ids as big-endian unsigned integers offset by 2**63, so that the engine's key order
+is the ids' numeric order (``items`` answers sorted). Values are the row's floats (value then
+state, in the store's dtype) followed by its int64 version. Writes skip RocksDB's write-ahead
+log: the tier is an extension of the rank's memory, not a durable copy (checkpoints are that),
+and a new tier starts empty: each store opens a directory of its own, removed when the store is
+collected or the process ends (a killed process's leftovers are removed by the next store that
+opens under the same parent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+__all__ = ["DiskTier"]
+
+_OFFSET = np.uint64(1 << 63)
+_PREFIX = "tier-"
+
+
+def _keys(ids: np.ndarray) -> list[bytes]:
+    raw = (np.asarray(ids, dtype=np.int64).view(np.uint64) ^ _OFFSET).astype(">u8").tobytes()
+    return [raw[i:i + 8] for i in range(0, len(raw), 8)]  # (a scalar's bytes are native order)
+
+
+def _ids(keys: list[bytes]) -> np.ndarray:
+    raw = np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)
+    return (raw ^ _OFFSET).view(np.int64)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_leftovers(parent: Path) -> None:
+    """Tiers of processes that are gone (killed before they could remove theirs)."""
+    for old in parent.glob(f"{_PREFIX}*"):
+        try:
+            pid = int(old.name[len(_PREFIX):].split("-")[0])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _du(path: Path) -> int:
+    """Bytes the files under ``path`` take on disk (a file compaction removes meanwhile
+    counts nothing)."""
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            total += p.stat().st_blocks * 512 if p.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _close(db: object, path: Path) -> None:
+    try:
+        db.close()  # type: ignore[attr-defined]
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class DiskTier:
+    """Rows of one store on disk, keyed by id.
+
+    Args:
+        parent: Directory under which this tier makes its own (``tier-<pid>-<random>``).
+        dim: Row width.
+        state_width: Optimizer state values a row.
+        dtype: Float type of values and state (the store's).
+    """
+
+    def __init__(self, parent: str | Path, dim: int, state_width: int,
+                 dtype: torch.dtype) -> None:
+        from rocksdict import DBCompressionType, Options, Rdict, WriteOptions
+
+        parent = Path(parent)
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(parent)
+        self.path = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=parent))
+        self.dim, self.state_width, self.dtype = dim, state_width, dtype
+        self._np_dtype = np.float64 if dtype == torch.float64 else np.float32
+        self._floats = dim + state_width
+        self.row_bytes = self._floats * np.dtype(self._np_dtype).itemsize + 8
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_compression_type(DBCompressionType.none())  # float rows do not compress
+        # A hash index in each block and a bloom filter: 185k -> 205k rows/s read after compaction,
+        # 2M rows of 64 (docs/scale.md, "The disk tier"); a 64 MB block cache.
+        opts.optimize_for_point_lookup(64)
+        self._db = Rdict(str(self.path), opts)
+        write = WriteOptions()
+        # A property at run time; rocksdict's stub declares a method of the same name.
+        write.disable_wal = True  # type: ignore[method-assign, assignment]
+        self._db.set_write_options(write)
+        self._size = 0
+        self.reads = self.writes = 0  # rows, since the tier opened
+        self._bytes, self._bytes_at = 0, -1e9
+        self._finalizer = weakref.finalize(self, _close, self._db, self.path)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        """Close the engine and remove the directory (the rows are gone)."""
+        self._finalizer()
+
+    def flush(self) -> None:
+        """Write the engine's memory table out to its files (RocksDB flushes on its own as the
+        table fills; a benchmark flushes to count the bytes on disk)."""
+        self._db.flush()
+        self._bytes_at = -1e9
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes the tier's files take on disk (counted at most once a second: each call
+        lists the directory)."""
+        now = time.monotonic()
+        if now - self._bytes_at >= 1.0:
+            self._bytes = _du(self.path)
+            self._bytes_at = now
+        return self._bytes
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def put(self, ids: np.ndarray, values: torch.Tensor, state: torch.Tensor,
+            versions: np.ndarray) -> None:
+        """Write rows of ids not in the tier (a row lives in one tier: the store's contract)."""
+        from rocksdict import WriteBatch
+
+        n = int(len(ids))
+        if n == 0:
+            return
+        packed = np.empty((n, self.row_bytes), np.uint8)
+        floats = torch.cat([values, state], dim=1).detach().cpu().numpy().astype(
+            self._np_dtype, copy=False)
+        packed[:, :-8] = np.ascontiguousarray(floats).view(np.uint8).reshape(n, -1)
+        packed[:, -8:] = np.asarray(versions, dtype="<i8").reshape(n, 1).view(np.uint8)
+        batch = WriteBatch(raw_mode=True)
+        for key, row in zip(_keys(ids), packed):
+            batch.put(key, row.tobytes())
+        self._db.write(batch)
+        self._size += n
+        self.writes += n
+
+    def _none(self) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        return (torch.zeros((0, self.dim), dtype=self.dtype),
+                torch.zeros((0, self.state_width), dtype=self.dtype), np.zeros(0, np.int64))
+
+    def _unpack(self, raws: list[bytes]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        n = len(raws)
+        packed = np.frombuffer(b"".join(raws), np.uint8).reshape(n, self.row_bytes)
+        floats = np.ascontiguousarray(packed[:, :-8]).view(self._np_dtype).reshape(n, self._floats)
+        versions = np.ascontiguousarray(packed[:, -8:]).view("<i8").reshape(n).astype(np.int64)
+        rows = torch.from_numpy(floats.copy())
+        return rows[:, :self.dim], rows[:, self.dim:], versions
+
+    def get(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
+        """(mask of ids in the tier, then their values, state and versions, in the ids' order)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0 or self._size == 0:
+            return (np.zeros(ids.size, bool), *self._none())
+        order = np.argsort(ids)  # in key order: neighbouring keys share the engine's blocks
+        got = cast(list[bytes | None], self._db.get(cast(list[Any], _keys(ids[order]))))
+        hit = np.array([g is not None for g in got], dtype=bool)
+        found = np.empty_like(hit)
+        found[order] = hit
+        rank = np.empty(ids.size, np.int64)  # each found id's place among the found, key order
+        rank[order[hit]] = np.arange(int(hit.sum()))
+        values, state, versions = self._unpack([g for g in got if g is not None])
+        back = torch.from_numpy(rank[found])
+        values, state, versions = values[back], state[back], versions[rank[found]]
+        self.reads += int(found.sum())
+        return found, values.to(self.dtype), state.to(self.dtype), versions
+
+    def delete(self, ids: np.ndarray) -> None:
+        """Remove rows known to be in the tier."""
+        from rocksdict import WriteBatch
+
+        if len(ids) == 0:
+            return
+        batch = WriteBatch(raw_mode=True)
+        for key in _keys(ids):
+            batch.delete(key)
+        self._db.write(batch)
+        self._size -= int(len(ids))
+
+    def take(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
+        """:meth:`get`, and the rows found leave the tier."""
+        found, values, state, versions = self.get(ids)
+        self.delete(np.asarray(ids, dtype=np.int64)[found])
+        return found, values, state, versions
+
+    def ids(self) -> np.ndarray:
+        """Every id in the tier, sorted."""
+        keys = cast(Iterable[bytes], self._db.keys())
+        return _ids(list(keys)) if self._size else np.zeros(0, np.int64)
+
+    def items(self) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
+        """Every row: (ids sorted, values, state, versions)."""
+        if self._size == 0:
+            return (np.zeros(0, np.int64), *self._none())
+        keys: list[bytes] = []
+        raws: list[bytes] = []
+        for k, v in cast(Iterable[tuple[bytes, bytes]], self._db.items()):
+            keys.append(k)
+            raws.append(v)
+        values, state, versions = self._unpack(raws)
+        return _ids(keys), values.to(self.dtype), state.to(self.dtype), versions
