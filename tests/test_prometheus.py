@@ -98,6 +98,8 @@ def test_every_dashboard_metric_is_exported():
     m.on_route_choice({"rounds": 0.0})
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
+    m.on_store({"memory_rows": 1, "created": 2, "evicted": 0, "looked_up": 3, "disk_rows": 1,
+                "spilled": 1, "restored": 1, "disk_bytes": 4096})  # with a disk tier
     known = sample_names(trainer) | streaming_sample_names() | serve_sample_names()
     assert "hetgmp_records_consumed_total" in known  # CounterMetricFamily adds _total
     exprs = dashboard_expressions()
@@ -149,6 +151,10 @@ class Driver(threading.Thread):
             # Every step takes 30 ms: the p50 interpolates inside the (0.025, 0.05] bucket.
             m.on_step(c, 0.03, np.full(250, 0.4), migrating=i % 4 == 0)
             m.on_migration_chunk(64, 64 * 200)
+            m.on_store({"memory_rows": 1000, "created": 2000 + i, "evicted": 0,
+                        "looked_up": 5000 * (i + 1), "disk_rows": 1000 + i,
+                        "spilled": 100 * (i + 1), "restored": 50 * (i + 1),
+                        "disk_bytes": 1 << 20})
             if i % 5 == 0:
                 m.on_placement(1 + i // 5, 5000, 300, 1.1, 1.05)
                 m.on_repartition(0.2, "incremental")
@@ -259,6 +265,7 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
     from hetgmp.trainer.app.demo import scrape
     from hetgmp.trainer.dist import LaunchConfig
     from hetgmp.trainer.dist.launcher import launch, stop_event
+    from hetgmp.trainer.embedding import StoreConfig
     from hetgmp.trainer.model import ModelConfig
     from hetgmp.trainer.online import OnlineConfig
     from hetgmp.trainer.run import Job, run_rank
@@ -289,6 +296,8 @@ def test_real_run_feeds_every_dashboard_expression(prom, kafka, unique, tmp_path
         KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=unique("prom-group")), idle_s=60,
                   poll_s=0.05),
         ModelConfig(embed_dim=8, hidden=(16,)),
+        # A disk tier under a small memory tier: the store panels' disk series and rates.
+        store=StoreConfig(max_rows=20_000, disk_dir=str(tmp_path / "tier")),
         # auto: the default stream keeps graph, and the decisions feed the auto panel.
         train=TrainConfig(global_batch=1024, placement="auto", warmup=8_000, log_every=0),
         online=OnlineConfig(repartition_interval="12000", window=30_000,

@@ -150,6 +150,19 @@ PANELS: list[Panel] = [
         ("max(hetgmp_checkpoint_age_seconds)", "oldest rank's checkpoint age"),
         (f"max(increase(hetgmp_checkpoints_total{RATE}))", "checkpoints / min"),
     ], "No line before the first checkpoint: the age is not exported until there is one."),
+    Panel("Store: rows by tier, spills and reads back", "short", [
+        ("sum by (tier) (hetgmp_store_rows)", "rows in {{tier}}"),
+        (f"sum(rate(hetgmp_store_spilled_rows_total{RATE}))", "rows spilled to disk / s"),
+        (f"sum(rate(hetgmp_store_restored_rows_total{RATE}))", "rows read back / s"),
+    ], "--store-disk-dir: rows past --store-max-rows spill whole to RocksDB and come back when "
+       "read. Without a disk tier only the memory rows are drawn."),
+    Panel("Store: memory tier hit rate", "percentunit", [
+        (f"1 - sum(rate(hetgmp_store_restored_rows_total{RATE}))"
+         f" / sum(rate(hetgmp_store_looked_up_rows_total{RATE}))", "ids found in memory"),
+    ], "The share of ids looked up that did not have to be read back from the disk tier."),
+    Panel("Store: disk tier bytes", "bytes", [
+        ("sum(hetgmp_store_disk_bytes)", "bytes on disk, all ranks"),
+    ], "The disk tier's files (RocksDB), every rank's."),
 ]
 
 # A new placement: the largest version over ranks went up within the annotation step.

@@ -189,6 +189,8 @@ def test_names_follow_conventions_and_every_series_has_the_rank(registry):
                        "seconds_cost_per_step": 0.001})
     m.on_checkpoint(0.0)
     m.on_heldout_auc(0.5)
+    m.on_store({"memory_rows": 5, "created": 9, "evicted": 0, "looked_up": 20, "disk_rows": 4,
+                "spilled": 6, "restored": 2, "disk_bytes": 4096})
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
     assert len(families) >= 30
     routing = {f.name: f.samples[0].value for f in families
@@ -262,3 +264,22 @@ def test_a_step_without_samples_adds_no_loss(registry):
     assert s[("hetgmp_train_logloss_total", ())] == pytest.approx(a.loss_sum)
     assert s[("hetgmp_samples_trained_total", ())] == a.samples_trained
     assert s[("hetgmp_train_loss", ())] == pytest.approx(a.loss_sum / a.samples_trained)
+
+
+def test_the_store_by_tier_and_its_counts(registry):
+    m = TrainerMetrics(registry, rank=0, staleness_bound=0)
+    assert not any(k[0].startswith("hetgmp_store") for k in scrape(registry)[0])
+    m.on_store({"memory_rows": 100, "created": 300, "evicted": 0, "looked_up": 1000})
+    samples, _ = scrape(registry)
+    assert samples[("hetgmp_store_rows", (("tier", "memory"),))] == 100
+    assert ("hetgmp_store_rows", (("tier", "disk"),)) not in samples  # no tier, no disk series
+    assert "hetgmp_store_disk_bytes" not in {k[0] for k in samples}
+    m.on_store({"memory_rows": 100, "created": 300, "evicted": 0, "looked_up": 1500,
+                "disk_rows": 200, "spilled": 260, "restored": 60, "disk_bytes": 65536})
+    samples, types = scrape(registry)
+    assert samples[("hetgmp_store_rows", (("tier", "disk"),))] == 200
+    assert samples[("hetgmp_store_disk_bytes", ())] == 65536
+    assert samples[("hetgmp_store_spilled_rows_total", ())] == 260
+    assert samples[("hetgmp_store_restored_rows_total", ())] == 60
+    assert samples[("hetgmp_store_looked_up_rows_total", ())] == 1500
+    assert types["hetgmp_store_spilled_rows"] == "counter"

@@ -335,6 +335,9 @@ def _summary(result: Any, args: argparse.Namespace, device: str) -> dict[str, An
         # --batch-scaling: the rule and what it set (learning rates, L2, warm-up, clip).
         "batch_scaling": _scaling(args).record(),
         "resumed_from_step": result.resumed_from,
+        # The stores, summed over ranks: rows by tier, created, evicted (dropped), spilled to
+        # and restored from the disk tier, and the memory tier's hit rate.
+        "store": result.store or None,
         # Kafka: records handed out of event-time order because a rank's order buffer was
         # full (0 keeps the promise), and the source's other counts.
         "event_time_order": {k: v for k, v in result.source.items()
@@ -501,7 +504,7 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     from hetgmp.streaming import parse_schema
     from hetgmp.trainer.dist import job_ranks, under_torchrun
     from hetgmp.trainer.model import Bags, ModelSpec, build_model, check_model
-    from hetgmp.trainer.run import check_resources
+    from hetgmp.trainer.run import check_disk_tier, check_resources
     from hetgmp.trainer.sources import SyntheticSpec
 
     schema = (job.source.config.schema if isinstance(job.source, SyntheticSpec)
@@ -518,4 +521,5 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
                     n_fields=len(schema.sparse), n_dense=len(schema.dense),
                     device=launch_config.device, spec=spec)
     check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
+    check_disk_tier(job.store, job.model, here)
     job.train.loss_weights(schema.tasks)  # --task-weights one a label

@@ -286,6 +286,7 @@ class OnlineLoop:
         if self.metrics is not None:
             self.metrics.on_step(c, seconds, fresh, migrating)
             self.metrics.on_route_choice(tr.route_choice.gauges())
+            self.metrics.on_store(tr.store.counts())
             if tr.step_index % _PUBLISH_EVERY == 0:
                 self.publish_placement()
 
@@ -368,7 +369,7 @@ class OnlineLoop:
         if self.metrics is None:
             return
         tr = self.trainer
-        self.metrics.on_placement(tr.placement.version, len(tr.store), len(tr.replicas),
+        self.metrics.on_placement(tr.placement.version, tr.store.rows, len(tr.replicas),
                                   self.stats.sample_imbalance, self.stats.row_imbalance)
         choice = self.placements.choice()
         if choice is not None:

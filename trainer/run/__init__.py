@@ -14,11 +14,12 @@ if TYPE_CHECKING:
     from hetgmp.trainer.run.metrics import check_metrics_port
     from hetgmp.trainer.run.placement import graph_placement
     from hetgmp.trainer.run.rank import gather_totals, run_jobs, run_rank
-    from hetgmp.trainer.run.resources import check_resources
+    from hetgmp.trainer.run.resources import check_disk_tier, check_resources
 
 __all__ = [
     "Job",
     "RankResult",
+    "check_disk_tier",
     "check_metrics_port",
     "check_resources",
     "gather_totals",
@@ -30,6 +31,7 @@ __all__ = [
 __getattr__ = lazy_exports(__name__, {
     "Job": "hetgmp.trainer.run.job",
     "RankResult": "hetgmp.trainer.run.job",
+    "check_disk_tier": "hetgmp.trainer.run.resources",
     "check_metrics_port": "hetgmp.trainer.run.metrics",
     "check_resources": "hetgmp.trainer.run.resources",
     "gather_totals": "hetgmp.trainer.run.rank",

@@ -115,6 +115,9 @@ class RankResult:
             traffic between steps included; :data:`hetgmp.trainer.dist.counters.KINDS`).
         idle_seconds: Time of the loop's steps that trained nothing on any rank (waiting for
             records, the ``idle_s`` before a Kafka source ends), part of ``seconds``.
+        store: The stores' rows by tier and what they did (created, evicted, spilled,
+            restored, ids looked up), summed over ranks; with a disk tier, its bytes and the
+            memory tier's hit rate.
         source: The sources' own counts, summed over ranks (a Kafka source: how its
             event-time order went, :meth:`hetgmp.trainer.sources.KafkaShard.report`).
         observed: What the job's observers reported at the end (plain data, by key).
@@ -146,6 +149,7 @@ class RankResult:
     idle_seconds: float = 0.0
     sent_by_kind: dict[str, int] = field(default_factory=dict)
     source: dict[str, int] = field(default_factory=dict)
+    store: dict[str, float] = field(default_factory=dict)
     observed: dict[str, Any] = field(default_factory=dict)
     tasks: dict[str, dict[str, float]] = field(default_factory=dict)
 

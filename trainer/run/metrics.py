@@ -44,6 +44,12 @@ Gauges:
     ``hetgmp_imbalance_ratio{what="samples"|"rows"}`` (max / mean over ranks),
     ``hetgmp_checkpoint_age_seconds`` (computed at scrape time), ``hetgmp_heldout_auc``,
     ``hetgmp_staleness_bound_updates``.
+The store (:meth:`TrainerMetrics.on_store`):
+    ``hetgmp_store_rows{tier="memory"|"disk"}``, ``hetgmp_store_disk_bytes`` (the disk tier's
+    files), counters ``hetgmp_store_{looked_up,created,evicted,spilled,restored}_rows_total``
+    (evicted: dropped; spilled: written to the disk tier; restored: read back from it; the
+    memory tier's hit rate is ``1 - rate(restored) / rate(looked_up)``). The disk series appear
+    with ``--store-disk-dir`` only.
 
 A gauge that has no value yet (loss before the first step, AUC before the first evaluation,
 placement before the first placement, checkpoint age before the first checkpoint) has no sample
@@ -231,6 +237,7 @@ class TrainerMetrics(Collector):
         self._repartition = {k: BucketCounts(REPARTITION_BUCKETS) for k in REPARTITION_KINDS}
         self._migration = BucketCounts(MIGRATION_BUCKETS)
         self._checkpoint_at: float | None = None
+        self._store: dict[str, int] = {}
         self.set_staleness_bound(staleness_bound)
         registry.register(self)
 
@@ -335,6 +342,11 @@ class TrainerMetrics(Collector):
             self._counts["hetgmp_checkpoints_total"] += 1
             self._checkpoint_at = wall_time
 
+    def on_store(self, counts: dict[str, int]) -> None:
+        """The store's rows by tier and its totals (:meth:`EmbeddingStore.counts`)."""
+        with self._lock:
+            self._store = dict(counts)
+
     def on_heldout_auc(self, auc: float) -> None:
         """Record the rolling AUC of held-out records."""
         with self._lock:
@@ -361,6 +373,9 @@ class TrainerMetrics(Collector):
         with self._lock:
             families = self._families()
         return iter(families)
+
+    def _store_families(self) -> list[Metric]:
+        return _store_families_of(self.rank, self._store)
 
     def _families(self) -> list[Metric]:
         r = self.rank
@@ -430,6 +445,7 @@ class TrainerMetrics(Collector):
             for task, value in self._task_auc.items():
                 tasks.add_metric([r, task], value)
             out.append(tasks)
+        out.extend(self._store_families())
         age = GaugeMetricFamily(
             "hetgmp_checkpoint_age_seconds", "Seconds since the last checkpoint was written.",
             labels=["rank"],
@@ -438,6 +454,36 @@ class TrainerMetrics(Collector):
             age.add_metric([r], self._clock() - self._checkpoint_at)
         out.append(age)
         return out
+
+
+_STORE_COUNTERS = (
+    ("looked_up", "Distinct ids the store looked up."),
+    ("created", "Rows created (an id's first row)."),
+    ("evicted", "Rows dropped: idle past --store-evict-after, or past the cap without a disk tier."),
+    ("spilled", "Rows written whole to the disk tier past the cap."),
+    ("restored", "Rows read back from the disk tier into memory."),
+)
+
+
+def _store_families_of(r: str, store: dict[str, int]) -> list[Metric]:
+    if not store:
+        return []
+    rows = GaugeMetricFamily("hetgmp_store_rows", "Embedding rows this rank owns, by tier.",
+                             labels=["rank", "tier"])
+    rows.add_metric([r, "memory"], store["memory_rows"])
+    out: list[Metric] = [rows]
+    if "disk_rows" in store:
+        rows.add_metric([r, "disk"], store["disk_rows"])
+        disk = GaugeMetricFamily("hetgmp_store_disk_bytes",
+                                 "Bytes the disk tier's files take.", labels=["rank"])
+        disk.add_metric([r], store["disk_bytes"])
+        out.append(disk)
+    for key, doc in _STORE_COUNTERS:
+        if key in store:
+            counter = CounterMetricFamily(f"hetgmp_store_{key}_rows", doc, labels=["rank"])
+            counter.add_metric([r], store[key])
+            out.append(counter)
+    return out
 
 
 def check_metrics_port(base_port: int, ranks: int, *, zero: str | None) -> None:

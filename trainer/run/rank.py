@@ -232,6 +232,7 @@ def _result(comm: Comm, job: Job, trainer: Trainer, loop: OnlineLoop, logs: _Log
     result.sent_by_kind = dict(zip(KINDS, np.sum(
         comm.all_gather_object(comm.traffic.sent.astype(np.int64)), axis=0).tolist()))
     result.online = loop.report()
+    result.store = _store_totals(comm.all_gather_object(trainer.store.counts()))
     p = trainer.placement
     result.placement.update(version=p.version, explicit_ids=int(p.ids.size),
                             replicas=[int(r.size) for r in p.replicas])
@@ -373,6 +374,18 @@ def _linger(comm: Comm, clock: Clock, seconds: float) -> None:
     deadline = clock.monotonic() + seconds
     while clock.monotonic() < deadline and not comm.stop_requested():
         clock.sleep(0.1)
+
+
+def _store_totals(ranks: list[dict[str, int]]) -> dict[str, float]:
+    """Every rank's store counts summed, and the memory tier's hit rate where there is a disk
+    tier (the share of ids looked up that did not have to be read back from disk)."""
+    out: dict[str, float] = {}
+    for counts in ranks:
+        for key, value in counts.items():
+            out[key] = out.get(key, 0) + value
+    if "restored" in out:
+        out["memory_hit_rate"] = round(1 - out["restored"] / max(out["looked_up"], 1), 4)
+    return out
 
 
 def gather_totals(comm: Comm, totals: Totals) -> Totals:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from hetgmp.trainer.dist import LaunchConfig
+from hetgmp.trainer.embedding import StoreConfig
 from hetgmp.trainer.model import ModelConfig, ModelSpec, build_model
 from hetgmp.trainer.step import TrainConfig
 
-__all__ = ["Needs", "check_resources", "estimate", "machine_memory"]
+__all__ = ["Needs", "check_disk_tier", "check_resources", "estimate", "machine_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,30 @@ def check_resources(launch: LaunchConfig, model: ModelConfig, train: TrainConfig
         log.warning("%d rank(s) x %d thread(s) on %d core(s): ranks will share cores",
                     ranks_here, launch.threads, cores)
     return needs
+
+
+def check_disk_tier(store: StoreConfig, model: ModelConfig, ranks_here: int) -> None:
+    """Refuse a disk tier (``--store-disk-dir``) that cannot be written, or whose disk has less
+    room than this machine's ranks keep in memory (a tier holds at least that much once the
+    table is twice the memory tier; RocksDB stores a row in 1.08x its bytes)."""
+    if not store.disk_dir:
+        return
+    path = Path(store.disk_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--store-disk-dir {path}: cannot create it ({exc.strerror})") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--store-disk-dir {path}: not writable by this user")
+    width = model.row_dim + store.state_width
+    row = width * (8 if model.dtype == "float64" else 4) + 8
+    want = int(ranks_here * store.max_rows * row * 1.08)
+    free = shutil.disk_usage(path).free
+    if free < want:
+        raise ValueError(f"--store-disk-dir {path}: {free / 2**30:.1f} GiB free, less than the "
+                         f"{want / 2**30:.1f} GiB the memory tier of {ranks_here} rank(s) would "
+                         f"spill ({store.max_rows:,} rows of {row} bytes each): free space or "
+                         f"lower --store-max-rows")
 
 
 def _too_big(model: ModelConfig, needs: Needs, want: int, have: int, what: str) -> str:

@@ -370,3 +370,38 @@ def test_the_metrics_port_range_counts_every_rank_of_a_torchrun_job(
         monkeypatch.setenv(name, value)
     assert main(["--metrics-port", "65530", "--device", "cpu"]) == 2
     assert "with 8 rank(s) it must lie in 1..65528" in capsys.readouterr().err
+
+
+def test_a_table_past_memory_spills_to_the_disk_tier_and_the_summary_says_so(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--workers", "2", "--records", "8192", "--heldout", "2000",
+                 "--store-max-rows", "500", "--store-disk-dir", str(tmp_path), *SMALL])
+    assert code == 0
+    s = _summary(capsys.readouterr().out)
+    store = s["store"]
+    assert store["memory_rows"] <= 2 * 500 < store["disk_rows"]
+    assert store["memory_rows"] + store["disk_rows"] == store["created"]  # nothing dropped
+    assert store["evicted"] == 0 and store["spilled"] > 0 and store["restored"] > 0
+    assert 0 < store["memory_hit_rate"] < 1 and store["disk_bytes"] > 0
+    assert 0.5 < s["heldout_auc"] < 1.0
+    assert list(tmp_path.iterdir()) == []  # each rank's tier removed at its end
+
+
+def test_a_disk_tier_without_a_memory_cap_is_a_usage_error(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--store-disk-dir", str(tmp_path), *SMALL]) == 2
+    assert "max_rows" in capsys.readouterr().err
+
+
+def test_a_disk_tier_the_disk_cannot_hold_is_refused_before_any_rank_starts(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 10^12 rows of memory tier spill more than any disk here holds.
+    assert main(["--store-max-rows", str(10**12), "--store-disk-dir", str(tmp_path),
+                 *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "--store-disk-dir" in err and "GiB free" in err and len(err.splitlines()) <= 2
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["--store-max-rows", "100", "--store-disk-dir", str(blocker / "tier"),
+                 *SMALL]) == 2
+    assert "cannot create it" in capsys.readouterr().err
