@@ -348,7 +348,12 @@ class EmbeddingStore(Spilling, StoreSize):
         """
         flat = self._ids_t(ids)
         cached = self._looked_up
-        slots = cached[1] if cached is not None and cached[0] is ids else self._index.find(flat)
+        if cached is not None and cached[0] is ids:
+            slots = cached[1]
+        else:  # not the ids just looked up (a copy's push): a spilled row comes back to update
+            if self._tier is not None:
+                self._restore(flat if count is None else flat[:int(count)])
+            slots = self._index.find(flat)
         if count is not None:
             slots = torch.where(torch.arange(flat.numel(), device=self.device) < count, slots, -1)
         applied = slots >= 0

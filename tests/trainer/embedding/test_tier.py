@@ -139,6 +139,22 @@ def test_a_spilled_row_comes_back_admitted_with_what_it_learned(tmp_path: Path) 
     assert store.versions(hot).tolist() == [1] and store.stats.restored == 1
 
 
+def test_an_update_of_a_spilled_row_without_a_lookup_reaches_it(tmp_path: Path) -> None:
+    # A copy's push is applied without a lookup by its owner: the row on disk takes it (it is
+    # not dropped as an update of a row that is not there).
+    tiered = EmbeddingStore(2, StoreConfig(max_rows=8, disk_dir=str(tmp_path)),
+                            dtype=torch.float64)
+    plain = EmbeddingStore(2, StoreConfig(), dtype=torch.float64)
+    ids = np.arange(40, dtype=np.int64)
+    for store in (tiered, plain):
+        store.lookup(ids, 0)
+        store.maintain(0)
+        grads = torch.ones(3, 2, dtype=torch.float64)
+        store.apply(ids[:3].copy(), grads, np.full(3, 2, np.int64))
+    assert tiered.stats.spilled > 0 and tiered.stats.dropped_updates == 0
+    assert _same(tiered.export(), plain.export())
+
+
 def test_idle_rows_in_memory_are_still_dropped_and_leave_tombstones(tmp_path: Path) -> None:
     # Expiry (--store-evict-after) is a policy of its own: rows idle in memory go, they do not
     # spill. (Rows already on disk do not expire: docs/scale.md.)
