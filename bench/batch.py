@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Adam's learning rate at the base batch")
     p.add_argument("--clip-ratio", type=float, default=StoreConfig.clip_ratio, help="CowClip's r")
     p.add_argument("--clip-min", type=float, default=StoreConfig.clip_min, help="CowClip's zeta")
+    p.add_argument("--store-init-scale", type=float, default=StoreConfig.init_scale,
+                   help="initial rows uniform in [-scale, scale) (CowClip's paper starts rows "
+                        "near zero, std 1e-4: the clip binds only on small rows)")
     p.add_argument("--scaling-warmup", type=int, default=TrainConfig.scaling_warmup,
                    help="records a rule warms its scaled learning rates up over")
     p.add_argument("--users", type=int, default=SyntheticConfig.users,
@@ -219,7 +222,7 @@ def _settings(args: argparse.Namespace, shape: str
     model = ModelConfig(model=args.model, embed_dim=args.embed_dim, seed=args.seed,
                         hidden=tuple(int(x) for x in args.hidden.split(",") if x.strip()))
     store = StoreConfig(lr=args.store_lr, l2=args.store_l2, clip_ratio=args.clip_ratio,
-                        clip_min=args.clip_min, seed=args.seed)
+                        clip_min=args.clip_min, init_scale=args.store_init_scale, seed=args.seed)
     train = TrainConfig(dense_lr=args.dense_lr, base_batch=args.base_batch,
                         scaling_warmup=args.scaling_warmup, log_every=0, placement="hash",
                         route="off", replica_fraction=0.05, replica_basis="touched")

@@ -39,3 +39,15 @@ def test_unknown_rules_and_shapes_are_usage_errors() -> None:
     for argv in (["--rules", "cubic"], ["--shape", "criteo"], ["--batches", "1k"]):
         with pytest.raises(SystemExit):
             parse_args(argv)
+
+
+def test_rows_started_near_zero_let_the_clip_bind(capsys: pytest.CaptureFixture[str]) -> None:
+    # At the default init (±0.05) no gradient reaches count x r x |row| (the test above); rows
+    # started as CowClip's paper starts them, near zero, are clipped.
+    code = main(["--shape", "user_item", "--records", "8192", "--heldout", "2000",
+                 "--batches", "4096", "--rules", "cowclip", "--dist-batches", "",
+                 "--embed-dim", "8", "--hidden", "16", "--scaling-warmup", "4096",
+                 "--store-init-scale", "1e-5"])
+    assert code == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert row["clip"] == "cowclip" and row["clipped_share"] > 0
