@@ -28,7 +28,7 @@ _EPILOG = (
 _BENCH_MODULES = {"ingest": "ingest", "partition": "partition", "train": "train",
                   "online": "online", "serve": "serve", "chaos": "chaos", "store": "store_bench",
                   "gpu": "gpu", "waits": "waits", "scale": "scale", "batch": "batch",
-                  "models": "models",
+                  "models": "models", "profile": "profile_step",
                   "all": "suite"}
 BENCHMARKS = tuple(_BENCH_MODULES)
 
