@@ -90,7 +90,9 @@ class ConsumerConfig:
         default="criteo",
         metadata={"help": "fields: 'criteo', 'DENSE,SPARSE' counts, 'label=y;dense=a,b;sparse=c', "
                           "a schema file (PATH.toml: lists, weights, shared tables, float "
-                          "features), or multi_hot / user_history (those synthetic shapes)"},
+                          "features), multi_hot / user_history (those synthetic shapes), or "
+                          "SHAPE+conversion (a synthetic stream made with "
+                          "--synthetic-conversion: two labels)"},
     )
     value_separator: str = field(
         default=",", metadata={"help": "tsv: the character between a list field's values "

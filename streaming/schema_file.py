@@ -31,7 +31,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from hetgmp.streaming.synthetic_config import SyntheticConfig
+from hetgmp.streaming.synthetic_config import SHAPES, SyntheticConfig
 from hetgmp.streaming.types import MAX_FIELDS, DenseField, Schema, SchemaError, SparseField, shown
 
 __all__ = ["MAX_FILE_BYTES", "inline_fields", "load_schema", "parse_schema"]
@@ -55,8 +55,10 @@ def parse_schema(spec: str) -> Schema:
         spec: ``criteo`` (or empty), ``"13,26"`` (counts), ``"label=y;dense=a,b;sparse=c,d"``
             (names, each with optional settings:
             ``sparse=item,history:table=item:max_len=20:pooling=mean``), the path of a schema
-            file (``*.toml``), or the name of a synthetic shape with lists (``multi_hot``,
-            ``user_history``: its default schema).
+            file (``*.toml``), the name of a synthetic shape with lists (``multi_hot``,
+            ``user_history``: its default schema), or a synthetic shape's name with
+            ``+conversion`` (``user_history+conversion``: the stream of
+            ``--synthetic-conversion``, two labels).
 
     Raises:
         SchemaError: A spec of none of these forms, or one describing no valid schema; the
@@ -67,6 +69,13 @@ def parse_schema(spec: str) -> Schema:
         return Schema()
     if spec in ("multi_hot", "user_history"):
         return SyntheticConfig(shape=spec).schema  # type: ignore[arg-type]
+    shape, plus, extra = spec.partition("+")
+    if plus and shape in SHAPES and "=" not in spec and not spec.endswith(".toml"):
+        # The synthetic stream of --synthetic-conversion: its shape's schema, two labels.
+        if extra != "conversion":
+            raise SchemaError(f"schema {shown(spec)}: a synthetic shape takes '+conversion' "
+                              "(its second label), nothing else")
+        return SyntheticConfig(shape=shape, conversion=True).schema  # type: ignore[arg-type]
     if spec.endswith(".toml"):
         return load_schema(spec)
     if "=" not in spec:

@@ -280,3 +280,19 @@ weights = "{weights}"
 """
     with pytest.raises(SchemaError, match=f"weights '{weights}' is the name of another field"):
         load_schema(_write(tmp_path, text))
+
+
+def test_a_synthetic_shape_with_conversion_is_named_by_its_shape_and_plus_conversion() -> None:
+    from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+
+    for shape in ("segments", "user_history"):
+        schema = parse_schema(f"{shape}+conversion")
+        syn = SyntheticConfig(shape=shape, conversion=True)  # type: ignore[arg-type]
+        assert schema == syn.schema and schema.labels == ("label", "conversion")
+        # The records the producer writes for that stream decode with it, both labels.
+        lines = SyntheticStream(syn).lines(0, 50)
+        result = Decoder(schema).decode([b"\n".join(lines)])
+        assert len(result.batch) == 50 and result.batch.labels.shape == (50, 2)
+    assert parse_schema("user_history").labels == ("label",)
+    with pytest.raises(SchemaError, match=r"takes '\+conversion'"):
+        parse_schema("user_history+clicks")

@@ -27,8 +27,8 @@ class ServeConfig:
         "help": "record format of a request that names no Content-Type"})
     schema: str = field(default="criteo", metadata={
         "help": "fields, as the consumer's --consumer-schema ('criteo', '13,26', "
-                "'label=y;dense=a,b;sparse=c,d', a schema file PATH.toml, multi_hot or "
-                "user_history)"})
+                "'label=y;dense=a,b;sparse=c,d', a schema file PATH.toml, multi_hot, "
+                "user_history, or SHAPE+conversion)"})
     value_separator: str = field(default=",", metadata={
         "help": "tsv: the character between a list field's values (as the consumer's)"})
     max_body_bytes: int = field(default=8 << 20, metadata={
