@@ -88,11 +88,9 @@ class ConsumerConfig:
                           "(an Arrow IPC record batch a message)"})
     schema: str = field(
         default="criteo",
-        metadata={"help": "fields: 'criteo', 'DENSE,SPARSE' counts, 'label=y;dense=a,b;sparse=c', "
-                          "a schema file (PATH.toml: lists, weights, shared tables, float "
-                          "features), multi_hot / user_history (those synthetic shapes), or "
-                          "SHAPE+conversion (a synthetic stream made with "
-                          "--synthetic-conversion: two labels)"},
+        metadata={"help": "fields: 'criteo', 'DENSE,SPARSE', 'label=y;dense=a,b;sparse=c', a "
+                          "schema file PATH.toml, multi_hot, user_history, or SHAPE+conversion "
+                          "(synthetic shapes; docs/schemas.md)"},
     )
     value_separator: str = field(
         default=",", metadata={"help": "tsv: the character between a list field's values "
