@@ -29,6 +29,8 @@ from typing import Any, Callable, Protocol, cast
 
 import numpy as np
 
+from hetgmp.trainer.embedding.tier import keys_of, open_engine
+
 ENGINES = ("lmdb", "rocksdb", "mmap")
 
 
@@ -36,12 +38,6 @@ class Engine(Protocol):
     def put(self, keys: np.ndarray, rows: np.ndarray) -> None: ...
     def get(self, keys: np.ndarray) -> np.ndarray: ...
     def close(self) -> None: ...
-
-
-def _keys(ids: np.ndarray) -> list[bytes]:
-    """Big-endian keys: the engines' order is the ids' order."""
-    raw = ids.astype(">u8").tobytes()
-    return [raw[i:i + 8] for i in range(0, len(raw), 8)]
 
 
 class Lmdb:
@@ -56,12 +52,12 @@ class Lmdb:
     def put(self, keys: np.ndarray, rows: np.ndarray) -> None:
         order = np.argsort(keys)
         with self.env.begin(write=True) as txn, txn.cursor() as cur:
-            cur.putmulti(zip(_keys(keys[order]), (r.tobytes() for r in rows[order])))
+            cur.putmulti(zip(keys_of(keys[order]), (r.tobytes() for r in rows[order])))
 
     def get(self, keys: np.ndarray) -> np.ndarray:
         out = np.empty((len(keys), self.row_bytes), np.uint8)
         with self.env.begin(buffers=True) as txn, txn.cursor() as cur:
-            for i, (_, v) in enumerate(cur.getmulti(_keys(keys))):
+            for i, (_, v) in enumerate(cur.getmulti(keys_of(keys))):
                 out[i] = np.frombuffer(v, np.uint8)
         return out
 
@@ -71,33 +67,22 @@ class Lmdb:
 
 
 class Rocks:
-    """The options of the tier itself (trainer/embedding/tier.py)."""
+    """The tier's own engine and options (:func:`hetgmp.trainer.embedding.tier.open_engine`)."""
 
     def __init__(self, path: Path, row_bytes: int, rows: int) -> None:
-        from rocksdict import DBCompressionType, Options, Rdict, WriteOptions
-
         self.row_bytes = row_bytes
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.set_compression_type(DBCompressionType.none())  # float rows do not compress
-        # A hash index in each block and a bloom filter: 185k -> 205k rows/s read after compaction,
-        # 2M rows of 64 (docs/scale.md, "The disk tier"); a 64 MB block cache.
-        opts.optimize_for_point_lookup(64)
-        self.db = Rdict(str(path), opts)
-        wo = WriteOptions()
-        wo.disable_wal = True  # type: ignore[method-assign, assignment]  # a property at run time
-        self.db.set_write_options(wo)
+        self.db = open_engine(path)
 
     def put(self, keys: np.ndarray, rows: np.ndarray) -> None:
         from rocksdict import WriteBatch
 
         wb = WriteBatch(raw_mode=True)
-        for k, r in zip(_keys(keys), rows):
+        for k, r in zip(keys_of(keys), rows):
             wb.put(k, r.tobytes())
         self.db.write(wb)
 
     def get(self, keys: np.ndarray) -> np.ndarray:
-        vals = cast(list[bytes], self.db.get(cast(list[Any], _keys(keys))))
+        vals = cast(list[bytes], self.db.get(cast(list[Any], keys_of(keys))))
         return np.frombuffer(b"".join(vals), np.uint8).reshape(len(keys), self.row_bytes)
 
     def close(self) -> None:

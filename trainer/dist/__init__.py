@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         stop_event,
         under_torchrun,
     )
-    from hetgmp.trainer.dist.peers import PeerLost
+    from hetgmp.trainer.dist.peers import PeerLost, process_alive
     from hetgmp.trainer.dist.threads import ThreadComm, run_threads
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "job_device",
     "job_ranks",
     "launch",
+    "process_alive",
     "resolve_device",
     "run_threads",
     "run_torchrun",
@@ -76,6 +77,7 @@ __getattr__ = lazy_exports(__name__, {
     "job_device": "hetgmp.trainer.dist.launcher",
     "job_ranks": "hetgmp.trainer.dist.launcher",
     "launch": "hetgmp.trainer.dist.launcher",
+    "process_alive": "hetgmp.trainer.dist.peers",
     "resolve_device": "hetgmp.trainer.dist.launcher",
     "run_threads": "hetgmp.trainer.dist.threads",
     "run_torchrun": "hetgmp.trainer.dist.launcher",

@@ -27,18 +27,24 @@ import time
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
-__all__ = ["DiskTier"]
+from hetgmp.trainer.dist import process_alive
+
+if TYPE_CHECKING:
+    from rocksdict import Rdict
+
+__all__ = ["DiskTier", "keys_of", "open_engine"]
 
 _OFFSET = np.uint64(1 << 63)
 _PREFIX = "tier-"
 
 
-def _keys(ids: np.ndarray) -> list[bytes]:
+def keys_of(ids: np.ndarray) -> list[bytes]:
+    """The engine's keys of int64 ids (their order is the ids' numeric order)."""
     raw = (np.asarray(ids, dtype=np.int64).view(np.uint64) ^ _OFFSET).astype(">u8").tobytes()
     return [raw[i:i + 8] for i in range(0, len(raw), 8)]  # (a scalar's bytes are native order)
 
@@ -48,16 +54,6 @@ def _ids(keys: list[bytes]) -> np.ndarray:
     return (raw ^ _OFFSET).view(np.int64)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_leftovers(parent: Path) -> None:
     """Tiers of processes that are gone (killed before they could remove theirs)."""
     for old in parent.glob(f"{_PREFIX}*"):
@@ -65,7 +61,7 @@ def _remove_leftovers(parent: Path) -> None:
             pid = int(old.name[len(_PREFIX):].split("-")[0])
         except ValueError:
             continue
-        if not _pid_alive(pid):
+        if not process_alive(pid):
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -79,6 +75,26 @@ def _du(path: Path) -> int:
         except FileNotFoundError:
             pass
     return total
+
+
+def open_engine(path: Path) -> Rdict:
+    """The tier's RocksDB at ``path``: raw bytes, no compression (float rows do not compress),
+    no write-ahead log (a spill is made durable by the checkpoint, not per write), and point
+    lookups' options: a hash index in each block and a bloom filter, 185k -> 205k rows/s read
+    after compaction on 2M rows of 64 (docs/scale.md, "The disk tier"), a 64 MB block cache.
+    ``hetgmp bench store --engines`` measures this same engine."""
+    from rocksdict import DBCompressionType, Options, Rdict, WriteOptions
+
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_compression_type(DBCompressionType.none())
+    opts.optimize_for_point_lookup(64)
+    db = Rdict(str(path), opts)
+    write = WriteOptions()
+    # A property at run time; rocksdict's stub declares a method of the same name.
+    write.disable_wal = True  # type: ignore[method-assign, assignment]
+    db.set_write_options(write)
+    return db
 
 
 def _close(db: object, path: Path) -> None:
@@ -100,8 +116,6 @@ class DiskTier:
 
     def __init__(self, parent: str | Path, dim: int, state_width: int,
                  dtype: torch.dtype) -> None:
-        from rocksdict import DBCompressionType, Options, Rdict, WriteOptions
-
         parent = Path(parent)
         parent.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(parent)
@@ -110,17 +124,7 @@ class DiskTier:
         self._np_dtype = np.float64 if dtype == torch.float64 else np.float32
         self._floats = dim + state_width
         self.row_bytes = self._floats * np.dtype(self._np_dtype).itemsize + 8
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.set_compression_type(DBCompressionType.none())  # float rows do not compress
-        # A hash index in each block and a bloom filter: 185k -> 205k rows/s read after compaction,
-        # 2M rows of 64 (docs/scale.md, "The disk tier"); a 64 MB block cache.
-        opts.optimize_for_point_lookup(64)
-        self._db = Rdict(str(self.path), opts)
-        write = WriteOptions()
-        # A property at run time; rocksdict's stub declares a method of the same name.
-        write.disable_wal = True  # type: ignore[method-assign, assignment]
-        self._db.set_write_options(write)
+        self._db = open_engine(self.path)
         self._size = 0
         self.reads = self.writes = 0  # rows, since the tier opened
         self._bytes, self._bytes_at = 0, -1e9
@@ -165,7 +169,7 @@ class DiskTier:
         packed[:, :-8] = np.ascontiguousarray(floats).view(np.uint8).reshape(n, -1)
         packed[:, -8:] = np.asarray(versions, dtype="<i8").reshape(n, 1).view(np.uint8)
         batch = WriteBatch(raw_mode=True)
-        for key, row in zip(_keys(ids), packed):
+        for key, row in zip(keys_of(ids), packed):
             batch.put(key, row.tobytes())
         self._db.write(batch)
         self._size += n
@@ -189,7 +193,7 @@ class DiskTier:
         if ids.size == 0 or self._size == 0:
             return (np.zeros(ids.size, bool), *self._none())
         order = np.argsort(ids)  # in key order: neighbouring keys share the engine's blocks
-        got = cast(list[bytes | None], self._db.get(cast(list[Any], _keys(ids[order]))))
+        got = cast(list[bytes | None], self._db.get(cast(list[Any], keys_of(ids[order]))))
         hit = np.array([g is not None for g in got], dtype=bool)
         found = np.empty_like(hit)
         found[order] = hit
@@ -208,7 +212,7 @@ class DiskTier:
         if len(ids) == 0:
             return
         batch = WriteBatch(raw_mode=True)
-        for key in _keys(ids):
+        for key in keys_of(ids):
             batch.delete(key)
         self._db.write(batch)
         self._size -= int(len(ids))
