@@ -50,7 +50,7 @@ import torch
 from bench.devices import parse_device, synchronizer
 from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig, unique_padded
 
-__all__ = ["PHASES", "build_parser", "main", "parse_args"]
+__all__ = ["PHASES", "build_parser", "fill_rows", "main", "parse_args"]
 
 PHASES = ("dedup", "lookup", "gather", "scatter", "apply")
 
@@ -155,14 +155,18 @@ def filler_ids(start: int, count: int) -> np.ndarray:
     return ((pos * np.uint64(0x9E3779B97F4A7C15)) & np.uint64(2**63 - 1)).astype(np.int64)
 
 
-def _fill(store: EmbeddingStore, ids: np.ndarray, chunk: int = 1 << 22) -> None:
-    """Install rows of ``ids`` in bulk (initial values, fresh state, version 0, used at 0)."""
+def fill_rows(store: EmbeddingStore, ids: np.ndarray, chunk: int = 1 << 22, *,
+          seed: int | None = None, published: bool = False) -> None:
+    """Install rows of ``ids`` in bulk (initial values, fresh state, version 0, used at 0);
+    ``seed``: the same values in every store filled with it."""
     width = store.config.state_width
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
     for at in range(0, ids.size, chunk):
         part = torch.from_numpy(ids[at:at + chunk])
-        values = torch.empty((part.numel(), store.dim)).uniform_(-0.05, 0.05)
+        values = torch.empty((part.numel(), store.dim)).uniform_(-0.05, 0.05, generator=gen)
         state = torch.zeros((part.numel(), width))
-        store.put(part, values, state, torch.zeros(part.numel(), dtype=torch.int64), 0)
+        store.put(part, values, state, torch.zeros(part.numel(), dtype=torch.int64), 0,
+                  published=published)
 
 
 def _grown(batches: list[np.ndarray], size: int, args: argparse.Namespace) -> dict[str, object]:
@@ -173,7 +177,7 @@ def _grown(batches: list[np.ndarray], size: int, args: argparse.Namespace) -> di
                          f"ids; give a smaller --batch or fewer --steps")
     store = EmbeddingStore(args.dim, StoreConfig(max_rows=size), device=args.torch_device)
     began = time.perf_counter()
-    _fill(store, np.concatenate([resident, filler_ids(0, size - resident.size)]))
+    fill_rows(store, np.concatenate([resident, filler_ids(0, size - resident.size)]))
     fill_s = time.perf_counter() - began
     overhead_full = store.nbytes / len(store) - 4 * (args.dim + store.config.state_width)
     grads = torch.randn((max(b.size for b in batches), args.dim),

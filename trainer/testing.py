@@ -295,17 +295,14 @@ class ReturnState(Observer):
 
 
 class StoreTiers(Observer):
-    """``observed["store"]``: what the rank's store did (created, evicted, spilled, restored)
-    and the rows in each tier at the end."""
+    """``observed["store"]``: the rank's store counts at the end (``EmbeddingStore.counts``:
+    rows in each tier, created, evicted, spilled, restored)."""
 
     def __init__(self, rank: int = 0) -> None:
         pass
 
     def on_end(self, run: RunView) -> dict[str, Any]:
-        store = run.trainer.store
-        tier = store.tier
-        return {"store": {**vars(store.stats), "memory_rows": len(store),
-                          "disk_rows": 0 if tier is None else len(tier)}}
+        return {"store": run.trainer.store.counts()}
 
 
 class RecordSteps(Observer):

@@ -23,6 +23,14 @@ __all__ = ["Spilling"]
 Rows = tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]
 
 
+def _in_id_order(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of both (disjoint) sets in order, and where each comes from in the two
+    concatenated: the permutation to apply to their rows."""
+    both = np.concatenate([first, second])
+    order = np.argsort(both, kind="stable")
+    return both[order], order
+
+
 class Spilling:
     """The disk tier's part of the store (a row lives in exactly one tier)."""
 
@@ -78,9 +86,15 @@ class Spilling:
         at = missing[torch.from_numpy(found).to(self.device)]
         return at, values.to(self.device), state.to(self.device), versions
 
-    def _restore(self, flat: torch.Tensor) -> None:
-        """Bring the spilled rows of ``flat`` back into memory, whole (before a lookup: the
-        step reads and updates them there). Counts as neither created nor admitted."""
+    def _restore(self, flat: torch.Tensor, count: torch.Tensor | None = None) -> None:
+        """Bring the spilled rows of ``flat`` (its first ``count``: a padded batch) back into
+        memory, whole (before a lookup: the step reads and updates them there). Counts as
+        neither created nor admitted. Without spilled rows it costs nothing; with them, on
+        CUDA, ``count`` is read back (the tier is read on the host)."""
+        if self._tier is None or not len(self._tier):
+            return
+        if count is not None:
+            flat = flat[:int(count)]
         disk = self._on_disk(flat, self._index.find(flat))
         if disk is None or not disk[0].numel():
             return
@@ -119,10 +133,9 @@ class Spilling:
         if self._tier is None or not len(self._tier):
             return memory
         disk = self._tier.items()
-        both = np.concatenate([memory[0], disk[0]])
-        order = np.argsort(both, kind="stable")
+        ids, order = _in_id_order(memory[0], disk[0])
         at = torch.from_numpy(order).to(self.device)
-        return (both[order], torch.cat([memory[1], disk[1].to(self.device)])[at],
+        return (ids, torch.cat([memory[1], disk[1].to(self.device)])[at],
                 torch.cat([memory[2], disk[2].to(self.device)])[at],
                 np.concatenate([memory[3], disk[3]])[order])
 
@@ -135,9 +148,8 @@ class Spilling:
         assert self._tier is not None
         dirty, self._dirty = self._dirty, np.zeros(0, np.int64)
         found, disk, _, _ = self._tier.get(dirty)
-        both = np.concatenate([ids, dirty[found]])
-        order = np.argsort(both, kind="stable")
-        return both[order], torch.cat([values, disk.to(self.device)])[
+        merged, order = _in_id_order(ids, dirty[found])
+        return merged, torch.cat([values, disk.to(self.device)])[
             torch.from_numpy(order).to(self.device)]
 
     def _unpublish_spilled(self, flat: torch.Tensor | None, slots: torch.Tensor | None) -> None:

@@ -229,8 +229,7 @@ class EmbeddingStore(Spilling, StoreSize):
             extra: Values to read back with the counts (any shape; read as float64).
         """
         flat = self._ids_t(ids)
-        if self._tier is not None:  # one more wait: the tier is read on the host
-            self._restore(flat[:int(count)])
+        self._restore(flat, count)  # spilled rows back first (on CUDA, one more wait)
         if self.cpu_shortcuts:
             flat = flat[:int(count)]
             valid = torch.ones(flat.numel(), dtype=torch.bool, device=self.device)
@@ -280,8 +279,7 @@ class EmbeddingStore(Spilling, StoreSize):
             (values ``[n, dim]``, state ``[n, state_width]`` or None).
         """
         flat = self._ids_t(ids)
-        if self._tier is not None:
-            self._restore(flat)
+        self._restore(flat)
         return self._lookup(ids, flat, step, with_state, None, None)
 
     def _lookup(self, ids: object, flat: torch.Tensor, step: int, with_state: bool,
@@ -351,8 +349,7 @@ class EmbeddingStore(Spilling, StoreSize):
         if cached is not None and cached[0] is ids:
             slots = cached[1]
         else:  # not the ids just looked up (a copy's push): a spilled row comes back to update
-            if self._tier is not None:
-                self._restore(flat if count is None else flat[:int(count)])
+            self._restore(flat, count)
             slots = self._index.find(flat)
         if count is not None:
             slots = torch.where(torch.arange(flat.numel(), device=self.device) < count, slots, -1)
@@ -392,8 +389,7 @@ class EmbeddingStore(Spilling, StoreSize):
     def take(self, ids: Ids) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Remove the rows of ``ids`` that exist and return (ids, values, state, versions)."""
         flat = self._ids_t(ids)
-        if self._tier is not None:  # rows leave from whichever tier holds them
-            self._restore(flat)
+        self._restore(flat)  # rows leave from whichever tier holds them
         slots = self._index.find(flat)
         have = slots >= 0
         flat, slots = flat[have], slots[have]
@@ -419,8 +415,7 @@ class EmbeddingStore(Spilling, StoreSize):
         flat = self._ids_t(ids)
         if flat.numel() == 0:
             return
-        if self._tier is not None:  # a row lives in one tier: the one put here is in memory
-            self._restore(flat)
+        self._restore(flat)  # a row lives in one tier: the one put here is in memory
         slots = self._index.find(flat)
         new = torch.nonzero(slots < 0).reshape(-1)
         if new.numel():

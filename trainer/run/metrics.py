@@ -374,9 +374,6 @@ class TrainerMetrics(Collector):
             families = self._families()
         return iter(families)
 
-    def _store_families(self) -> list[Metric]:
-        return _store_families_of(self.rank, self._store)
-
     def _families(self) -> list[Metric]:
         r = self.rank
         out: list[Metric] = []
@@ -445,7 +442,7 @@ class TrainerMetrics(Collector):
             for task, value in self._task_auc.items():
                 tasks.add_metric([r, task], value)
             out.append(tasks)
-        out.extend(self._store_families())
+        out.extend(_store_families(r, self._store))
         age = GaugeMetricFamily(
             "hetgmp_checkpoint_age_seconds", "Seconds since the last checkpoint was written.",
             labels=["rank"],
@@ -465,7 +462,7 @@ _STORE_COUNTERS = (
 )
 
 
-def _store_families_of(r: str, store: dict[str, int]) -> list[Metric]:
+def _store_families(r: str, store: dict[str, int]) -> list[Metric]:
     if not store:
         return []
     rows = GaugeMetricFamily("hetgmp_store_rows", "Embedding rows this rank owns, by tier.",
