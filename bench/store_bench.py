@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tiers", action="store_true",
                    help="instead: the store with a disk tier against every row in memory "
                         "(bench/tiers.py; its own flags follow, see --tiers --help)")
+    p.add_argument("--checkpoints", action="store_true",
+                   help="instead: increments against full checkpoints of a large store "
+                        "(bench/increments.py; its own flags follow, see --checkpoints --help)")
     p.add_argument("--engines", action="store_true",
                    help="instead: the disk tier's candidate engines on the tier's work "
                         "(bench/tier_engines.py; its own flags follow, see --engines --help)")
@@ -259,6 +262,10 @@ def grow_main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; the last printed line is the JSON summary. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
+    if "--checkpoints" in argv:
+        from bench import increments
+
+        return increments.main([a for a in argv if a != "--checkpoints"])
     if "--engines" in argv:
         from bench import tier_engines
 

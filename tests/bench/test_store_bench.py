@@ -102,3 +102,16 @@ def test_the_tiers_bench_compares_both_stores_and_checks_their_rows(
     assert 0 <= rows["uniform"]["memory_hit_rate"] < rows["zipf"]["memory_hit_rate"] <= 1
     assert all(r["tiered_rows_per_s"] > 0 and r["memory_rows_per_s"] > 0 for r in rows.values())
     assert list(tmp_path.iterdir()) == []  # the tier removed its files
+
+
+@pytest.mark.parametrize("memory", ["0", "3000"], ids=["memory", "disk-tier"])
+def test_the_checkpoints_bench_compares_increments_with_full_checkpoints(
+        tmp_path, capsys: pytest.CaptureFixture[str], memory: str) -> None:
+    code = main(["--checkpoints", "--table-rows", "20000", "--changed-rows", "200",
+                 "--memory-rows", memory, "--rounds", "2", "--dim", "8", "--dir", str(tmp_path)])
+    assert code == 0  # the chain's rows are compared with the full checkpoint's (else it fails)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["bench"] == "checkpoints" and [r["depth"] for r in summary["rows"]] == [1, 2]
+    for r in summary["rows"]:  # 1% of the rows changed: the increment is a few % of the bytes
+        assert r["increment_bytes"] < 0.05 * r["full_bytes"], r
+    assert list(tmp_path.iterdir()) == []  # checkpoints and tier removed

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from hetgmp.trainer.checkpoint.files import CheckpointError, atomic_write
     from hetgmp.trainer.checkpoint.manifest import (
         MANIFEST,
+        Base,
         Manifest,
         ModelLog,
+        chain,
         has_manifest,
         latest,
         new_step_dir,
@@ -39,10 +41,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MANIFEST",
+    "Base",
     "CheckpointError",
     "Manifest",
     "ModelLog",
     "atomic_write",
+    "chain",
     "has_manifest",
     "latest",
     "load_dense",
@@ -63,10 +67,12 @@ __all__ = [
 
 __getattr__ = lazy_exports(__name__, {
     "MANIFEST": "hetgmp.trainer.checkpoint.manifest",
+    "Base": "hetgmp.trainer.checkpoint.manifest",
     "CheckpointError": "hetgmp.trainer.checkpoint.files",
     "Manifest": "hetgmp.trainer.checkpoint.manifest",
     "ModelLog": "hetgmp.trainer.checkpoint.manifest",
     "atomic_write": "hetgmp.trainer.checkpoint.files",
+    "chain": "hetgmp.trainer.checkpoint.manifest",
     "has_manifest": "hetgmp.trainer.checkpoint.manifest",
     "latest": "hetgmp.trainer.checkpoint.manifest",
     "load_dense": "hetgmp.trainer.checkpoint.content",

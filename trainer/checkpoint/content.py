@@ -1,4 +1,5 @@
-"""What a checkpoint holds: every rank's rows, the dense model and the placement."""
+"""What a checkpoint holds: every rank's rows (all of them, or an increment's changes), the dense
+model and the placement."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from hetgmp.partitioner import Placement
 from hetgmp.trainer.checkpoint.files import CheckpointError, load_arrays, save_arrays
-from hetgmp.trainer.checkpoint.manifest import Manifest, rank_file
+from hetgmp.trainer.checkpoint.manifest import Manifest, chain, rank_file
 
 __all__ = ["load_dense", "load_placement", "load_rows", "save_dense", "save_placement",
            "save_rows"]
@@ -30,36 +31,70 @@ def _arrays(manifest: Manifest, name: str, keys: set[str]) -> dict[str, np.ndarr
 
 
 def save_rows(directory: Path, rank: int, ids: np.ndarray, values: torch.Tensor,
-              state: torch.Tensor, versions: np.ndarray) -> None:
-    """Write ``rank``'s owned rows."""
-    save_arrays(rank_file(directory, rank), {
-        "ids": np.asarray(ids, np.int64), "values": _np(values), "state": _np(state),
-        "versions": np.asarray(versions, np.int64)})
+              state: torch.Tensor, versions: np.ndarray, removed: np.ndarray | None = None
+              ) -> None:
+    """Write ``rank``'s owned rows: all of them, or (an increment, ``removed`` given) those
+    changed since the parent checkpoint and the ids removed since."""
+    arrays = {"ids": np.asarray(ids, np.int64), "values": _np(values), "state": _np(state),
+              "versions": np.asarray(versions, np.int64)}
+    if removed is not None:
+        arrays["removed"] = np.asarray(removed, np.int64)
+    save_arrays(rank_file(directory, rank), arrays)
 
 
-def load_rows(manifest: Manifest, keep: Callable[[np.ndarray], np.ndarray] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of every rank file of a checkpoint, filtered by ``keep(ids) -> bool mask``.
-
-    Returns:
-        (ids, values, optimizer state, versions) of the rows kept, ids sorted.
-    """
-    parts = []
+def piece_rows(manifest: Manifest, keep: Callable[[np.ndarray], np.ndarray] | None
+           ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One checkpoint's rows (of every rank file, filtered by ``keep``) and, for an increment,
+    the ids it removes."""
+    parts, removed = [], [np.zeros(0, np.int64)]
+    keys = _ROW_KEYS | ({"removed"} if manifest.base is not None else set())
     for rank in range(manifest.world):
         name = rank_file(manifest.path, rank).name
-        a = _arrays(manifest, name, _ROW_KEYS)
+        a = _arrays(manifest, name, keys)
         n = a["ids"].shape[0]
         if a["ids"].ndim != 1 or any(a[k].shape[0] != n for k in _ROW_KEYS):
             raise CheckpointError(f"{manifest.path / name}: arrays of different lengths")
         mask = keep(a["ids"]) if keep is not None else np.ones(n, bool)
         parts.append({k: v[mask] for k, v in a.items() if k in _ROW_KEYS})
-    ids = np.concatenate([p["ids"] for p in parts])
-    order = np.argsort(ids, kind="stable")
-    if ids.size and bool(np.any(ids[order][1:] == ids[order][:-1])):
+        if "removed" in keys:
+            removed.append(a["removed"].reshape(-1))
+    rows = {k: np.concatenate([p[k] for p in parts]) for k in _ROW_KEYS}
+    ids = np.sort(rows["ids"])
+    if ids.size and bool(np.any(ids[1:] == ids[:-1])):
         raise CheckpointError(f"{manifest.path}: an id is owned by two ranks")
-    return (ids[order], np.concatenate([p["values"] for p in parts])[order],
-            np.concatenate([p["state"] for p in parts])[order],
-            np.concatenate([p["versions"] for p in parts])[order])
+    return rows, np.unique(np.concatenate(removed))
+
+
+def load_rows(manifest: Manifest, keep: Callable[[np.ndarray], np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of a checkpoint, filtered by ``keep(ids) -> bool mask``: of every rank file of
+    it and, for an increment, of its chain (:func:`~hetgmp.trainer.checkpoint.manifest.chain`):
+    an id's row is its newest piece's, unless a newer piece removed the id.
+
+    Returns:
+        (ids, values, optimizer state, versions) of the rows kept, ids sorted.
+    """
+    pieces = [piece_rows(m, keep) for m in chain(manifest)]
+    rows = {k: np.concatenate([p[0][k] for p in pieces]) for k in _ROW_KEYS}
+    piece = np.concatenate([np.full(p[0]["ids"].size, i) for i, p in enumerate(pieces)])
+    order = np.lexsort((piece, rows["ids"]))  # by id, then piece: an id's newest row last
+    ids = rows["ids"][order]
+    newest = order[np.append(ids[1:] != ids[:-1], True)] if ids.size else order
+    # The last piece that removed each id: a row survives unless a newer piece removed it.
+    gone = np.concatenate([p[1] for p in pieces])
+    gone_in = np.concatenate([np.full(p[1].size, i) for i, p in enumerate(pieces)])
+    last_gone = np.full(newest.size, -1)
+    if gone.size:
+        by_id = np.lexsort((gone_in, gone))
+        g_ids, g_in = gone[by_id], gone_in[by_id]
+        last = np.append(g_ids[1:] != g_ids[:-1], True)
+        g_ids, g_in = g_ids[last], g_in[last]
+        at = np.searchsorted(g_ids, rows["ids"][newest])
+        hit = (at < g_ids.size) & (g_ids[np.minimum(at, g_ids.size - 1)] == rows["ids"][newest])
+        last_gone[hit] = g_in[at[hit]]
+    newest = newest[last_gone <= piece[newest]]  # a piece's rows outrank its own removals
+    return (rows["ids"][newest], rows["values"][newest], rows["state"][newest],
+            rows["versions"][newest])
 
 
 def save_dense(directory: Path, arrays: dict[str, torch.Tensor | np.ndarray]) -> None:

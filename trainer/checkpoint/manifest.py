@@ -40,6 +40,19 @@ Schema of ``MANIFEST.json`` (every key required unless marked; anything else is 
                                               them is older than the checkpoint, or equal
         final          bool                   the log held every change of it when it was taken
 
+    base               object                 (optional) an increment: its rank files hold only
+                                              the rows changed since its parent (and the ids
+                                              removed since), the rest comes from the parent
+        parent         string                 the parent checkpoint's directory (a sibling)
+        manifest_sha256  64 hex digits        SHA-256 of the parent's MANIFEST.json
+        depth          int >= 1               increments from the last full checkpoint to it
+
+A full checkpoint has no ``base``; an increment's chain (:func:`chain`) leads through its
+parents to one, each verified as the checkpoint itself is, and each parent's manifest must be
+the one the child named (its digest): a parent replaced by a checkpoint of another run is caught.
+The depth is bounded by ``--checkpoint-full-every`` (every so many checkpoints one is full), so a
+restore reads a bounded chain; :func:`prune` keeps the parents of every checkpoint it keeps.
+
 So a name can only be one of this checkpoint's own files (no path leads outside its directory),
 every rank of its world has its file, and a checkpoint whose world was edited down is caught by
 the rank file it no longer lists.
@@ -69,7 +82,9 @@ from hetgmp.trainer.checkpoint.files import (
 __all__ = [
     "MANIFEST",
     "Manifest",
+    "Base",
     "ModelLog",
+    "chain",
     "has_manifest",
     "latest",
     "parse_manifest",
@@ -89,7 +104,10 @@ MANIFEST = "MANIFEST.json"
 _PREFIX = "step-"
 _KEYS = {"format", "step", "world", "placement_version", "records", "topic", "offsets", "created",
          "files", "extra"}
-_OPTIONAL = {"topic_id", "model"}
+_OPTIONAL = {"topic_id", "model", "base"}
+_BASE_KEYS = {"parent", "manifest_sha256", "depth"}
+_STEP_DIR = re.compile(r"step-\d{12}(-\d+)?")
+_MAX_DEPTH = 1 << 16
 _MODEL_KEYS = {"topic", "lineage", "generation", "publishes", "offsets", "final"}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _RANK_FILE = re.compile(r"rank-\d{5}\.npz")
@@ -125,6 +143,26 @@ class ModelLog:
 
 
 @dataclass(frozen=True)
+class Base:
+    """What an increment is an increment of (see the schema above).
+
+    Attributes:
+        parent: The parent checkpoint's directory name (beside this one).
+        manifest_sha256: SHA-256 of the parent's ``MANIFEST.json``.
+        depth: Increments since the last full checkpoint, this one included (>= 1).
+    """
+
+    parent: str
+    manifest_sha256: str
+    depth: int
+
+    def body(self) -> dict[str, Any]:
+        """As the manifest holds it."""
+        return {"parent": self.parent, "manifest_sha256": self.manifest_sha256,
+                "depth": self.depth}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What a complete checkpoint holds.
 
@@ -141,6 +179,7 @@ class Manifest:
         files: File name -> {"bytes", "sha256"}.
         extra: Settings recorded for checks at resume (model shape).
         model: The delta log it covers (see the schema above), or None.
+        base: What it is an increment of (None: a full checkpoint).
     """
 
     path: Path
@@ -155,6 +194,18 @@ class Manifest:
     files: dict[str, dict[str, Any]]
     extra: dict[str, Any]
     model: ModelLog | None = None
+    base: Base | None = None
+
+    @property
+    def depth(self) -> int:
+        """Increments since the last full checkpoint (0: this one is full)."""
+        return self.base.depth if self.base is not None else 0
+
+    def digest(self) -> str:
+        """SHA-256 of its ``MANIFEST.json`` (what an increment of it records)."""
+        path = self.path / MANIFEST
+        regular_file(path)
+        return digest(path.read_bytes())
 
     def read(self, name: str) -> bytes:
         """The bytes of one of its files, verified against the manifest."""
@@ -205,7 +256,7 @@ def _step_dirs(base: Path, newest_first: bool = False) -> list[Path]:
 def write_manifest(directory: Path, *, step: int, world: int, placement_version: int,
                    records: int, offsets: dict[int, int], topic: str | None,
                    topic_id: str | None = None, extra: dict[str, Any],
-                   model: ModelLog | None = None) -> Manifest:
+                   model: ModelLog | None = None, base: Base | None = None) -> Manifest:
     """Complete a checkpoint (rank 0, once every rank's files are written)."""
     files = {}
     # A model exported with torch.export (trainer.model.export) goes with the files when
@@ -224,6 +275,8 @@ def write_manifest(directory: Path, *, step: int, world: int, placement_version:
             "created": time.time(), "files": files, "extra": extra}
     if model is not None:
         body["model"] = model.body()
+    if base is not None:
+        body["base"] = base.body()
     data = json.dumps(body, indent=1, sort_keys=True, allow_nan=False).encode()
     atomic_write(directory / MANIFEST, lambda f: f.write(data))
     # The checkpoint directory's own entry too: offsets are committed to Kafka once this
@@ -273,6 +326,22 @@ def _model_log(value: Any) -> ModelLog | None:
                     _offsets(value["offsets"], "model.offsets"), value["final"])
 
 
+def _base(value: Any) -> Base | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != _BASE_KEYS:
+        keys = sorted(value) if isinstance(value, dict) else value
+        raise CheckpointError(f"base must be an object of exactly {sorted(_BASE_KEYS)}, "
+                              f"not {keys!r}")
+    parent, sha = value["parent"], value["manifest_sha256"]
+    if not isinstance(parent, str) or not _STEP_DIR.fullmatch(parent):
+        raise CheckpointError(f"base.parent must name a checkpoint directory (step-...), not "
+                              f"{parent!r}")
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        raise CheckpointError(f"base.manifest_sha256 must be 64 hex digits, not {sha!r}")
+    return Base(parent, sha, _int(value, "depth", 1, _MAX_DEPTH))
+
+
 def parse_manifest(directory: Path, body: Any) -> Manifest:
     """The manifest of ``directory`` from its JSON body, checked against the schema above.
 
@@ -312,7 +381,8 @@ def parse_manifest(directory: Path, body: Any) -> Manifest:
                         _int(body, "placement_version", 0), _int(body, "records", 0),
                         offsets, _optional_str(body, "topic"),
                         _optional_str(body, "topic_id"), float(created), dict(files),
-                        dict(body["extra"]), _model_log(body.get("model")))
+                        dict(body["extra"]), _model_log(body.get("model")),
+                        _base(body.get("base")))
     except CheckpointError as exc:
         raise CheckpointError(f"{directory / MANIFEST}: {exc}") from None
 
@@ -346,11 +416,36 @@ def read_manifest(directory: Path, verify: bool = False) -> Manifest:
     return m
 
 
+def chain(manifest: Manifest, verify: bool = False) -> list[Manifest]:
+    """The checkpoints a restore of ``manifest`` reads, its full base first and it last.
+
+    Each parent is read as :func:`read_manifest` reads a checkpoint (``verify``: every file's
+    digest too) and must be the one its child names: the digest of its manifest and a depth
+    one less. Raises :class:`CheckpointError` naming the first link that breaks.
+    """
+    out = [manifest]
+    while (base := out[-1].base) is not None:
+        parent = out[-1].path.parent / base.parent
+        if not (parent / MANIFEST).exists():
+            raise CheckpointError(f"{out[-1].path} is an increment of {base.parent}, which is "
+                                  "not a complete checkpoint (deleted?)")
+        found = read_manifest(parent, verify=verify)
+        if found.digest() != base.manifest_sha256:
+            raise CheckpointError(f"{out[-1].path} is an increment of another {base.parent} "
+                                  "(its manifest's digest differs: replaced?)")
+        if found.depth != base.depth - 1:
+            raise CheckpointError(f"{out[-1].path}: depth {base.depth} on a parent of depth "
+                                  f"{found.depth}")
+        out.append(found)
+    return out[::-1]
+
+
 def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None:
     """The newest complete checkpoint under ``root`` (None if there is none).
 
     Directories without a manifest (a checkpoint interrupted by a crash) are skipped; so is a
-    complete one whose files fail their checks, with a warning.
+    complete one whose files or whose chain's (an increment's parents) fail their checks, with a
+    warning.
     """
     base = Path(root)
     if not base.is_dir():
@@ -359,7 +454,9 @@ def latest(root: str | os.PathLike[str], verify: bool = True) -> Manifest | None
         if not (d / MANIFEST).exists():
             continue
         try:
-            return read_manifest(d, verify=verify)
+            found = read_manifest(d, verify=verify)
+            chain(found, verify=verify)
+            return found
         except CheckpointError as exc:
             log.warning("skipping checkpoint %s: %s", d, exc)
     return None
@@ -407,14 +504,26 @@ def set_aside_newer(root: str | os.PathLike[str], kept: Manifest) -> list[Path]:
 
 
 def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` complete checkpoints, and older incomplete ones."""
+    """Delete all but the newest ``keep`` complete checkpoints and the parents those need (an
+    increment's chain down to its full base), and older incomplete ones."""
     base = Path(root)
     dirs = _step_dirs(base, newest_first=True)
     complete = [d for d in dirs if (d / MANIFEST).exists()]
     if len(complete) <= keep:
         return []
     oldest_kept = complete[keep - 1].name
-    gone = [d for d in dirs if d.name < oldest_kept]
+    needed = set()
+    for d in complete[:keep]:
+        while d.name not in needed:
+            needed.add(d.name)
+            try:
+                parent = read_manifest(d).base
+            except CheckpointError:
+                break  # not restorable anyway: its parents are not worth keeping for it
+            if parent is None:
+                break
+            d = d.parent / parent.parent
+    gone = [d for d in dirs if d.name < oldest_kept and d.name not in needed]
     for d in gone:
         shutil.rmtree(d, ignore_errors=True)
     return gone

@@ -4,7 +4,9 @@ found by peeks and migrations where they lie, merged into exports and the delta 
 
 A mixin of the store: it works on the store's own tensors and index, and keeps beside them
 the ids of spilled rows changed since they were last published (``_dirty``, sorted), so that
-the delta log publishes a row that left memory before its publish (from disk).
+the delta log publishes a row that left memory before its publish (from disk), and those changed
+since the last checkpoint (``_unsaved_disk``), which the next checkpoint's increment reads from
+disk.
 """
 
 from __future__ import annotations
@@ -31,17 +33,27 @@ def _in_id_order(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.
     return both[order], order
 
 
+def _split(ids: np.ndarray, marked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``ids`` are in the sorted set ``marked``, and the set without them."""
+    if not marked.size:
+        return np.zeros(ids.size, bool), marked
+    return (np.isin(ids, marked, assume_unique=True),
+            marked[~np.isin(marked, ids, assume_unique=True)])
+
+
 class Spilling:
     """The disk tier's part of the store (a row lives in exactly one tier)."""
 
     _tier: DiskTier | None
     _dirty: np.ndarray
+    _unsaved_disk: np.ndarray
     _index: DeviceIndex
     _stats: StoreStats
     _values: torch.Tensor
     _state: torch.Tensor
     _version: torch.Tensor
     _changed: torch.Tensor
+    _unsaved: torch.Tensor
     _last_used: torch.Tensor
     _last_step: int
     device: torch.device
@@ -103,13 +115,14 @@ class Spilling:
         host = ids.cpu().numpy()
         assert self._tier is not None
         self._tier.delete(host)
-        dirty = np.isin(host, self._dirty, assume_unique=True)
-        self._dirty = self._dirty[~np.isin(self._dirty, host, assume_unique=True)]
+        dirty, self._dirty = _split(host, self._dirty)
+        unsaved, self._unsaved_disk = _split(host, self._unsaved_disk)
         slots = self._create(ids, count=False, fill=False)
         self._values[slots] = values
         self._state[slots] = state
         self._version[slots] = torch.from_numpy(versions).to(self.device)
         self._changed[slots] = torch.from_numpy(dirty).to(self.device)
+        self._unsaved[slots] = torch.from_numpy(unsaved).to(self.device)
         self._last_used[slots] = self._last_step
         self._stats.restored += int(ids.numel())
 
@@ -126,6 +139,9 @@ class Spilling:
         changed = self._changed[where].cpu().numpy()
         if changed.any():
             self._dirty = np.union1d(self._dirty, host[changed])
+        unsaved = self._unsaved[where].cpu().numpy()
+        if unsaved.any():
+            self._unsaved_disk = np.union1d(self._unsaved_disk, host[unsaved])
         self._stats.spilled += n
 
     def _with_disk_rows(self, memory: Rows) -> Rows:
@@ -138,6 +154,19 @@ class Spilling:
         return (ids, torch.cat([memory[1], disk[1].to(self.device)])[at],
                 torch.cat([memory[2], disk[2].to(self.device)])[at],
                 np.concatenate([memory[3], disk[3]])[order])
+
+    def _with_unsaved_disk_rows(self, memory: Rows) -> Rows:
+        """``memory``'s rows (ids sorted) and the spilled rows changed since the last
+        checkpoint, read from disk, in id order."""
+        if not self._unsaved_disk.size:
+            return memory
+        assert self._tier is not None
+        found, values, state, versions = self._tier.get(self._unsaved_disk)
+        ids, order = _in_id_order(memory[0], self._unsaved_disk[found])
+        at = torch.from_numpy(order).to(self.device)
+        return (ids, torch.cat([memory[1], values.to(self.device)])[at],
+                torch.cat([memory[2], state.to(self.device)])[at],
+                np.concatenate([memory[3], versions])[order])
 
     def _with_dirty_rows(self, ids: np.ndarray, values: torch.Tensor
                          ) -> tuple[np.ndarray, torch.Tensor]:

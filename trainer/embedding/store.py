@@ -16,8 +16,9 @@ the back of its copies, whose lag the owner counts (see :mod:`hetgmp.trainer.emb
 For the model delta log (:mod:`hetgmp.trainer.serving`) the store marks every row whose value changed
 since it was last published; :meth:`EmbeddingStore.changes` gives them, once each however many
 updates they took. With :meth:`EmbeddingStore.track_evictions` on, every evicted row that was
-ever updated leaves a tombstone. Rows moved in by a migration count as changed (their new owner
-publishes them); rows restored from a checkpoint do not (the checkpoint holds them).
+ever updated leaves a tombstone. For checkpoints it marks the rows changed since the last one
+(:meth:`EmbeddingStore.saved_rows`: a checkpoint's increment). Both in
+:mod:`hetgmp.trainer.embedding.changes`.
 
 The id -> slot index (:class:`~hetgmp.trainer.embedding.device_index.DeviceIndex`), versions, last use,
 the free list and admission counts are tensors beside the rows. Ids come as int64 tensors or
@@ -54,6 +55,7 @@ import numpy as np
 import torch
 
 from hetgmp.trainer.embedding.admission import Candidates
+from hetgmp.trainer.embedding.changes import Changes
 from hetgmp.trainer.embedding.config import StoreConfig
 from hetgmp.trainer.embedding.device_index import DeviceIndex
 from hetgmp.trainer.embedding.device_init import initial_rows_on
@@ -75,7 +77,7 @@ def _like(result: torch.Tensor, ids: Ids) -> Ids:
     return result.cpu().numpy() if isinstance(ids, np.ndarray) else result
 
 
-class EmbeddingStore(Spilling, StoreSize):
+class EmbeddingStore(Changes, Spilling, StoreSize):
     """Rows owned by one rank (primaries), created on demand, updated by the owner only, with
     every decision made on the rank's device.
 
@@ -107,7 +109,9 @@ class EmbeddingStore(Spilling, StoreSize):
         self._state = torch.zeros((cap + 1, c.state_width), dtype=dtype, device=dev)
         self._version = torch.zeros(cap + 1, dtype=torch.int64, device=dev)
         self._last_used = torch.zeros(cap + 1, dtype=torch.int32, device=dev)  # a step
-        self._changed = torch.zeros(cap + 1, dtype=torch.bool, device=dev)
+        self._changed = torch.zeros(cap + 1, dtype=torch.bool, device=dev)  # see .changes
+        self._unsaved = torch.zeros(cap + 1, dtype=torch.bool, device=dev)
+        self._removed: list[torch.Tensor] = []  # ids dropped since the last checkpoint
         # Slots freed by evictions and migrations, popped from the end before the never-used
         # slots from `_fresh` up are taken.
         self._free = torch.zeros(0, dtype=torch.int64, device=dev)
@@ -129,6 +133,7 @@ class EmbeddingStore(Spilling, StoreSize):
         # `_dirty`: ids of spilled rows changed since they were last published (sorted).
         self._tier = DiskTier(c.disk_dir, dim, c.state_width, dtype) if c.disk_dir else None
         self._dirty = np.zeros(0, np.int64)
+        self._unsaved_disk = np.zeros(0, np.int64)  # spilled rows changed since a checkpoint
 
     # -- size --------------------------------------------------------------------------------
 
@@ -146,7 +151,7 @@ class EmbeddingStore(Spilling, StoreSize):
     def nbytes(self) -> int:
         """Bytes held by rows, optimizer state, metadata and both indexes."""
         tensors = (self._values, self._state, self._version, self._last_used, self._changed,
-                   self._free)
+                   self._unsaved, self._free)
         return int(sum(t.numel() * t.element_size() for t in tensors)
                    + self._index.nbytes + self._cand.nbytes)
 
@@ -365,6 +370,7 @@ class EmbeddingStore(Spilling, StoreSize):
         self.optimizer.step(self._values, self._state, index, grads, increments)
         self._version.index_add_(0, index, self._ids_t(counts))
         self._changed[index] = True
+        self._unsaved[index] = True
         self._clear_sink()
         return _like(applied, ids)
 
@@ -425,44 +431,9 @@ class EmbeddingStore(Spilling, StoreSize):
         self._version[slots] = self._ids_t(versions)
         self._last_used[slots] = step
         self._changed[slots] = not published
+        self._unsaved[slots] = True
         if self._tier is not None and self.over_cap:  # a restore larger than memory
             self.maintain(step)
-
-    # -- the delta log -----------------------------------------------------------------------
-
-    def changes(self) -> tuple[np.ndarray, torch.Tensor]:
-        """Rows changed since the last call, ids sorted, with their values (now published)."""
-        ids, slots = self._index.items()
-        changed = self._changed[slots]
-        ids, slots = ids[changed], slots[changed]
-        order = torch.argsort(ids)
-        ids, slots = ids[order], slots[order]
-        self._changed[slots] = False
-        return self._with_dirty_rows(ids.cpu().numpy(), self._values.index_select(0, slots))
-
-    def unpublish(self, ids: Ids | None = None) -> None:
-        """Count rows ``ids`` (every row: None) as changed, to publish them again."""
-        if ids is None:
-            self._changed[:] = True
-            self._unpublish_spilled(None, None)
-        else:
-            flat = self._ids_t(ids)
-            slots = self._index.find(flat)
-            self._changed[self._sunk(slots)] = True
-            self._unpublish_spilled(flat, slots)
-        self._changed[self._cap] = False
-
-    def track_evictions(self, on: bool = True) -> None:
-        """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
-        self._tombstones = [] if on else None
-
-    def take_tombstones(self) -> np.ndarray:
-        """Ids evicted since the last call that were ever updated (sorted)."""
-        if not self._tombstones:
-            return np.zeros(0, np.int64)
-        ids = torch.unique(torch.cat(self._tombstones))
-        self._tombstones = []
-        return ids.cpu().numpy()
 
     # -- memory bound ------------------------------------------------------------------------
 
@@ -513,6 +484,9 @@ class EmbeddingStore(Spilling, StoreSize):
         gone = slots[torch.nonzero_static(evict, size=n_gone).reshape(-1)]
         if self._tombstones is not None:
             self._tombstones.append(ids[torch.nonzero_static(tomb, size=n_tomb).reshape(-1)])
+        if n_gone > n_spill:  # dropped, not spilled: a checkpoint's increment forgets them
+            self._removed.append(ids[torch.nonzero_static(dropped, size=n_gone - n_spill)
+                                     .reshape(-1)])
         self._release(torch.flip(gone, (0,)))
         stay = torch.nonzero_static(~evict, size=ids.numel() - n_gone).reshape(-1)
         self._index.rebuild(ids[stay], slots[stay])
@@ -534,6 +508,7 @@ class EmbeddingStore(Spilling, StoreSize):
         self._state[sink] = 0
         self._version[sink] = 0
         self._changed[sink] = False
+        self._unsaved[sink] = False
 
     def _release(self, slots: torch.Tensor) -> None:
         """Push freed slots on the free stack (popped last-in first-out)."""
@@ -563,6 +538,7 @@ class EmbeddingStore(Spilling, StoreSize):
             self._state[slots] = self.optimizer.initial_state(n, self.dtype, self.device)
             self._version[slots] = 0
         self._changed[slots] = False
+        self._unsaved[slots] = fill  # a new row; else the caller says
         self._index.insert(ids, slots)
         if count:
             self._stats.created += n
@@ -583,7 +559,7 @@ class EmbeddingStore(Spilling, StoreSize):
 
         self._values, self._state = widen(self._values), widen(self._state)
         self._version, self._last_used = widen(self._version), widen(self._last_used)
-        self._changed = widen(self._changed)
+        self._changed, self._unsaved = widen(self._changed), widen(self._unsaved)
 
     def _admit(self, ids: torch.Tensor, step: int,
                known: tuple[torch.Tensor, int] | None = None) -> torch.Tensor | None:

@@ -7,6 +7,12 @@ placement; after a barrier rank 0 completes the checkpoint with its manifest (ev
 offsets); after another, each rank commits its partitions' offsets to Kafka. So an offset is
 committed only once a durable checkpoint holds the effect of every record before it.
 
+One checkpoint in ``--checkpoint-full-every`` writes every row; the others are increments of the
+one before: each rank writes the rows changed, created or moved in since then and the ids it
+dropped (:meth:`~hetgmp.trainer.embedding.EmbeddingStore.saved_rows`), so their cost follows
+what changed. The first checkpoint of a run is full (a resumed run's store knows nothing of the
+chain it came from), and so is the one after a checkpoint that failed part way.
+
 :func:`restore` is the way back: a checkpoint of N ranks loads on M.
 """
 
@@ -51,13 +57,18 @@ class Checkpointer:
             (it is not written again unless something moved).
         metrics: The rank's metrics (None: none).
         observers: Told once a checkpoint's rows are on disk, before its manifest.
+        full_every: One checkpoint in this many is full, the others increments.
     """
 
     def __init__(self, comm: Comm, root: str, interval: Interval, keep: int, stats: LoopStats,
                  clock: Clock, *, extra: dict[str, Any], records: int = 0,
                  resumed: tuple[int, int, dict[int, int], int] | None = None,
-                 metrics: Any = None, observers: Observer | None = None) -> None:
+                 metrics: Any = None, observers: Observer | None = None,
+                 full_every: int = 1) -> None:
         self.comm, self.root, self.interval, self.keep = comm, root, interval, keep
+        self.full_every = full_every
+        # Rank 0: the last checkpoint this run completed, which the next may be an increment of.
+        self._parent: ckpt.Manifest | None = None
         self.stats, self.clock, self.extra, self.metrics = stats, clock, extra, metrics
         self.observers = observers or Observer()
         self.written = 0
@@ -83,6 +94,13 @@ class Checkpointer:
                     log.warning("model %r could not be exported (%s): serve will import it "
                                 "by path", name, exc)
         return self._program
+
+    def _base(self) -> ckpt.Base | None:
+        """What the next checkpoint is an increment of (rank 0; None: it is full)."""
+        parent = self._parent
+        if parent is None or parent.depth + 1 >= self.full_every:
+            return None
+        return ckpt.Base(parent.path.name, parent.digest(), parent.depth + 1)
 
     @property
     def enabled(self) -> bool:
@@ -136,13 +154,18 @@ class Checkpointer:
         model = None if publisher is None else publisher.position(
             [log_offsets for _, log_offsets, _ in gathered], all(f for _, _, f in gathered))
         # Rank 0 picks the directory (and clears what a crash left there: rank files of
-        # another world, say); the broadcast is also the barrier before anyone writes.
-        chosen = str(ckpt.new_step_dir(self.root, trainer.step_index)) \
-            if self.comm.rank == 0 else None
-        directory = Path(self.comm.broadcast_object(chosen))
+        # another world, say) and whether it is full; the broadcast is also the barrier
+        # before anyone writes.
+        chosen = None
+        if self.comm.rank == 0:
+            chosen = (str(ckpt.new_step_dir(self.root, trainer.step_index)), self._base())
+            self._parent = None  # until this one completes
+        where, base = self.comm.broadcast_object(chosen)
+        directory = Path(where)
         directory.mkdir(parents=True, exist_ok=True)
-        ids, values, state, versions = trainer.store.export()
-        ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions)
+        (ids, values, state, versions), removed = trainer.store.saved_rows(full=base is None)
+        ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions,
+                       removed=None if base is None else removed)
         self.written += 1
         self.observers.on_checkpoint_rows(self.written)
         if self.comm.rank == 0:
@@ -159,7 +182,9 @@ class Checkpointer:
             manifest = ckpt.write_manifest(
                 directory, step=trainer.step_index, world=self.comm.world,
                 placement_version=trainer.placement.version, records=records, offsets=offsets,
-                topic=source.topic, topic_id=source.topic_id, extra=self.extra, model=model)
+                topic=source.topic, topic_id=source.topic_id, extra=self.extra, model=model,
+                base=base)
+            self._parent = manifest
             ckpt.prune(self.root, self.keep)
         self.comm.barrier()
         committed = source.commit(mine) if mine else None
@@ -167,10 +192,12 @@ class Checkpointer:
         self._since = (records, self.clock.monotonic())
         seconds = self.clock.monotonic() - t0
         self.stats.event("checkpoint", step=trainer.step_index, records=records, seconds=seconds,
-                         committed=committed)
+                         committed=committed, rows=int(ids.size),
+                         increment_of=None if base is None else base.parent)
         if self.comm.rank == 0:
-            log.info("checkpoint at step %d (%d records) written to %s in %.2f s",
-                     trainer.step_index, records, directory, seconds)
+            log.info("checkpoint at step %d (%d records) written to %s in %.2f s%s",
+                     trainer.step_index, records, directory, seconds,
+                     "" if base is None else f" (an increment of {base.parent})")
         if self.metrics is not None:
             self.metrics.on_checkpoint(self.clock.time())
         return manifest

@@ -104,7 +104,15 @@ class OnlineConfig:
                   "publish of a fresh run, so that `hetgmp serve` (which starts from a "
                   "checkpoint) can start while it trains; only with --checkpoint-dir"},
     )
-    keep_checkpoints: int = field(default=3, metadata={"help": "complete checkpoints kept"})
+    keep_checkpoints: int = field(
+        default=3, metadata={"help": "complete checkpoints kept (with the ones they are "
+                             "increments of)"})
+    checkpoint_full_every: int = field(
+        default=8,
+        metadata={"help": "one checkpoint in this many writes every row; the others write the "
+                  "rows changed since the checkpoint before (an increment: its cost grows with "
+                  "what changed, not with the table); a resume reads at most this many; 1 = "
+                  "every checkpoint full"})
     resume: bool = field(
         default=False,
         metadata={"help": "start from the latest complete checkpoint in --checkpoint-dir "
@@ -139,6 +147,9 @@ class OnlineConfig:
             raise ValueError("drift_threshold >= 0, window >= 1, migration_chunk_bytes >= 1")
         if not 0 < self.window_sample <= 1 or self.keep_checkpoints < 1 or self.max_records < 0:
             raise ValueError("window_sample in (0, 1], keep_checkpoints >= 1, max_records >= 0")
+        if self.checkpoint_full_every < 1:
+            raise ValueError(f"--checkpoint-full-every {self.checkpoint_full_every}: at least 1 "
+                             "(every checkpoint full)")
         if not 0.0 <= self.auto_margin < 1.0:
             raise ValueError(f"auto_margin {self.auto_margin}: must lie in [0, 1)")
         if self.publish_interval < 0:

@@ -127,7 +127,7 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
                                  metrics=metrics, observers=observers)
     checkpointer = Checkpointer(
         comm, config.checkpoint_dir, config.checkpoint, config.keep_checkpoints, stats, clock,
-        extra=extra or {}, records=records,
+        extra=extra or {}, records=records, full_every=config.checkpoint_full_every,
         resumed=None if resumed is None else (
             resumed.step, resumed.records, dict(resumed.offsets),
             resumed.model.publishes if resumed.model is not None else 0),

@@ -1,6 +1,7 @@
 """The disk tier changes nothing a model learns (issue 57): with each rank's memory tier far
 smaller than its share of the table, s = 0 training on 2 thread ranks equals one process without
-a tier (float64), through live migrations, a checkpoint and a resume on another number of ranks.
+a tier (float64), through live migrations, a full checkpoint and its increments, and a resume on
+another number of ranks from the last increment.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from exact_jobs import BATCH, EXACT, SYN, WINDOW
 
 from hetgmp.partitioner import Placement
+from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.streaming import SyntheticStream
 from hetgmp.trainer.dist import LocalComm, run_threads
 from hetgmp.trainer.online import OnlineConfig
@@ -65,12 +67,22 @@ def test_spilled_rows_train_exactly_through_migrations_and_a_resume_on_one_rank(
         assert s["disk_rows"] > 3 * MEMORY_ROWS and s["restored"] > 1000, s
         assert s["spilled"] > 1000 and s["evicted"] == 0, s
 
-    # Half the run on two ranks with a checkpoint; the rest on one rank: the same model.
-    ckpt = tmp_path / "ckpt"
-    half = replace(online, checkpoint_dir=str(ckpt), max_records=BATCH * STEPS // 2)
-    first = run_threads(run_rank, _job(tmp_path / "b", graph, online=half), world)
+    # Half the run on two ranks, through two migrations and checkpoints every other step
+    # (one full, then increments); the rest on one rank from the last increment: the same model.
+    root = tmp_path / "ckpt"
+    half = replace(online, checkpoint_dir=str(root), max_records=BATCH * STEPS // 2,
+                   checkpoint_interval=str(2 * BATCH))
+    first = run_threads(run_rank, _job(tmp_path / "b", Placement.hash(world), online=half,
+                                       schedule=schedule[:2]), world)
     assert first[0].steps == STEPS // 2
-    resume = replace(online, checkpoint_dir=str(ckpt), resume=True)
+    last = ckpt.latest(root)
+    assert last is not None and last.step == STEPS // 2 and last.depth == 4, last
+    sizes = [sum(f["bytes"] for n, f in m.files.items() if n.startswith("rank-"))
+             for m in ckpt.chain(last)]
+    per_row = sizes[0] / len(ckpt.load_rows(ckpt.chain(last)[0])[0])
+    table = len(ckpt.load_rows(last)[0])
+    assert sizes[-1] < 0.8 * table * per_row, (sizes, table)  # the rows changed, not all
+    resume = replace(online, checkpoint_dir=str(root), resume=True)
     torch.set_num_threads(1)
     one = run_rank(LocalComm(), _job(tmp_path / "c", Placement.hash(1), online=resume))
     assert one.resumed_from == STEPS // 2 and one.steps == STEPS

@@ -1,0 +1,139 @@
+"""Checkpoints that grow with what changed (issue 57): ``hetgmp bench store --checkpoints``.
+
+One CPU rank's store of ``--table-rows`` rows of ``--dim`` with row-wise Adagrad (all in memory,
+or ``--memory-rows`` of them with the rest in the disk tier) is checkpointed in full, the way
+``hetgmp train`` writes one (:mod:`hetgmp.trainer.checkpoint`: the rank's rows, the dense part
+and the placement, each file's SHA-256 in the manifest). Then, ``--rounds`` times,
+``--changed-rows`` distinct rows drawn at random take an update (lookup + apply, as a step does)
+and two checkpoints of that state are written: an increment of the checkpoint before (the rows
+changed since) and, in another directory, a full one.
+
+Figures per round: seconds and bytes of each and their ratios (target at 10^8 rows with 10^6
+changed: bytes <= 0.05x), and the seconds to read each back (``load_rows``: the increment's
+whole chain, base first). What the chain restores must equal what the full checkpoint restores,
+bit for bit (ids, values, optimizer state, versions), or the benchmark fails. The last line is
+the JSON summary ``{"bench": "checkpoints", "rows": [...]}``.
+
+The issue's size is ``--table-rows 1e8 --memory-rows 1e7 --changed-rows 1e6``: the full
+checkpoint then reads every row back from disk into memory (26 GB; see docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.store_bench import fill_rows
+from hetgmp.partitioner import Placement
+from hetgmp.trainer import checkpoint as ckpt
+from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig
+
+__all__ = ["main"]
+
+
+def write(root: Path, store: EmbeddingStore, step: int,
+          parent: ckpt.Manifest | None) -> tuple[ckpt.Manifest, float, int]:
+    """A one-rank checkpoint of ``store`` (an increment of ``parent``, or full): its manifest,
+    seconds and bytes (every file of its directory)."""
+    began = time.perf_counter()
+    base = None if parent is None else ckpt.Base(parent.path.name, parent.digest(),
+                                                 parent.depth + 1)
+    directory = ckpt.new_step_dir(root, step)
+    directory.mkdir(parents=True)
+    (ids, values, state, versions), removed = store.saved_rows(full=base is None)
+    ckpt.save_rows(directory, 0, ids, values, state, versions,
+                   removed=None if base is None else removed)
+    ckpt.save_dense(directory, {"flat": np.zeros(1000, np.float32)})
+    ckpt.save_placement(directory, Placement.hash(1))
+    manifest = ckpt.write_manifest(directory, step=step, world=1, placement_version=0,
+                                   records=step, offsets={}, topic=None, extra={}, base=base)
+    seconds = time.perf_counter() - began
+    return manifest, seconds, sum(f.stat().st_size for f in directory.iterdir())
+
+
+def _loaded(manifest: ckpt.Manifest) -> tuple[tuple[np.ndarray, ...], float]:
+    began = time.perf_counter()
+    rows = ckpt.load_rows(manifest)
+    return rows, time.perf_counter() - began
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="hetgmp bench store --checkpoints", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--table-rows", type=float, default=1e7, help="rows of the table")
+    p.add_argument("--changed-rows", type=float, default=1e5,
+                   help="distinct rows updated between two checkpoints")
+    p.add_argument("--memory-rows", type=float, default=0,
+                   help="rows kept in memory, the rest in the disk tier (0: all in memory)")
+    p.add_argument("--dim", type=int, default=64, help="row width (float32)")
+    p.add_argument("--rounds", type=int, default=3, help="increments written")
+    p.add_argument("--dir", default="", help="where checkpoints (and the tier) go (default: "
+                   "$TMPDIR; removed at the end)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    table, changed, memory = int(args.table_rows), int(args.changed_rows), int(args.memory_rows)
+    if not 0 < changed <= table or not 0 <= memory < table or args.rounds < 1:
+        p.error("need 0 < --changed-rows <= --table-rows, 0 <= --memory-rows < --table-rows "
+                "and --rounds >= 1")
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir or None))
+    try:
+        return _run(args, table, changed, memory, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, table: int, changed: int, memory: int, work: Path) -> int:
+    rng = np.random.default_rng(args.seed)
+    ids = np.arange(table, dtype=np.int64) * 7919 + 11
+    config = StoreConfig(max_rows=memory, disk_dir=str(work / "tier")) if memory \
+        else StoreConfig()
+    store = EmbeddingStore(args.dim, config)
+    print(f"== checkpoints: {table:,} rows of {args.dim} + Adagrad"
+          + (f" ({memory:,} in memory, the rest on disk)" if memory else " in memory")
+          + f", {changed:,} rows changed between checkpoints ({work})", flush=True)
+    fill_rows(store, ids, 1 << 20, seed=7, published=True)
+    parent, full_s, full_bytes = write(work / "chain", store, 0, None)
+    print(f"full checkpoint: {full_bytes / 2**20:,.1f} MB in {full_s:.1f} s", flush=True)
+    gen = torch.Generator().manual_seed(args.seed)
+    out = []
+    for r in range(1, args.rounds + 1):
+        touched = np.sort(rng.choice(ids, changed, replace=False))
+        store.lookup(touched, r)
+        store.apply(touched, torch.randn((changed, args.dim), generator=gen) * 1e-3,
+                    np.ones(changed, np.int64))
+        if store.over_cap:
+            store.maintain(r)
+        parent, inc_s, inc_bytes = write(work / "chain", store, r, parent)
+        reference, ref_s, ref_bytes = write(work / f"full-{r}", store, r, None)
+        got, inc_load = _loaded(parent)
+        want, ref_load = _loaded(reference)
+        if not all(np.array_equal(a, b) for a, b in zip(got, want, strict=True)):
+            raise SystemExit(f"round {r}: the chain restores other rows than the full "
+                             "checkpoint: the increments are wrong")
+        shutil.rmtree(reference.path.parent)
+        row = {"round": r, "table_rows": table, "changed_rows": changed,
+               "memory_rows": memory or table, "depth": parent.depth,
+               "increment_bytes": inc_bytes, "full_bytes": ref_bytes,
+               "bytes_ratio": round(inc_bytes / ref_bytes, 4),
+               "increment_s": round(inc_s, 3), "full_s": round(ref_s, 3),
+               "seconds_ratio": round(inc_s / ref_s, 4),
+               "restore_chain_s": round(inc_load, 2), "restore_full_s": round(ref_load, 2)}
+        out.append(row)
+        print(f"round {r}: increment {inc_bytes / 2**20:,.1f} MB in {inc_s:.2f} s, full "
+              f"{ref_bytes / 2**20:,.1f} MB in {ref_s:.2f} s ({row['bytes_ratio']:.4f}x the "
+              f"bytes, {row['seconds_ratio']:.3f}x the time); restore: chain of "
+              f"{parent.depth + 1} {inc_load:.1f} s, full {ref_load:.1f} s; equal", flush=True)
+    store.close()
+    print(json.dumps({"bench": "checkpoints", "rows": out}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

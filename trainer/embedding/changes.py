@@ -1,0 +1,124 @@
+"""What :class:`~hetgmp.trainer.embedding.store.EmbeddingStore` tells about its changes: to the
+model delta log (rows changed since their last publish, tombstones of evicted rows) and to
+checkpoints (rows changed since the last checkpoint, and ids removed since then).
+
+Two marks a row, kept apart because the two readers run on their own schedules:
+
+* ``_changed``: the value changed since the row was last published (:meth:`Changes.changes`).
+  Rows moved in by a migration count as changed (their new owner publishes them); rows restored
+  from a checkpoint do not (the checkpoint holds them).
+* ``_unsaved``: the row (value, optimizer state or version) changed, was created, or moved in
+  since the last checkpoint (:meth:`Changes.saved_rows`). A checkpoint of the changes holds
+  these rows and the ids removed since the last one (idle rows dropped by eviction); a row
+  that left by a migration is in its new owner's changes.
+
+A spilled row keeps both marks on disk as ids (``_dirty``, ``_unsaved_disk``, in
+:mod:`~hetgmp.trainer.embedding.spill`), read back with the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from hetgmp.trainer.embedding.device_index import DeviceIndex
+
+__all__ = ["Changes"]
+
+Ids = torch.Tensor | np.ndarray
+Rows = tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]
+
+
+class Changes:
+    """The delta log's and checkpoints' view of a store's changes (a mixin of the store)."""
+
+    _index: DeviceIndex
+    _values: torch.Tensor
+    _state: torch.Tensor
+    _version: torch.Tensor
+    _changed: torch.Tensor
+    _unsaved: torch.Tensor
+    _unsaved_disk: np.ndarray
+    _removed: list[torch.Tensor]
+    _tombstones: list[torch.Tensor] | None
+
+    # The store's own (EmbeddingStore's and Spilling's), as attributes: a stub method here
+    # would come before Spilling's in the store's method order.
+    _ids_t: Callable[[Ids], torch.Tensor]
+    _sunk: Callable[[torch.Tensor], torch.Tensor]
+    _with_dirty_rows: Callable[[np.ndarray, torch.Tensor], tuple[np.ndarray, torch.Tensor]]
+    _with_unsaved_disk_rows: Callable[[Rows], Rows]
+    _unpublish_spilled: Callable[[torch.Tensor | None, torch.Tensor | None], None]
+    export: Callable[[], Rows]
+
+    # -- the delta log -----------------------------------------------------------------------
+
+    def changes(self) -> tuple[np.ndarray, torch.Tensor]:
+        """Rows changed since the last call, ids sorted, with their values (now published)."""
+        ids, slots = self._index.items()
+        changed = self._changed[slots]
+        ids, slots = ids[changed], slots[changed]
+        order = torch.argsort(ids)
+        ids, slots = ids[order], slots[order]
+        self._changed[slots] = False
+        return self._with_dirty_rows(ids.cpu().numpy(), self._values.index_select(0, slots))
+
+    def unpublish(self, ids: Ids | None = None) -> None:
+        """Count rows ``ids`` (every row: None) as changed, to publish them again."""
+        if ids is None:
+            self._changed[:] = True
+            self._unpublish_spilled(None, None)
+        else:
+            flat = self._ids_t(ids)
+            slots = self._index.find(flat)
+            self._changed[self._sunk(slots)] = True
+            self._unpublish_spilled(flat, slots)
+        self._changed[-1] = False  # the sink row (the last)
+
+    def track_evictions(self, on: bool = True) -> None:
+        """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
+        self._tombstones = [] if on else None
+
+    def take_tombstones(self) -> np.ndarray:
+        """Ids evicted since the last call that were ever updated (sorted)."""
+        if not self._tombstones:
+            return np.zeros(0, np.int64)
+        ids = torch.unique(torch.cat(self._tombstones))
+        self._tombstones = []
+        return ids.cpu().numpy()
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def saved_rows(self, full: bool) -> tuple[Rows, np.ndarray]:
+        """The rows a checkpoint writes, after which every row counts as saved.
+
+        Args:
+            full: Every row, in either tier (a base); else only the rows changed, created or
+                moved in since the last call (an increment).
+
+        Returns:
+            ((ids sorted, values, optimizer state, versions), the ids removed since the last
+            call, sorted: rows dropped by eviction, which a restore of the increment's
+            predecessors must forget; an id removed and then created again is in both, and
+            its row wins). A full checkpoint removes nothing.
+        """
+        removed = torch.unique(torch.cat(self._removed)).cpu().numpy() if self._removed \
+            else np.zeros(0, np.int64)
+        self._removed = []
+        if full:
+            rows = self.export()
+            removed = np.zeros(0, np.int64)
+        else:
+            ids, slots = self._index.items()
+            unsaved = self._unsaved[slots]
+            ids, slots = ids[unsaved], slots[unsaved]
+            order = torch.argsort(ids)
+            ids, slots = ids[order], slots[order]
+            rows = self._with_unsaved_disk_rows((ids.cpu().numpy(), self._values[slots].clone(),
+                                                 self._state[slots].clone(),
+                                                 self._version[slots].cpu().numpy()))
+        self._unsaved[:] = False
+        self._unsaved_disk = np.zeros(0, np.int64)
+        return rows, removed
