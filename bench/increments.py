@@ -38,18 +38,17 @@ from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig
 __all__ = ["main"]
 
 
-def write(root: Path, store: EmbeddingStore, step: int,
-          parent: ckpt.Manifest | None) -> tuple[ckpt.Manifest, float, int]:
-    """A one-rank checkpoint of ``store`` (an increment of ``parent``, or full): its manifest,
-    seconds and bytes (every file of its directory)."""
+def write(root: Path, store: EmbeddingStore, step: int, parent: ckpt.Manifest | None,
+          part_rows: int) -> tuple[ckpt.Manifest, float, int]:
+    """A one-rank checkpoint of ``store`` (an increment of ``parent``, or full, its disk rows
+    ``part_rows`` a file): its manifest, seconds and bytes (every file of its directory)."""
     began = time.perf_counter()
     base = None if parent is None else ckpt.Base(parent.path.name, parent.digest(),
                                                  parent.depth + 1)
     directory = ckpt.new_step_dir(root, step)
     directory.mkdir(parents=True)
-    (ids, values, state, versions), removed = store.saved_rows(full=base is None)
-    ckpt.save_rows(directory, 0, ids, values, state, versions,
-                   removed=None if base is None else removed)
+    parts, removed = store.saved_rows(full=base is None, part_rows=part_rows)
+    ckpt.save_rows(directory, 0, parts, removed=None if base is None else removed)
     ckpt.save_dense(directory, {"flat": np.zeros(1000, np.float32)})
     ckpt.save_placement(directory, Placement.hash(1))
     manifest = ckpt.write_manifest(directory, step=step, world=1, placement_version=0,
@@ -74,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="rows kept in memory, the rest in the disk tier (0: all in memory)")
     p.add_argument("--dim", type=int, default=64, help="row width (float32)")
     p.add_argument("--rounds", type=int, default=3, help="increments written")
+    p.add_argument("--part-rows", type=int, default=1 << 21,
+                   help="disk rows a file of a full checkpoint (the memory it needs)")
     p.add_argument("--dir", default="", help="where checkpoints (and the tier) go (default: "
                    "$TMPDIR; removed at the end)")
     p.add_argument("--seed", type=int, default=0)
@@ -99,7 +100,7 @@ def _run(args: argparse.Namespace, table: int, changed: int, memory: int, work: 
           + (f" ({memory:,} in memory, the rest on disk)" if memory else " in memory")
           + f", {changed:,} rows changed between checkpoints ({work})", flush=True)
     fill_rows(store, ids, 1 << 20, seed=7, published=True)
-    parent, full_s, full_bytes = write(work / "chain", store, 0, None)
+    parent, full_s, full_bytes = write(work / "chain", store, 0, None, args.part_rows)
     print(f"full checkpoint: {full_bytes / 2**20:,.1f} MB in {full_s:.1f} s", flush=True)
     gen = torch.Generator().manual_seed(args.seed)
     out = []
@@ -110,8 +111,8 @@ def _run(args: argparse.Namespace, table: int, changed: int, memory: int, work: 
                     np.ones(changed, np.int64))
         if store.over_cap:
             store.maintain(r)
-        parent, inc_s, inc_bytes = write(work / "chain", store, r, parent)
-        reference, ref_s, ref_bytes = write(work / f"full-{r}", store, r, None)
+        parent, inc_s, inc_bytes = write(work / "chain", store, r, parent, args.part_rows)
+        reference, ref_s, ref_bytes = write(work / f"full-{r}", store, r, None, args.part_rows)
         got, inc_load = _loaded(parent)
         want, ref_load = _loaded(reference)
         if not all(np.array_equal(a, b) for a, b in zip(got, want, strict=True)):

@@ -13,6 +13,7 @@ from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
     from hetgmp.trainer.checkpoint.content import (
+        iter_rows,
         load_dense,
         load_placement,
         load_rows,
@@ -48,6 +49,7 @@ __all__ = [
     "atomic_write",
     "chain",
     "has_manifest",
+    "iter_rows",
     "latest",
     "load_dense",
     "load_placement",
@@ -74,6 +76,7 @@ __getattr__ = lazy_exports(__name__, {
     "atomic_write": "hetgmp.trainer.checkpoint.files",
     "chain": "hetgmp.trainer.checkpoint.manifest",
     "has_manifest": "hetgmp.trainer.checkpoint.manifest",
+    "iter_rows": "hetgmp.trainer.checkpoint.content",
     "latest": "hetgmp.trainer.checkpoint.manifest",
     "load_dense": "hetgmp.trainer.checkpoint.content",
     "load_placement": "hetgmp.trainer.checkpoint.content",

@@ -4,6 +4,8 @@ Layout (one directory per checkpoint, ``step-<step>`` under the checkpoint direc
 
     step-000000001200/
         rank-00000.npz ... rank-0000N.npz   rows a rank owns: ids, values, optimizer state, versions
+        rank-00000-0001.npz ...             (optional) more of a rank's rows: a table larger than
+                                            memory is written and read a part at a time
         dense.npz                           dense parameters and their optimizer state (rank 0)
         placement.npz                       the placement in force (rank 0)
         MANIFEST.json                       written last: the checkpoint is complete once it exists
@@ -26,7 +28,8 @@ Schema of ``MANIFEST.json`` (every key required unless marked; anything else is 
     offsets            {"<partition>": int}   next offset per partition, both >= 0
     created            number                 Unix time it was completed
     files              {name: {"bytes": int >= 0, "sha256": 64 hex digits}}
-                       exactly rank-00000.npz .. rank-<world-1>.npz, dense.npz, placement.npz
+                       exactly rank-00000.npz .. rank-<world-1>.npz, dense.npz, placement.npz,
+                       and each rank's parts rank-<r>-0001.npz .. numbered without a gap
     extra              object                 settings checked at resume (the model shape);
                                               its batch_scaling (the --batch-scaling rule
                                               and what it set: learning rates, L2, warm-up,
@@ -89,6 +92,7 @@ __all__ = [
     "latest",
     "parse_manifest",
     "prune",
+    "part_files",
     "rank_file",
     "read_manifest",
     "set_aside_newer",
@@ -110,7 +114,8 @@ _STEP_DIR = re.compile(r"step-\d{12}(-\d+)?")
 _MAX_DEPTH = 1 << 16
 _MODEL_KEYS = {"topic", "lineage", "generation", "publishes", "offsets", "final"}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_RANK_FILE = re.compile(r"rank-\d{5}\.npz")
+_RANK_FILE = re.compile(r"rank-\d{5}(-\d{4,})?\.npz")
+_PART_FILE = re.compile(r"rank-(\d{5})-(\d{4,})\.npz")
 _MAX_WORLD = 1 << 16
 
 
@@ -207,6 +212,11 @@ class Manifest:
         regular_file(path)
         return digest(path.read_bytes())
 
+    def rank_files(self, rank: int) -> list[str]:
+        """Names of ``rank``'s row files: its first, then its parts in order."""
+        parts = part_files(self.files, self.world) or {}
+        return [rank_file(Path(), rank).name, *parts.get(rank, [])]
+
     def read(self, name: str) -> bytes:
         """The bytes of one of its files, verified against the manifest."""
         meta = self.files.get(name)
@@ -234,9 +244,26 @@ def new_step_dir(root: str | os.PathLike[str], step: int) -> Path:
     return directory
 
 
-def rank_file(directory: Path, rank: int) -> Path:
-    """File of ``rank``'s rows."""
-    return directory / f"rank-{rank:05d}.npz"
+def rank_file(directory: Path, rank: int, part: int = 0) -> Path:
+    """File of ``rank``'s rows (its ``part``-th file after the first, where it has several)."""
+    return directory / (f"rank-{rank:05d}.npz" if part == 0 else f"rank-{rank:05d}-{part:04d}.npz")
+
+
+def part_files(names: Any, world: int) -> dict[int, list[str]] | None:
+    """Each rank's files after its first among ``names``, in order; None when a part names a
+    rank outside the world or a rank's parts leave a gap."""
+    parts: dict[int, list[tuple[int, str]]] = {}
+    for name in names:
+        m = _PART_FILE.fullmatch(name)
+        if m is not None:
+            parts.setdefault(int(m.group(1)), []).append((int(m.group(2)), name))
+    out = {}
+    for rank, found in parts.items():
+        found.sort()
+        if rank >= world or [n for n, _ in found] != list(range(1, len(found) + 1)):
+            return None
+        out[rank] = [name for _, name in found]
+    return out
 
 
 # Files a checkpoint may hold besides every rank's rows, the dense parameters and the
@@ -262,6 +289,8 @@ def write_manifest(directory: Path, *, step: int, world: int, placement_version:
     # A model exported with torch.export (trainer.model.export) goes with the files when
     # rank 0 wrote one.
     optional = [n for n in _OPTIONAL_FILES if (directory / n).exists()]
+    optional += sorted(p.name for p in directory.glob("rank-*-*.npz")
+                       if _PART_FILE.fullmatch(p.name))
     for name in _file_names(world) + optional:
         path = directory / name
         if not path.exists():
@@ -360,12 +389,14 @@ def parse_manifest(directory: Path, body: Any) -> Manifest:
         world = _int(body, "world", 1, _MAX_WORLD)
         offsets = _offsets(body["offsets"], "offsets")
         files = body["files"]
-        if not isinstance(files, dict) or \
-                set(files) - set(_OPTIONAL_FILES) != set(_file_names(world)):
+        parts = part_files(files, world) if isinstance(files, dict) else None
+        if parts is None or set(files) - set(_OPTIONAL_FILES) - {
+                n for names in parts.values() for n in names} != set(_file_names(world)):
             names = sorted(files) if isinstance(files, dict) else files
             raise CheckpointError(f"files must name exactly the {world} rank file(s), "
                                   f"dense.npz and placement.npz of a world of {world} (and "
-                                  f"{', '.join(_OPTIONAL_FILES)} if written), not {names!r}")
+                                  f"{', '.join(_OPTIONAL_FILES)} if written, and ranks' parts "
+                                  f"numbered from 1), not {names!r}")
         for name, meta in files.items():
             if not (isinstance(meta, dict) and set(meta) == {"bytes", "sha256"}
                     and type(meta["bytes"]) is int and meta["bytes"] >= 0

@@ -18,12 +18,13 @@ A spilled row keeps both marks on disk as ids (``_dirty``, ``_unsaved_disk``, in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 
 from hetgmp.trainer.embedding.device_index import DeviceIndex
+from hetgmp.trainer.embedding.tier import DiskTier
 
 __all__ = ["Changes"]
 
@@ -52,6 +53,9 @@ class Changes:
     _with_unsaved_disk_rows: Callable[[Rows], Rows]
     _unpublish_spilled: Callable[[torch.Tensor | None, torch.Tensor | None], None]
     export: Callable[[], Rows]
+    _rows_at: Callable[[torch.Tensor, torch.Tensor], Rows]
+    _tier: DiskTier | None
+    device: torch.device
 
     # -- the delta log -----------------------------------------------------------------------
 
@@ -91,34 +95,44 @@ class Changes:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def saved_rows(self, full: bool) -> tuple[Rows, np.ndarray]:
+    def saved_rows(self, full: bool, part_rows: int = 1 << 21
+                   ) -> tuple[Iterator[Rows], np.ndarray]:
         """The rows a checkpoint writes, after which every row counts as saved.
 
         Args:
             full: Every row, in either tier (a base); else only the rows changed, created or
                 moved in since the last call (an increment).
+            part_rows: Rows a part of the disk tier's (a full checkpoint reads a table larger
+                than memory a part at a time).
 
         Returns:
-            ((ids sorted, values, optimizer state, versions), the ids removed since the last
-            call, sorted: rows dropped by eviction, which a restore of the increment's
-            predecessors must forget; an id removed and then created again is in both, and
-            its row wins). A full checkpoint removes nothing.
+            (the rows in parts of (ids sorted, values, optimizer state, versions): a full
+            checkpoint's memory rows, then the disk tier's ``part_rows`` at a time, read as
+            the parts are taken, before the store changes again; an increment's in one part),
+            and the ids removed since the last call, sorted: rows dropped by eviction, which a
+            restore of the increment's predecessors must forget; an id removed and then created
+            again is in both, and its row wins. A full checkpoint removes nothing.
         """
         removed = torch.unique(torch.cat(self._removed)).cpu().numpy() if self._removed \
             else np.zeros(0, np.int64)
         self._removed = []
         if full:
-            rows = self.export()
+            parts = self._every_row(part_rows)
             removed = np.zeros(0, np.int64)
         else:
             ids, slots = self._index.items()
             unsaved = self._unsaved[slots]
             ids, slots = ids[unsaved], slots[unsaved]
             order = torch.argsort(ids)
-            ids, slots = ids[order], slots[order]
-            rows = self._with_unsaved_disk_rows((ids.cpu().numpy(), self._values[slots].clone(),
-                                                 self._state[slots].clone(),
-                                                 self._version[slots].cpu().numpy()))
+            parts = iter([self._with_unsaved_disk_rows(self._rows_at(ids[order], slots[order]))])
         self._unsaved[:] = False
         self._unsaved_disk = np.zeros(0, np.int64)
-        return rows, removed
+        return parts, removed
+
+    def _every_row(self, part_rows: int) -> Iterator[Rows]:
+        ids, slots = self._index.items()
+        order = torch.argsort(ids)
+        yield self._rows_at(ids[order], slots[order])
+        if self._tier is not None:
+            for ids_d, values, state, versions in self._tier.chunks(part_rows):
+                yield ids_d, values.to(self.device), state.to(self.device), versions

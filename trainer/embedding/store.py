@@ -385,10 +385,13 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         """Every row, in either tier: (ids sorted, values, optimizer state, versions)."""
         ids, slots = self._index.items()
         order = torch.argsort(ids)
-        ids, slots = ids[order], slots[order]
-        return self._with_disk_rows((ids.cpu().numpy(), self._values[slots].clone(),
-                                     self._state[slots].clone(),
-                                     self._version[slots].cpu().numpy()))
+        return self._with_disk_rows(self._rows_at(ids[order], slots[order]))
+
+    def _rows_at(self, ids: torch.Tensor, slots: torch.Tensor
+                 ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
+        """(ids, values, state, versions) of memory rows, copies."""
+        return (ids.cpu().numpy(), self._values[slots].clone(), self._state[slots].clone(),
+                self._version[slots].cpu().numpy())
 
     # -- migration ---------------------------------------------------------------------------
 
@@ -406,7 +409,7 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         return flat.cpu().numpy(), values, state, versions.cpu().numpy()
 
     def put(self, ids: Ids, values: torch.Tensor, state: torch.Tensor,
-            versions: Ids, step: int, *, published: bool = False) -> None:
+            versions: Ids, step: int, *, published: bool = False, new: bool = False) -> None:
         """Install rows handed over by their previous owner (replacing any row of those ids).
 
         Args:
@@ -417,15 +420,18 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
             step: The current step (counts as their last use).
             published: The delta log holds them already (restored from a checkpoint), rather
                 than this rank having to publish them (moved in by a migration).
+            new: The caller knows no row of these ids is on disk (a restore's disjoint parts):
+                the disk tier is not searched for them.
         """
         flat = self._ids_t(ids)
         if flat.numel() == 0:
             return
-        self._restore(flat)  # a row lives in one tier: the one put here is in memory
+        if not new:
+            self._restore(flat)  # a row lives in one tier: the one put here is in memory
         slots = self._index.find(flat)
-        new = torch.nonzero(slots < 0).reshape(-1)
-        if new.numel():
-            slots[new] = self._create(flat[new], count=False, fill=False)  # moved in
+        absent = torch.nonzero(slots < 0).reshape(-1)
+        if absent.numel():
+            slots[absent] = self._create(flat[absent], count=False, fill=False)  # moved in
         self._values[slots] = values.to(device=self.device, dtype=self.dtype)
         self._state[slots] = state.to(device=self.device, dtype=self.dtype)
         self._version[slots] = self._ids_t(versions)

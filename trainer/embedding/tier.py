@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -230,12 +230,27 @@ class DiskTier:
 
     def items(self) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """Every row: (ids sorted, values, state, versions)."""
-        if self._size == 0:
+        parts = list(self.chunks(max(self._size, 1)))
+        if not parts:
             return (np.zeros(0, np.int64), *self._none())
+        return parts[0]
+
+    def chunks(self, rows: int) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor,
+                                                  np.ndarray]]:
+        """Every row, ``rows`` at a time in id order: (ids, values, state, versions) a chunk
+        (a table larger than memory is read this way; the tier must not change meanwhile)."""
         keys: list[bytes] = []
         raws: list[bytes] = []
         for k, v in cast(Iterable[tuple[bytes, bytes]], self._db.items()):
             keys.append(k)
             raws.append(v)
+            if len(keys) == rows:
+                yield self._chunk(keys, raws)
+                keys, raws = [], []
+        if keys:
+            yield self._chunk(keys, raws)
+
+    def _chunk(self, keys: list[bytes], raws: list[bytes]
+               ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         values, state, versions = self._unpack(raws)
         return _ids(keys), values.to(self.dtype), state.to(self.dtype), versions

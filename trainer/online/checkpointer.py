@@ -40,6 +40,10 @@ __all__ = ["Checkpointer", "check_compatible", "restore"]
 
 log = logging.getLogger(__name__)
 
+# Rows of a disk tier a file of a full checkpoint holds (about 0.5 GB at 64 float32 and
+# Adagrad): a table larger than memory is written, and restored, a file at a time.
+PART_ROWS = 1 << 21
+
 
 class Checkpointer:
     """When to checkpoint, and the checkpoint-then-commit sequence.
@@ -163,9 +167,9 @@ class Checkpointer:
         where, base = self.comm.broadcast_object(chosen)
         directory = Path(where)
         directory.mkdir(parents=True, exist_ok=True)
-        (ids, values, state, versions), removed = trainer.store.saved_rows(full=base is None)
-        ckpt.save_rows(directory, self.comm.rank, ids, values, state, versions,
-                       removed=None if base is None else removed)
+        parts, removed = trainer.store.saved_rows(full=base is None, part_rows=PART_ROWS)
+        rows = ckpt.save_rows(directory, self.comm.rank, parts,
+                              removed=None if base is None else removed)
         self.written += 1
         self.observers.on_checkpoint_rows(self.written)
         if self.comm.rank == 0:
@@ -192,7 +196,7 @@ class Checkpointer:
         self._since = (records, self.clock.monotonic())
         seconds = self.clock.monotonic() - t0
         self.stats.event("checkpoint", step=trainer.step_index, records=records, seconds=seconds,
-                         committed=committed, rows=int(ids.size),
+                         committed=committed, rows=rows,
                          increment_of=None if base is None else base.parent)
         if self.comm.rank == 0:
             log.info("checkpoint at step %d (%d records) written to %s in %.2f s%s",
@@ -210,25 +214,35 @@ def restore(trainer: Trainer, manifest: ckpt.Manifest) -> int:
     loads on M: every rank reads every rank file and keeps the rows it owns now.
     """
     trainer.finish_step()  # nothing may land on the dense parameters after the load
-    me, placement = trainer.comm.rank, trainer.placement
-    ids, values, state, versions = ckpt.load_rows(
-        manifest, keep=lambda a: placement.owner_of(a) == me)
-    trainer.store.put(ids, torch.from_numpy(values), torch.from_numpy(state), versions,
-                      manifest.step, published=True)
+    me, placement, store = trainer.comm.rank, trainer.placement, trainer.store
+    before, taken = store.rows, 0
+    # A file at a time (a table larger than memory spills as it comes). The parts share no id
+    # (a row has one owner when written), so the tier is not searched for them; two ranks'
+    # files holding one id are caught where both stay in memory.
+    for ids, values, state, versions in ckpt.iter_rows(
+            manifest, keep=lambda a: placement.owner_of(a) == me):
+        if not np.isfinite(values).all():
+            raise ckpt.CheckpointError(f"{manifest.path}: parameters that are not finite (NaN "
+                                       "or infinite): a checkpoint of a diverged model")
+        store.put(ids, torch.from_numpy(values), torch.from_numpy(state), versions,
+                  manifest.step, published=True, new=True)
+        taken += int(ids.size)
+    if store.rows != before + taken:
+        raise ckpt.CheckpointError(f"{manifest.path}: an id is owned by two ranks")
     dense = ckpt.load_dense(manifest)
     flat = torch.from_numpy(dense["flat"])
     if flat.shape != trainer.dense.flat.shape:
         raise ckpt.CheckpointError(
             f"{manifest.path}: dense parameters have {flat.numel()} values, the model "
             f"{trainer.dense.flat.numel()}: different model settings?")
-    if not bool(torch.isfinite(flat).all()) or not np.isfinite(values).all():
+    if not bool(torch.isfinite(flat).all()):
         raise ckpt.CheckpointError(f"{manifest.path}: parameters that are not finite (NaN or "
                                    "infinite): a checkpoint of a diverged model")
     with torch.no_grad():
         trainer.dense.flat.copy_(flat.to(trainer.dense.flat))
     trainer.optimizer.load_state_arrays({k: v for k, v in dense.items() if k != "flat"})
     trainer.step_index = manifest.step
-    return int(ids.size)
+    return taken
 
 
 def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any],

@@ -16,15 +16,21 @@ import torch
 
 from hetgmp.partitioner import Placement
 from hetgmp.trainer import checkpoint as ckpt
-from hetgmp.trainer.checkpoint.content import piece_rows
 from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig
 
 DIM = 4
+PART_ROWS = 50  # a full checkpoint of a store with a tier writes its disk rows in parts
 
 
-def _piece(manifest: ckpt.Manifest) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """What one checkpoint's own rank files hold: rows, and ids removed."""
-    return piece_rows(manifest, None)
+def _piece(manifest: ckpt.Manifest) -> tuple[np.ndarray, np.ndarray]:
+    """What one checkpoint's own row files hold: the ids of its rows, and the ids it removes."""
+    ids, removed = [], [np.zeros(0, np.int64)]
+    for rank in range(manifest.world):
+        for name in manifest.rank_files(rank):
+            with np.load(manifest.path / name) as a:
+                ids.append(a["ids"])
+                removed += [a["removed"]] if "removed" in a.files else []
+    return np.concatenate(ids), np.concatenate(removed)
 
 
 def _write(root: Path, stores: list[EmbeddingStore], step: int,
@@ -35,9 +41,8 @@ def _write(root: Path, stores: list[EmbeddingStore], step: int,
     directory = ckpt.new_step_dir(root, step)
     directory.mkdir(parents=True)
     for rank, store in enumerate(stores):
-        (ids, values, state, versions), removed = store.saved_rows(full=base is None)
-        ckpt.save_rows(directory, rank, ids, values, state, versions,
-                       removed=None if base is None else removed)
+        parts, removed = store.saved_rows(full=base is None, part_rows=PART_ROWS)
+        ckpt.save_rows(directory, rank, parts, removed=None if base is None else removed)
     ckpt.save_dense(directory, {"flat": np.zeros(1)})
     ckpt.save_placement(directory, Placement.hash(len(stores)))
     return ckpt.write_manifest(directory, step=step, world=len(stores), placement_version=0,
@@ -88,16 +93,17 @@ def test_a_chain_of_increments_restores_what_a_full_checkpoint_restores(
             moving = stores[0].ids()[::4]
             stores[1].put(*stores[0].take(moving), step=step)
             moved = np.union1d(moved, moving)
-        parent = _write(tmp_path / "ckpt", stores, step, parent)
+        parent = _write(tmp_path / "ckpt", stores, step, None if round_ == 4 else parent)
         restored = ckpt.load_rows(parent)
         expected = _table(stores)
         for got, want in zip(restored, expected, strict=True):
             np.testing.assert_array_equal(got, want)
-    assert parent is not None and parent.depth == 7
+    assert parent is not None and parent.depth == 3  # full at rounds 0 and 4
     removed = sum(_piece(m)[1].size for m in ckpt.chain(parent)[1:])
     if not tier:  # (with the tier, rows spill before they idle long enough to drop)
         assert removed > 0  # idle rows were dropped between checkpoints and forgotten
     else:
+        assert len(ckpt.chain(parent)[0].rank_files(0)) > 2  # the full one, in parts
         assert sum(s.stats.spilled for s in stores) > 500
         assert sum(s.stats.restored for s in stores) > 100
     # A restore on another number of ranks reads the chain through the same filter.
@@ -117,7 +123,7 @@ def test_an_increment_holds_the_rows_changed_not_the_table(tmp_path: Path) -> No
     size = {m.path.name: m.files["rank-00000.npz"]["bytes"] for m in (full, inc)}
     assert size[inc.path.name] < 0.03 * size[full.path.name], size
     nothing = _write(tmp_path, [store], 3, inc)  # nothing changed since
-    assert _piece(nothing)[0]["ids"].size == 0 and _piece(inc)[0]["ids"].size == few.size
+    assert _piece(nothing)[0].size == 0 and _piece(inc)[0].size == few.size
     np.testing.assert_array_equal(ckpt.load_rows(nothing)[1], store.export()[1].numpy())
 
 
@@ -182,3 +188,34 @@ def test_pruning_keeps_the_parents_of_what_it_keeps(chain_dir) -> None:
         np.testing.assert_array_equal(got, want)
     assert ckpt.latest(root).path == made[4].path
     assert ckpt.prune(root, 1) == []
+
+
+@pytest.fixture()
+def in_parts(tmp_path: Path) -> ckpt.Manifest:
+    """A full checkpoint of a store whose disk tier holds most rows: its rank file and parts."""
+    store = EmbeddingStore(DIM, StoreConfig(max_rows=40, disk_dir=str(tmp_path / "tier")),
+                           dtype=torch.float64)
+    for step in range(6):
+        store.lookup(np.arange(step * 40, step * 40 + 40, dtype=np.int64), step)
+        store.maintain(step)
+    manifest = _write(tmp_path / "ckpt", [store], 6, None)
+    parts = manifest.rank_files(0)[1:]
+    assert len(parts) >= 3
+    assert parts == [f"rank-00000-{i:04d}.npz" for i in range(1, len(parts) + 1)]
+    np.testing.assert_array_equal(ckpt.load_rows(manifest)[0], np.arange(240))
+    return manifest
+
+
+def test_a_rank_whose_parts_leave_a_gap_is_refused(in_parts: ckpt.Manifest) -> None:
+    path = in_parts.path / ckpt.MANIFEST
+    path.write_text(path.read_text().replace('"rank-00000-0002.npz"', '"rank-00000-0007.npz"'))
+    with pytest.raises(ckpt.CheckpointError, match="parts numbered from 1"):
+        ckpt.read_manifest(in_parts.path)
+
+
+def test_a_part_the_manifest_does_not_name_is_refused(in_parts: ckpt.Manifest) -> None:
+    after = len(in_parts.rank_files(0))  # the number after its last part
+    shutil.copy(in_parts.path / "rank-00000-0001.npz",
+                in_parts.path / f"rank-00000-{after:04d}.npz")
+    with pytest.raises(ckpt.CheckpointError, match="does not name"):
+        ckpt.read_manifest(in_parts.path)

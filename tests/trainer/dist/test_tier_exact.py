@@ -18,6 +18,7 @@ from hetgmp.partitioner import Placement
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.streaming import SyntheticStream
 from hetgmp.trainer.dist import LocalComm, run_threads
+from hetgmp.trainer.online import checkpointer
 from hetgmp.trainer.online import OnlineConfig
 from hetgmp.trainer.run import Job, graph_placement, run_rank
 from hetgmp.trainer.sources import SyntheticSpec
@@ -44,7 +45,9 @@ def _job(disk: Path, placement: Placement, **kw: object) -> Job:
 
 
 def test_spilled_rows_train_exactly_through_migrations_and_a_resume_on_one_rank(
-        tmp_path: Path, reference, max_diff) -> None:
+        tmp_path: Path, reference, max_diff, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Full checkpoints write (and the resume reads) the disk rows 200 a file.
+    monkeypatch.setattr(checkpointer, "PART_ROWS", 200)
     world = 2
     ids = np.unique(SyntheticStream(SYN).feature_ids(0, WINDOW.records + BATCH * STEPS))
     rng = np.random.default_rng(5)
@@ -79,6 +82,7 @@ def test_spilled_rows_train_exactly_through_migrations_and_a_resume_on_one_rank(
     assert last is not None and last.step == STEPS // 2 and last.depth == 4, last
     sizes = [sum(f["bytes"] for n, f in m.files.items() if n.startswith("rank-"))
              for m in ckpt.chain(last)]
+    assert len(ckpt.chain(last)[0].rank_files(0)) > 3  # the full one, in parts
     per_row = sizes[0] / len(ckpt.load_rows(ckpt.chain(last)[0])[0])
     table = len(ckpt.load_rows(last)[0])
     assert sizes[-1] < 0.8 * table * per_row, (sizes, table)  # the rows changed, not all
