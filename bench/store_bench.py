@@ -160,8 +160,8 @@ def filler_ids(start: int, count: int) -> np.ndarray:
 
 def fill_rows(store: EmbeddingStore, ids: np.ndarray, chunk: int = 1 << 22, *,
           seed: int | None = None, published: bool = False) -> None:
-    """Install rows of ``ids`` in bulk (initial values, fresh state, version 0, used at 0);
-    ``seed``: the same values in every store filled with it."""
+    """Install rows of ``ids`` (distinct, none in the store yet) in bulk (initial values, fresh
+    state, version 0, used at 0); ``seed``: the same values in every store filled with it."""
     width = store.config.state_width
     gen = None if seed is None else torch.Generator().manual_seed(seed)
     for at in range(0, ids.size, chunk):
@@ -169,7 +169,7 @@ def fill_rows(store: EmbeddingStore, ids: np.ndarray, chunk: int = 1 << 22, *,
         values = torch.empty((part.numel(), store.dim)).uniform_(-0.05, 0.05, generator=gen)
         state = torch.zeros((part.numel(), width))
         store.put(part, values, state, torch.zeros(part.numel(), dtype=torch.int64), 0,
-                  published=published)
+                  published=published, new=True)
 
 
 def _grown(batches: list[np.ndarray], size: int, args: argparse.Namespace) -> dict[str, object]:

@@ -115,3 +115,25 @@ def test_the_checkpoints_bench_compares_increments_with_full_checkpoints(
     for r in summary["rows"]:  # 1% of the rows changed: the increment is a few % of the bytes
         assert r["increment_bytes"] < 0.05 * r["full_bytes"], r
     assert list(tmp_path.iterdir()) == []  # checkpoints and tier removed
+
+
+def test_the_checkpoints_fingerprint_is_order_free_and_sees_one_bit() -> None:
+    from bench.increments import fingerprint
+
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(1000).astype(np.int64)
+    values = rng.standard_normal((1000, 8)).astype(np.float32)
+    state, versions = rng.random((1000, 1)).astype(np.float32), rng.integers(0, 9, 1000)
+    whole = fingerprint([(ids, values, state, versions)])
+    split = fingerprint([(ids[500:], values[500:], state[500:], versions[500:]),
+                         (ids[:500], values[:500], state[:500], versions[:500])])
+    assert whole == split and whole[0] == 1000
+    flipped = values.copy()
+    flipped.view(np.uint32)[123, 4] ^= 1  # one bit of one value
+    assert fingerprint([(ids, flipped, state, versions)]) != whole
+    bumped = versions.copy()
+    bumped[7] += 1
+    assert fingerprint([(ids, values, state, bumped)]) != whole
+    swapped = ids.copy()
+    swapped[[0, 1]] = swapped[[1, 0]]  # two rows' ids exchanged
+    assert fingerprint([(swapped, values, state, versions)]) != whole
