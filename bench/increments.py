@@ -82,8 +82,9 @@ def fingerprint(parts: Iterable[tuple[np.ndarray, Any, Any, np.ndarray]]) -> tup
             bits = np.concatenate([np.ascontiguousarray(v).view(np.uint32),
                                    np.ascontiguousarray(st).view(np.uint32)], axis=1)
             if weights is None:
-                weights = np.random.default_rng(1).integers(1, 2**63, bits.shape[1],
-                                                             dtype=np.uint64) | np.uint64(1)
+                drawn = np.random.default_rng(1).integers(1, 2**63, bits.shape[1],
+                                                          dtype=np.uint64)
+                weights = np.bitwise_or(drawn, np.uint64(1))
             h = (bits.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
             h ^= np.asarray(ids, np.int64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
             h += np.asarray(versions, np.int64).view(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
