@@ -49,8 +49,11 @@ def checkpoints(root: Path) -> list[ckpt.Manifest]:
             if (d / ckpt.MANIFEST).exists()]
 
 
-def follow(kafka: KafkaSettings, manifest: ckpt.Manifest) -> tuple[ServingModel, Follower]:
-    model = ServingModel.from_checkpoint(manifest)
+def follow(kafka: KafkaSettings, manifest: ckpt.Manifest, **tier: object
+           ) -> tuple[ServingModel, Follower]:
+    """A serving model from ``manifest`` caught up with the log (``tier``: its memory_rows and
+    disk_dir)."""
+    model = ServingModel.from_checkpoint(manifest, **tier)  # type: ignore[arg-type]
     assert manifest.model is not None
     follower = Follower(kafka, manifest.model.topic, model, manifest.model.offsets)
     follower.catch_up(timeout_s=60)

@@ -101,7 +101,8 @@ class Loader(threading.Thread):
             return
         service.waiting_for = f"loading {manifest.path}"
         try:
-            model = ServingModel.from_checkpoint(manifest)
+            model = ServingModel.from_checkpoint(manifest, memory_rows=cfg.memory_rows,
+                                                 disk_dir=cfg.disk_dir)
         except ckpt.CheckpointError as exc:
             self._fail(1, str(exc))
             return
@@ -111,7 +112,9 @@ class Loader(threading.Thread):
                           f"dense fields; the model was trained on {model.fields} and "
                           f"{model.n_dense}")
             return
-        log.info("loaded %s (step %d): %d rows", manifest.path, manifest.step, len(model.table))
+        log.info("loaded %s (step %d): %d rows%s", manifest.path, manifest.step,
+                 len(model.table), f" ({model.table.memory_size:,} in memory, the rest in "
+                 f"{cfg.disk_dir})" if cfg.disk_dir else "")
         if not cfg.follow:
             service.attach(model, None)
             return

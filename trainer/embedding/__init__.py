@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from hetgmp.trainer.embedding.optimizer import initial_rows
     from hetgmp.trainer.embedding.replicas import ReplicaTable
     from hetgmp.trainer.embedding.store import EmbeddingStore
+    from hetgmp.trainer.embedding.tier import DiskTier
 
 __all__ = [
+    "DiskTier",
     "EmbeddingStore",
     "Migration",
     "ReplicaTable",
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
+    "DiskTier": "hetgmp.trainer.embedding.tier",
     "EmbeddingStore": "hetgmp.trainer.embedding.store",
     "Migration": "hetgmp.trainer.embedding.migrate",
     "ReplicaTable": "hetgmp.trainer.embedding.replicas",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -53,6 +54,12 @@ class ServeConfig:
                 "it opened or after its last reply (idle keep-alive connections too)"})
     body_timeout_s: float = field(default=30.0, metadata={
         "help": "answer 408 to a request whose body has not arrived this long after its head"})
+    memory_rows: int = field(default=0, metadata={
+        "help": "most rows held in memory; past it the least recently used go to a disk tier "
+                "under --disk-dir (0 = every row in memory)"})
+    disk_dir: str = field(default="", metadata={
+        "help": "parent of the disk tier (RocksDB; a directory of its own, removed at exit; "
+                "with --memory-rows)"})
     max_inflight_bytes: int = field(default=64 << 20, metadata={
         "help": "most request-body bytes held in memory at once (reserved as a request's "
                 "Content-Length, or --max-body-bytes without one); past it requests get 503 "
@@ -73,3 +80,14 @@ class ServeConfig:
                              f"body of max_body_bytes ({self.max_body_bytes})")
         if self.wait_s < 0:
             raise ValueError("wait_s >= 0")
+        if self.memory_rows < 0 or bool(self.memory_rows) != bool(self.disk_dir):
+            raise ValueError("--memory-rows and --disk-dir go together (a disk tier), and "
+                             "--memory-rows >= 0")
+        if self.disk_dir:
+            try:
+                os.makedirs(self.disk_dir, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"--disk-dir {self.disk_dir}: cannot create it "
+                                 f"({exc.strerror})") from exc
+            if not os.access(self.disk_dir, os.W_OK | os.X_OK):
+                raise ValueError(f"--disk-dir {self.disk_dir}: not writable by this user")

@@ -24,10 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hetgmp.partitioner import IdIndex
 from hetgmp.streaming import ClickBatch
 from hetgmp.trainer import checkpoint as ckpt
-from hetgmp.trainer.embedding import initial_rows
 from hetgmp.trainer.model import (
     EXPORTED,
     Bags,
@@ -41,6 +39,7 @@ from hetgmp.trainer.model import (
     load_exported,
 )
 from hetgmp.trainer.serving.deltas import GENERATION_SHIFT, Delta, Rejected, log_version
+from hetgmp.trainer.serving.table import ServingTable
 
 __all__ = ["Applied", "RankMark", "ServingModel", "ServingTable", "model_config"]
 
@@ -93,103 +92,6 @@ def model_config(shape: dict[str, Any]) -> ModelConfig:
         raise ckpt.CheckpointError(f"the checkpoint does not describe its model: {exc!r}") from None
 
 
-class ServingTable:
-    """Rows by id, each with the version it was published at."""
-
-    def __init__(self, dim: int, seed: int, init_scale: float, capacity: int = 1024) -> None:
-        self.dim, self.seed, self.init_scale = dim, seed, init_scale
-        cap = max(16, capacity)
-        self._index = IdIndex(2 * cap)
-        self._values = np.zeros((cap, dim), np.float32)
-        self._versions = np.zeros(cap, np.int64)
-        self._free = np.arange(cap - 1, -1, -1, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return self._index.size
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of values, versions and the index."""
-        return int(self._values.nbytes + self._versions.nbytes + self._free.nbytes
-                   + self._index.nbytes)
-
-    def upsert(self, ids: np.ndarray, values: np.ndarray, version: int) -> int:
-        """Rows ``ids`` as of ``version``, where it is newer than the held one (or none is
-        held); the number replaced or added. ``ids`` unique."""
-        ids = np.asarray(ids, np.int64)
-        slots = self._index.find(ids)
-        newer = (slots < 0) | (self._versions[np.maximum(slots, 0)] < version)
-        new = np.flatnonzero(newer & (slots < 0))
-        if new.size:
-            slots[new] = self._create(ids[new])
-        take = np.flatnonzero(newer)
-        self._values[slots[take]] = values[take]
-        self._versions[slots[take]] = version
-        return int(take.size)
-
-    def remove(self, ids: np.ndarray, version: int) -> int:
-        """Drop rows ``ids`` held at a version older than ``version``; the number dropped."""
-        ids = np.asarray(ids, np.int64)
-        slots = self._index.find(ids)
-        have = slots >= 0
-        older = np.zeros(ids.size, bool)
-        older[have] = self._versions[slots[have]] < version
-        gone = slots[older]
-        if gone.size:
-            self._index.remove(ids[older])
-            self._free = np.concatenate([self._free, gone[::-1]])
-        return int(gone.size)
-
-    def drop_newer(self, version: int) -> int:
-        """Drop every row held at a version above ``version``; the number dropped."""
-        ids, slots = self._index.items()
-        newer = self._versions[slots] > version
-        if newer.any():
-            self._index.remove(ids[newer])
-            self._free = np.concatenate([self._free, slots[newer][::-1]])
-        return int(newer.sum())
-
-    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
-        """Values of ``ids`` (initial values where no row is held) and how many had none."""
-        ids = np.asarray(ids, np.int64)
-        slots = self._index.find(ids)
-        have = slots >= 0
-        out = np.empty((ids.size, self.dim), np.float32)
-        out[have] = self._values[slots[have]]
-        unknown = int(ids.size - int(have.sum()))
-        if unknown:
-            out[~have] = initial_rows(ids[~have], self.dim, self.seed, self.init_scale)
-        return out, unknown
-
-    def versions(self, ids: np.ndarray) -> np.ndarray:
-        """The held version of each id (-1: none)."""
-        slots = self._index.find(np.asarray(ids, np.int64))
-        return np.where(slots >= 0, self._versions[np.maximum(slots, 0)], -1)
-
-    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every row: (ids sorted, values, versions)."""
-        ids, slots = self._index.items()
-        order = np.argsort(ids)
-        return ids[order], self._values[slots[order]].copy(), self._versions[slots[order]].copy()
-
-    def _create(self, ids: np.ndarray) -> np.ndarray:
-        n = ids.size
-        if n > self._free.size:
-            old = self._versions.size
-            cap = old
-            while cap - old + self._free.size < n:
-                cap *= 2
-            self._values = np.concatenate([self._values, np.zeros((cap - old, self.dim),
-                                                                  np.float32)])
-            self._versions = np.concatenate([self._versions, np.zeros(cap - old, np.int64)])
-            self._free = np.concatenate([np.arange(cap - 1, old - 1, -1, dtype=np.int64),
-                                         self._free])
-        slots = self._free[-n:][::-1].copy()
-        self._free = self._free[:-n]
-        self._index.insert(ids, slots)
-        return slots
-
-
 @dataclass
 class RankMark:
     """The last complete publish seen from one rank."""
@@ -230,10 +132,15 @@ class ServingModel:
         version: The version of the checkpoint's rows and dense parameters.
         world: Ranks of the run that wrote the checkpoint.
         step: Its step.
+        program: The model's torch.export program, if the checkpoint holds one.
+        memory_rows: Rows held in memory, the rest in a disk tier under ``disk_dir`` (0: all
+            in memory).
+        disk_dir: Parent of the disk tier.
     """
 
     def __init__(self, shape: dict[str, Any], flat: np.ndarray, *, lineage: str, version: int,
-                 world: int, step: int, program: bytes | None = None) -> None:
+                 world: int, step: int, program: bytes | None = None, memory_rows: int = 0,
+                 disk_dir: str = "") -> None:
         self.shape = shape
         self.config = model_config(shape)
         self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
@@ -251,7 +158,8 @@ class ServingModel:
             log.info("serving model %r by import path: its module must be importable here, "
                      "as it was where the trainer ran", self.config.model)
         self.table = ServingTable(self.config.row_dim, int(shape.get("row_seed", 0)),
-                                  float(shape.get("row_init_scale", 0.01)))
+                                  float(shape.get("row_init_scale", 0.01)),
+                                  memory_rows=memory_rows, disk_dir=disk_dir)
         self.lineage = lineage
         self.applied = Applied()
         self.step = step
@@ -277,25 +185,30 @@ class ServingModel:
         self.unknown_ids = 0
 
     @classmethod
-    def from_checkpoint(cls, manifest: ckpt.Manifest) -> ServingModel:
-        """The model of a complete checkpoint (its rows and dense parameters verified)."""
+    def from_checkpoint(cls, manifest: ckpt.Manifest, *, memory_rows: int = 0,
+                        disk_dir: str = "") -> ServingModel:
+        """The model of a complete checkpoint (its rows and dense parameters verified), its
+        rows read a file at a time (with a disk tier, a table larger than memory)."""
         if manifest.model is None:
             raise ckpt.CheckpointError(
                 f"{manifest.path} records no delta-log position (written without a delta log:"
                 " a Kafka source, --checkpoint-dir and --publish-interval > 0 make one)")
         m = manifest.model
         version = log_version(m.generation, m.publishes)
-        ids, values, _, _ = ckpt.load_rows(manifest)
         dense = ckpt.load_dense(manifest)["flat"]
         program = manifest.read(EXPORTED) if EXPORTED in manifest.files else None
         model = cls(manifest.extra, dense, lineage=m.lineage, version=version,
-                    world=manifest.world, step=manifest.step, program=program)
-        if values.shape[1:] != (model.config.row_dim,):
-            raise ckpt.CheckpointError(f"{manifest.path}: rows of width {values.shape[1:]}, "
-                                       f"the model's are {model.config.row_dim}")
-        if not (np.isfinite(values).all() and np.isfinite(dense).all()):
+                    world=manifest.world, step=manifest.step, program=program,
+                    memory_rows=memory_rows, disk_dir=disk_dir)
+        if not np.isfinite(dense).all():
             raise ckpt.CheckpointError(f"{manifest.path} holds NaN or infinite parameters")
-        model.table.upsert(ids, values.astype(np.float32), version)
+        for ids, values, _, _ in ckpt.iter_rows(manifest):
+            if values.shape[1:] != (model.config.row_dim,):
+                raise ckpt.CheckpointError(f"{manifest.path}: rows of width {values.shape[1:]},"
+                                           f" the model's are {model.config.row_dim}")
+            if not np.isfinite(values).all():
+                raise ckpt.CheckpointError(f"{manifest.path} holds NaN or infinite parameters")
+            model.table.upsert(ids, values.astype(np.float32), version)
         return model
 
     def _build(self, flat: np.ndarray) -> tuple[torch.nn.Module, torch.Tensor]:

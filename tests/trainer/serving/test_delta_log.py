@@ -87,6 +87,29 @@ def test_serving_scores_are_the_trainers_forward_pass(trained) -> None:
     assert serving.unknown_ids > 0  # the fresh records hold ids no one trained
 
 
+def test_serve_with_its_own_disk_tier_holds_and_scores_what_the_trainer_holds(
+        trained, tmp_path: Path) -> None:
+    """A serve process that keeps 300 rows in memory and the rest on disk, started from the
+    first checkpoint and caught up with the log: the trainer's rows bit for bit, its scores."""
+    ids, rows, dense = trainer_model(trained["results"])
+    serving, follower = follow(trained["kafka"], checkpoints(trained["root"])[0],
+                               memory_rows=300, disk_dir=str(tmp_path))
+    follower.close()
+    table = serving.table
+    assert table.tier is not None and len(table.tier) > 3 * table.memory_rows
+    assert table.memory_size <= table.memory_rows and len(table) == ids.size
+    held, values, _, flat = serving.export()
+    np.testing.assert_array_equal(held, ids)
+    np.testing.assert_array_equal(values, rows)
+    np.testing.assert_array_equal(flat, torch.cat([v.reshape(-1) for v in dense.values()]).numpy())
+    batch = synthetic_batch(SyntheticStream(SYN), RECORDS, 512)
+    np.testing.assert_allclose(serving.score(batch), trainer_forward(trained["results"], batch),
+                               rtol=0, atol=1e-5)
+    assert serving.applied.tombstones > 0  # rows evicted by the trainer left either tier
+    table.close()
+    assert not list(tmp_path.glob("tier-*"))
+
+
 def test_a_crash_and_a_resume_never_move_a_row_back(kafka: KafkaSettings, unique,
                                                     tmp_path: Path) -> None:
     """A rank SIGKILLed mid-run, the job resumed: a serve process that followed all along
