@@ -56,6 +56,8 @@ class Spilling:
     _unsaved: torch.Tensor
     _last_used: torch.Tensor
     _last_step: int
+    _removed: list[torch.Tensor]
+    _tombstones: list[torch.Tensor] | None
     device: torch.device
     _create: Callable[..., torch.Tensor]  # the store's: slots for new rows
 
@@ -135,7 +137,7 @@ class Spilling:
         gone, where = ids[at], slots[at]
         host = gone.cpu().numpy()
         self._tier.put(host, self._values[where], self._state[where],
-                       self._version[where].cpu().numpy())
+                       self._version[where].cpu().numpy(), self._last_used[where].cpu().numpy())
         changed = self._changed[where].cpu().numpy()
         if changed.any():
             self._dirty = np.union1d(self._dirty, host[changed])
@@ -154,6 +156,23 @@ class Spilling:
         return (ids, torch.cat([memory[1], disk[1].to(self.device)])[at],
                 torch.cat([memory[2], disk[2].to(self.device)])[at],
                 np.concatenate([memory[3], disk[3]])[order])
+
+    def _expire_spilled(self, before: int) -> int:
+        """Drop the spilled rows last used before step ``before`` (``--store-evict-after``
+        reaching the disk), as eviction drops rows in memory: tombstones for the delta log,
+        removals for the next checkpoint's increment. Returns how many."""
+        if self._tier is None or not len(self._tier):
+            return 0
+        ids, versions = self._tier.expire(before)
+        if not ids.size:
+            return 0
+        if self._tombstones is not None:
+            self._tombstones.append(torch.from_numpy(ids[versions > 0]).to(self.device))
+        self._removed.append(torch.from_numpy(ids).to(self.device))
+        self._dirty = _split(ids, self._dirty)[1]
+        self._unsaved_disk = _split(ids, self._unsaved_disk)[1]
+        self._stats.evicted += int(ids.size)
+        return int(ids.size)
 
     def _with_unsaved_disk_rows(self, memory: Rows) -> Rows:
         """``memory``'s rows (ids sorted) and the spilled rows changed since the last

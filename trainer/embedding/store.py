@@ -134,6 +134,8 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         self._tier = DiskTier(c.disk_dir, dim, c.state_width, dtype) if c.disk_dir else None
         self._dirty = np.zeros(0, np.int64)
         self._unsaved_disk = np.zeros(0, np.int64)  # spilled rows changed since a checkpoint
+        # Spilled rows idle past evict_after are found by a scan of the tier, this often.
+        self.expire_every, self._next_expiry = max(1, c.evict_after // 4), 0
 
     # -- size --------------------------------------------------------------------------------
 
@@ -445,15 +447,21 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
 
     def maintain(self, step: int) -> int:
         """Evict rows unused for ``evict_after`` steps and the least recent above ``max_rows``;
-        returns the number evicted. Called between steps (never between a step's reads and
-        its updates). Least recently used first, ties by id, down to a low-water mark below
-        the cap, so that the next steps' new rows fit under it.
+        returns the number evicted. With a disk tier the rows past the cap spill instead, and
+        the spilled rows unused for ``evict_after`` steps are dropped by a scan of the tier
+        every ``expire_every`` steps (a quarter of ``evict_after``). Called between steps
+        (never between a step's reads and its updates). Least recently used first, ties by id,
+        down to a low-water mark below the cap, so that the next steps' new rows fit under it.
 
         Every decision is queued first (the rows to evict, the candidates to keep), then one
         readback of their counts sizes the compactions (on CUDA, with the ``sorted`` index,
         the call's one wait).
         """
         c = self.config
+        expired = 0  # spilled rows idle too long, dropped by a scan of the tier now and then
+        if c.evict_after and self._tier is not None and step >= self._next_expiry:
+            expired = self._expire_spilled(step - c.evict_after)
+            self._next_expiry = step + self.expire_every
         ids, slots = self._index.items()
         used = self._last_used[slots]
         pinned = among(ids, self._pinned)
@@ -484,7 +492,7 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         if keep_cand is not None:
             self._cand.prune(keep_cand, n_cand[0])
         if n_gone == 0:
-            return 0
+            return expired
         if spill is not None and n_spill:
             self._spill(ids, slots, spill, n_spill)
         gone = slots[torch.nonzero_static(evict, size=n_gone).reshape(-1)]
@@ -497,7 +505,7 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         stay = torch.nonzero_static(~evict, size=ids.numel() - n_gone).reshape(-1)
         self._index.rebuild(ids[stay], slots[stay])
         self._stats.evicted += n_gone - n_spill
-        return n_gone
+        return n_gone + expired
 
     # -- internals ---------------------------------------------------------------------------
 

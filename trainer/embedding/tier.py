@@ -11,7 +11,9 @@ its checkpoints are hard links.
 
 Keys are the ids as big-endian unsigned integers offset by 2**63, so that the engine's key order
 is the ids' numeric order (``items`` answers sorted). Values are the row's floats (value then
-state, in the store's dtype) followed by its int64 version. Writes skip RocksDB's write-ahead
+state, in the store's dtype) followed by its int64 version and the int64 step of its last use
+(:meth:`DiskTier.expire` drops rows idle too long: ``--store-evict-after`` reaches the disk).
+Writes skip RocksDB's write-ahead
 log: the tier is an extension of the rank's memory, not a durable copy (checkpoints are that),
 and a new tier starts empty: each store opens a directory of its own, removed when the store is
 collected or the process ends (a killed process's leftovers are removed by the next store that
@@ -123,7 +125,7 @@ class DiskTier:
         self.dim, self.state_width, self.dtype = dim, state_width, dtype
         self._np_dtype = np.float64 if dtype == torch.float64 else np.float32
         self._floats = dim + state_width
-        self.row_bytes = self._floats * np.dtype(self._np_dtype).itemsize + 8
+        self.row_bytes = self._floats * np.dtype(self._np_dtype).itemsize + 16
         self._db = open_engine(self.path)
         self._size = 0
         self.reads = self.writes = 0  # rows, since the tier opened
@@ -156,8 +158,9 @@ class DiskTier:
     # -- rows ----------------------------------------------------------------------------------
 
     def put(self, ids: np.ndarray, values: torch.Tensor, state: torch.Tensor,
-            versions: np.ndarray) -> None:
-        """Write rows of ids not in the tier (a row lives in one tier: the store's contract)."""
+            versions: np.ndarray, used: np.ndarray | None = None) -> None:
+        """Write rows of ids not in the tier (a row lives in one tier: the store's contract),
+        with the step of each one's last use (None: 0)."""
         from rocksdict import WriteBatch
 
         n = int(len(ids))
@@ -166,8 +169,10 @@ class DiskTier:
         packed = np.empty((n, self.row_bytes), np.uint8)
         floats = torch.cat([values, state], dim=1).detach().cpu().numpy().astype(
             self._np_dtype, copy=False)
-        packed[:, :-8] = np.ascontiguousarray(floats).view(np.uint8).reshape(n, -1)
-        packed[:, -8:] = np.asarray(versions, dtype="<i8").reshape(n, 1).view(np.uint8)
+        packed[:, :-16] = np.ascontiguousarray(floats).view(np.uint8).reshape(n, -1)
+        packed[:, -16:-8] = np.asarray(versions, dtype="<i8").reshape(n, 1).view(np.uint8)
+        packed[:, -8:] = np.asarray(0 if used is None else used, dtype="<i8").reshape(
+            -1, 1).view(np.uint8)
         batch = WriteBatch(raw_mode=True)
         for key, row in zip(keys_of(ids), packed):
             batch.put(key, row.tobytes())
@@ -182,8 +187,10 @@ class DiskTier:
     def _unpack(self, raws: list[bytes]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         n = len(raws)
         packed = np.frombuffer(b"".join(raws), np.uint8).reshape(n, self.row_bytes)
-        floats = np.ascontiguousarray(packed[:, :-8]).view(self._np_dtype).reshape(n, self._floats)
-        versions = np.ascontiguousarray(packed[:, -8:]).view("<i8").reshape(n).astype(np.int64)
+        floats = np.ascontiguousarray(packed[:, :-16]).view(self._np_dtype).reshape(
+            n, self._floats)
+        versions = np.ascontiguousarray(packed[:, -16:-8]).view("<i8").reshape(n).astype(
+            np.int64)
         rows = torch.from_numpy(floats.copy())
         return rows[:, :self.dim], rows[:, self.dim:], versions
 
@@ -222,6 +229,19 @@ class DiskTier:
         found, values, state, versions = self.get(ids)
         self.delete(np.asarray(ids, dtype=np.int64)[found])
         return found, values, state, versions
+
+    def expire(self, before: int) -> tuple[np.ndarray, np.ndarray]:
+        """Drop the rows last used before step ``before``; their (ids sorted, versions) (a scan
+        of the tier, each row's last 16 bytes read without unpacking the rest)."""
+        gone: list[bytes] = []
+        versions: list[int] = []
+        for k, v in cast(Iterable[tuple[bytes, bytes]], self._db.items()):
+            if int.from_bytes(v[-8:], "little", signed=True) < before:
+                gone.append(k)
+                versions.append(int.from_bytes(v[-16:-8], "little", signed=True))
+        ids = _ids(gone) if gone else np.zeros(0, np.int64)
+        self.delete(ids)
+        return ids, np.array(versions, np.int64)
 
     def ids(self) -> np.ndarray:
         """Every id in the tier, sorted."""

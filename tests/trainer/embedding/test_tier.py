@@ -155,9 +155,40 @@ def test_an_update_of_a_spilled_row_without_a_lookup_reaches_it(tmp_path: Path) 
     assert _same(tiered.export(), plain.export())
 
 
+def test_idle_rows_expire_from_the_disk_as_from_memory(tmp_path: Path) -> None:
+    """--store-evict-after reaches spilled rows: with the tier scanned at every maintain, a
+    capped store with a tier drops what an uncapped store drops, when it drops it, with the
+    same tombstones and the same removals for the next checkpoint's increment."""
+    batches = _stream(np.random.default_rng(8), 200)
+    tiered = EmbeddingStore(4, StoreConfig(max_rows=100, evict_after=15,
+                                           disk_dir=str(tmp_path)), dtype=torch.float64)
+    plain = EmbeddingStore(4, StoreConfig(evict_after=15), dtype=torch.float64)
+    tiered.expire_every = 1
+    assert tiered.tier is not None
+    scans, expire = [], tiered.tier.expire
+    tiered.tier.expire = lambda before: (r := expire(before), scans.append(r[0].size))[0]
+    grads = np.random.default_rng(9)
+    for store in (tiered, plain):
+        store.track_evictions(True)
+        store.saved_rows(full=True)
+    for step, ids in enumerate(batches):
+        g = torch.from_numpy(grads.standard_normal((ids.size, 4)))
+        for store in (tiered, plain):
+            store.lookup(ids, step)
+            store.apply(ids, g, np.ones(ids.size, np.int64))
+            store.maintain(step)
+        if step % 20 == 19:
+            assert np.array_equal(tiered.take_tombstones(), plain.take_tombstones())
+            assert np.array_equal(tiered.saved_rows(full=False)[1],
+                                  plain.saved_rows(full=False)[1])
+    assert sum(scans) > 100  # spilled rows expired from the disk
+    assert tiered.stats.spilled > 200 and tiered.stats.evicted == plain.stats.evicted
+    assert _same(tiered.export(), plain.export())
+
+
 def test_idle_rows_in_memory_are_still_dropped_and_leave_tombstones(tmp_path: Path) -> None:
     # Expiry (--store-evict-after) is a policy of its own: rows idle in memory go, they do not
-    # spill. (Rows already on disk do not expire: docs/scale.md.)
+    # spill.
     store = EmbeddingStore(2, StoreConfig(max_rows=1000, evict_after=3,
                                           disk_dir=str(tmp_path)))
     store.track_evictions(True)
