@@ -12,8 +12,8 @@ Two marks a row, kept apart because the two readers run on their own schedules:
   these rows and the ids removed since the last one (idle rows dropped by eviction); a row
   that left by a migration is in its new owner's changes.
 
-A spilled row keeps both marks on disk as ids (``_dirty``, ``_unsaved_disk``, in
-:mod:`~hetgmp.trainer.embedding.spill`), read back with the row.
+A spilled row keeps both marks (``_dirty``: the ids of those due for the delta log; the second
+as the row's mark on disk, see :mod:`~hetgmp.trainer.embedding.spill`), read back with the row.
 """
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ class Changes:
     _version: torch.Tensor
     _changed: torch.Tensor
     _unsaved: torch.Tensor
-    _unsaved_disk: np.ndarray
+    _epoch: int
+    _unsaved_log: list[np.ndarray]
     _removed: list[torch.Tensor]
     _tombstones: list[torch.Tensor] | None
+    _publishing: bool  # a delta log follows the store: spilled rows keep their mark for it
 
     # The store's own (EmbeddingStore's and Spilling's), as attributes: a stub method here
     # would come before Spilling's in the store's method order.
@@ -71,6 +73,7 @@ class Changes:
 
     def unpublish(self, ids: Ids | None = None) -> None:
         """Count rows ``ids`` (every row: None) as changed, to publish them again."""
+        self._publishing = True
         if ids is None:
             self._changed[:] = True
             self._unpublish_spilled(None, None)
@@ -82,8 +85,10 @@ class Changes:
         self._changed[-1] = False  # the sink row (the last)
 
     def track_evictions(self, on: bool = True) -> None:
-        """Keep a tombstone for every evicted row that was ever updated (off: keep none)."""
+        """Keep a tombstone for every evicted row that was ever updated (off: keep none); on,
+        a delta log follows the store."""
         self._tombstones = [] if on else None
+        self._publishing = self._publishing or on
 
     def take_tombstones(self) -> np.ndarray:
         """Ids evicted since the last call that were ever updated (sorted)."""
@@ -126,7 +131,9 @@ class Changes:
             order = torch.argsort(ids)
             parts = iter([self._with_unsaved_disk_rows(self._rows_at(ids[order], slots[order]))])
         self._unsaved[:] = False
-        self._unsaved_disk = np.zeros(0, np.int64)
+        # Rows on disk marked with the epoch that ends here count as saved from now on.
+        self._epoch += 1
+        self._unsaved_log = []
         return parts, removed
 
     def _every_row(self, part_rows: int) -> Iterator[Rows]:

@@ -69,6 +69,12 @@ class StoreConfig:
                               "dropped. Each rank writes a directory of its own under it, "
                               "removed at exit (checkpoints hold the rows). Empty: no tier"}
     )
+    prefetch: bool = field(
+        default=False, metadata={"help": "with a disk tier: read the next batch's spilled rows "
+                                 "(of ids this rank owns) on a thread while a step trains "
+                                 "(for ranks with an idle core, a GPU's; on a CPU rank it "
+                                 "measured no faster: docs/scale.md)"}
+    )
 
     def __post_init__(self) -> None:
         if self.disk_dir and not self.max_rows:

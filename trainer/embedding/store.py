@@ -133,7 +133,11 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         # `_dirty`: ids of spilled rows changed since they were last published (sorted).
         self._tier = DiskTier(c.disk_dir, dim, c.state_width, dtype) if c.disk_dir else None
         self._dirty = np.zeros(0, np.int64)
-        self._unsaved_disk = np.zeros(0, np.int64)  # spilled rows changed since a checkpoint
+        # Checkpoint epochs: a spilled row changed in the current one carries it as its mark,
+        # and its id is logged (see Spilling).
+        self._epoch, self._unsaved_log = 1, []
+        self._ahead = []  # reads ahead of spilled rows (Spilling.prefetch)
+        self._publishing = False  # see Changes
         # Spilled rows idle past evict_after are found by a scan of the tier, this often.
         self.expire_every, self._next_expiry = max(1, c.evict_after // 4), 0
 
@@ -236,7 +240,8 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
             extra: Values to read back with the counts (any shape; read as float64).
         """
         flat = self._ids_t(ids)
-        self._restore(flat, count)  # spilled rows back first (on CUDA, one more wait)
+        self._restore(flat, count, ahead=True)  # spilled rows back first (CUDA: one more wait)
+        self._looked_up_once()
         if self.cpu_shortcuts:
             flat = flat[:int(count)]
             valid = torch.ones(flat.numel(), dtype=torch.bool, device=self.device)
@@ -286,7 +291,8 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
             (values ``[n, dim]``, state ``[n, state_width]`` or None).
         """
         flat = self._ids_t(ids)
-        self._restore(flat)
+        self._restore(flat, ahead=True)
+        self._looked_up_once()
         return self._lookup(ids, flat, step, with_state, None, None)
 
     def _lookup(self, ids: object, flat: torch.Tensor, step: int, with_state: bool,

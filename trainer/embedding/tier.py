@@ -11,8 +11,10 @@ its checkpoints are hard links.
 
 Keys are the ids as big-endian unsigned integers offset by 2**63, so that the engine's key order
 is the ids' numeric order (``items`` answers sorted). Values are the row's floats (value then
-state, in the store's dtype) followed by its int64 version and the int64 step of its last use
-(:meth:`DiskTier.expire` drops rows idle too long: ``--store-evict-after`` reaches the disk).
+state, in the store's dtype) followed by three int64: its version, the step of its last use
+(:meth:`DiskTier.expire` drops rows idle too long: ``--store-evict-after`` reaches the disk) and
+a mark the store gives it (the checkpoint epoch in which it last changed: the store reads a
+spilled row's "changed since the last checkpoint" from it, without a set of ids to search).
 Writes skip RocksDB's write-ahead
 log: the tier is an extension of the rank's memory, not a durable copy (checkpoints are that),
 and a new tier starts empty: each store opens a directory of its own, removed when the store is
@@ -28,6 +30,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -125,11 +128,15 @@ class DiskTier:
         self.dim, self.state_width, self.dtype = dim, state_width, dtype
         self._np_dtype = np.float64 if dtype == torch.float64 else np.float32
         self._floats = dim + state_width
-        self.row_bytes = self._floats * np.dtype(self._np_dtype).itemsize + 16
+        self.row_bytes = self._floats * np.dtype(self._np_dtype).itemsize + 24
         self._db = open_engine(self.path)
         self._size = 0
         self.reads = self.writes = 0  # rows, since the tier opened
         self._bytes, self._bytes_at = 0, -1e9
+        # Reads ahead (read_async) run on one thread; for each, until forgotten, the ids
+        # deleted since it began are kept: a row read ahead is stale once its id left the tier.
+        self._reader: ThreadPoolExecutor | None = None
+        self._watchers: list[list[np.ndarray]] = []
         self._finalizer = weakref.finalize(self, _close, self._db, self.path)
 
     def __len__(self) -> int:
@@ -137,7 +144,23 @@ class DiskTier:
 
     def close(self) -> None:
         """Close the engine and remove the directory (the rows are gone)."""
+        if self._reader is not None:
+            self._reader.shutdown(wait=True)
         self._finalizer()
+
+    def read_async(self, ids: np.ndarray) -> tuple[Future[tuple[
+            np.ndarray, torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]], list[np.ndarray]]:
+        """:meth:`get_marked` on a thread (RocksDB's multi-get runs without the GIL), and the
+        list to which the ids deleted from now on are added, until :meth:`forget` of it."""
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="tier-read")
+        deleted: list[np.ndarray] = []
+        self._watchers.append(deleted)
+        return self._reader.submit(self.get_marked, ids), deleted
+
+    def forget(self, deleted: list[np.ndarray]) -> None:
+        """Stop keeping deletes for a read ahead (:meth:`read_async`'s list)."""
+        self._watchers = [w for w in self._watchers if w is not deleted]
 
     def flush(self) -> None:
         """Write the engine's memory table out to its files (RocksDB flushes on its own as the
@@ -158,9 +181,10 @@ class DiskTier:
     # -- rows ----------------------------------------------------------------------------------
 
     def put(self, ids: np.ndarray, values: torch.Tensor, state: torch.Tensor,
-            versions: np.ndarray, used: np.ndarray | None = None) -> None:
+            versions: np.ndarray, used: np.ndarray | None = None,
+            marks: np.ndarray | None = None) -> None:
         """Write rows of ids not in the tier (a row lives in one tier: the store's contract),
-        with the step of each one's last use (None: 0)."""
+        with the step of each one's last use and its mark (None: 0 each)."""
         from rocksdict import WriteBatch
 
         n = int(len(ids))
@@ -169,10 +193,10 @@ class DiskTier:
         packed = np.empty((n, self.row_bytes), np.uint8)
         floats = torch.cat([values, state], dim=1).detach().cpu().numpy().astype(
             self._np_dtype, copy=False)
-        packed[:, :-16] = np.ascontiguousarray(floats).view(np.uint8).reshape(n, -1)
-        packed[:, -16:-8] = np.asarray(versions, dtype="<i8").reshape(n, 1).view(np.uint8)
-        packed[:, -8:] = np.asarray(0 if used is None else used, dtype="<i8").reshape(
-            -1, 1).view(np.uint8)
+        packed[:, :-24] = np.ascontiguousarray(floats).view(np.uint8).reshape(n, -1)
+        for at, column in ((-24, versions), (-16, used), (-8, marks)):
+            packed[:, at:at + 8 or None] = np.asarray(0 if column is None else column,
+                                                     dtype="<i8").reshape(-1, 1).view(np.uint8)
         batch = WriteBatch(raw_mode=True)
         for key, row in zip(keys_of(ids), packed):
             batch.put(key, row.tobytes())
@@ -184,21 +208,27 @@ class DiskTier:
         return (torch.zeros((0, self.dim), dtype=self.dtype),
                 torch.zeros((0, self.state_width), dtype=self.dtype), np.zeros(0, np.int64))
 
-    def _unpack(self, raws: list[bytes]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    def _unpack(self, raws: list[bytes]
+                ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
         n = len(raws)
         packed = np.frombuffer(b"".join(raws), np.uint8).reshape(n, self.row_bytes)
-        floats = np.ascontiguousarray(packed[:, :-16]).view(self._np_dtype).reshape(
+        floats = np.ascontiguousarray(packed[:, :-24]).view(self._np_dtype).reshape(
             n, self._floats)
-        versions = np.ascontiguousarray(packed[:, -16:-8]).view("<i8").reshape(n).astype(
-            np.int64)
+        versions, marks = (np.ascontiguousarray(packed[:, at:at + 8 or None]).view("<i8")
+                           .reshape(n).astype(np.int64) for at in (-24, -8))
         rows = torch.from_numpy(floats.copy())
-        return rows[:, :self.dim], rows[:, self.dim:], versions
+        return rows[:, :self.dim], rows[:, self.dim:], versions, marks
 
     def get(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """(mask of ids in the tier, then their values, state and versions, in the ids' order)."""
+        return self.get_marked(ids)[:4]
+
+    def get_marked(self, ids: np.ndarray
+                   ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
+        """:meth:`get` and the rows' marks."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size == 0 or self._size == 0:
-            return (np.zeros(ids.size, bool), *self._none())
+            return (np.zeros(ids.size, bool), *self._none(), np.zeros(0, np.int64))
         order = np.argsort(ids)  # in key order: neighbouring keys share the engine's blocks
         got = cast(list[bytes | None], self._db.get(cast(list[Any], keys_of(ids[order]))))
         hit = np.array([g is not None for g in got], dtype=bool)
@@ -206,11 +236,12 @@ class DiskTier:
         found[order] = hit
         rank = np.empty(ids.size, np.int64)  # each found id's place among the found, key order
         rank[order[hit]] = np.arange(int(hit.sum()))
-        values, state, versions = self._unpack([g for g in got if g is not None])
+        values, state, versions, marks = self._unpack([g for g in got if g is not None])
         back = torch.from_numpy(rank[found])
-        values, state, versions = values[back], state[back], versions[rank[found]]
+        values, state = values[back], state[back]
+        versions, marks = versions[rank[found]], marks[rank[found]]
         self.reads += int(found.sum())
-        return found, values.to(self.dtype), state.to(self.dtype), versions
+        return found, values.to(self.dtype), state.to(self.dtype), versions, marks
 
     def delete(self, ids: np.ndarray) -> None:
         """Remove rows known to be in the tier."""
@@ -223,6 +254,8 @@ class DiskTier:
             batch.delete(key)
         self._db.write(batch)
         self._size -= int(len(ids))
+        for deleted in self._watchers:
+            deleted.append(np.asarray(ids, np.int64))
 
     def take(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
         """:meth:`get`, and the rows found leave the tier."""
@@ -232,13 +265,13 @@ class DiskTier:
 
     def expire(self, before: int) -> tuple[np.ndarray, np.ndarray]:
         """Drop the rows last used before step ``before``; their (ids sorted, versions) (a scan
-        of the tier, each row's last 16 bytes read without unpacking the rest)."""
+        of the tier, each row's trailer read without unpacking the rest)."""
         gone: list[bytes] = []
         versions: list[int] = []
         for k, v in cast(Iterable[tuple[bytes, bytes]], self._db.items()):
-            if int.from_bytes(v[-8:], "little", signed=True) < before:
+            if int.from_bytes(v[-16:-8], "little", signed=True) < before:
                 gone.append(k)
-                versions.append(int.from_bytes(v[-16:-8], "little", signed=True))
+                versions.append(int.from_bytes(v[-24:-16], "little", signed=True))
         ids = _ids(gone) if gone else np.zeros(0, np.int64)
         self.delete(ids)
         return ids, np.array(versions, np.int64)
@@ -272,5 +305,5 @@ class DiskTier:
 
     def _chunk(self, keys: list[bytes], raws: list[bytes]
                ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]:
-        values, state, versions = self._unpack(raws)
+        values, state, versions, _ = self._unpack(raws)
         return _ids(keys), values.to(self.dtype), state.to(self.dtype), versions

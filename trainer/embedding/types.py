@@ -30,6 +30,10 @@ class StoreStats:
     # The disk tier: rows written to it past the cap, and rows read back into memory.
     spilled: int = 0
     restored: int = 0
+    # Spilled rows read ahead of their step (prefetch), and of the rows read back those the
+    # prefetch had read.
+    prefetched: int = 0
+    read_ahead: int = 0
 
 
 class PaddedLookup(NamedTuple):

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+import numpy as np
+
 from hetgmp.streaming import ClickBatch, Schema
 
 __all__ = ["ResetOffsets", "Resume", "Source"]
@@ -70,6 +72,12 @@ class Source(abc.ABC):
     def topic_id(self) -> str | None:
         """The topic's id (changes when the topic is recreated; None when unknown)."""
         return None
+
+    def upcoming_ids(self) -> np.ndarray:
+        """Feature ids of the records this rank will most likely hand out next (about a
+        batch), without waiting or taking them: a hint for reading their rows ahead (empty:
+        none known)."""
+        return np.zeros(0, np.int64)
 
     def mark_trained(self) -> None:
         """The oldest batch handed out (and not yet confirmed) has been trained."""

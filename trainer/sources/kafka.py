@@ -231,6 +231,12 @@ class KafkaShard(Source):
                 **{f"rejected.{why}": n for why, n in st.rejected.items()},
                 **{f"truncated.{name}": n for name, n in st.truncated.items()}}
 
+    def upcoming_ids(self) -> np.ndarray:
+        """The ids of the first ``local_batch`` records buffered (fetched in the background,
+        not yet handed out)."""
+        data = self._buffer.data
+        return data.take(slice(0, min(self.local_batch, len(data)))).values
+
     def next_batch(self, cap: int | None = None) -> ClickBatch:
         """Up to ``local_batch`` records, and at most ``cap`` (waits at most ``poll_s`` for more)."""
         want = self.local_batch if cap is None else min(self.local_batch, cap)

@@ -91,6 +91,13 @@ class SyntheticShard(Source):
         """Every batch has been handed out."""
         return self._next >= self.steps
 
+    def upcoming_ids(self) -> np.ndarray:
+        """The ids of this rank's share of the next global batch."""
+        if self.exhausted:
+            return np.zeros(0, np.int64)
+        lo, hi = self._bounds[self._next], self._bounds[self._next + 1]
+        return self._data.take(slice(int(lo), int(hi))).values
+
     def next_batch(self, cap: int | None = None) -> ClickBatch:
         """This rank's share of the next global batch (empty once exhausted; ``cap`` is
         ignored: the range is the budget, see :meth:`SyntheticSpec.remaining`)."""

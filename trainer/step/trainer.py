@@ -248,6 +248,15 @@ class Trainer:
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
 
+    def prefetch(self, ids: np.ndarray, now: ClickBatch) -> None:
+        """Read ahead, on a thread, the spilled rows of the ids (the next batch's) this rank
+        owns and the step about to train on ``now`` does not bring back itself (a disk tier
+        only; a hint: the step reads what it needs either way)."""
+        if self.store.tier is None or not ids.size:
+            return
+        ids = np.setdiff1d(ids, now.values)
+        self.store.prefetch(ids[self.placement.owner_of(ids) == self.comm.rank])
+
     def _carry_loss(self, c: StepCounters, read: list[float]) -> None:
         """Put the last step's loss in ``c``: ``read`` with this step's counts, or read back
         already by finish_step."""

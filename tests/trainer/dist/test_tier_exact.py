@@ -39,7 +39,7 @@ def reference():
 
 
 def _job(disk: Path, placement: Placement, **kw: object) -> Job:
-    store = replace(EXACT["store"], max_rows=MEMORY_ROWS, disk_dir=str(disk))
+    store = replace(EXACT["store"], max_rows=MEMORY_ROWS, disk_dir=str(disk), prefetch=True)
     return Job(SOURCE, EXACT["model"], store, EXACT["train"], placement=placement,
                observers=(ReturnState, StoreTiers, AuditRun), **kw)  # type: ignore[arg-type]
 
@@ -69,6 +69,7 @@ def test_spilled_rows_train_exactly_through_migrations_and_a_resume_on_one_rank(
         s = r.observed["store"]
         assert s["disk_rows"] > 3 * MEMORY_ROWS and s["restored"] > 1000, s
         assert s["spilled"] > 1000 and s["evicted"] == 0, s
+        assert s["read_ahead"] > 100, s  # the next batch's spilled rows were read ahead
 
     # Half the run on two ranks, through two migrations and checkpoints every other step
     # (one full, then increments); the rest on one rank from the last increment: the same model.

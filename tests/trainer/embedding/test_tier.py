@@ -234,3 +234,26 @@ def test_closing_the_store_removes_the_tier(tmp_path: Path) -> None:
     path = store.tier.path
     store.close()
     assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_rows_read_ahead_are_what_the_lookup_would_have_read(tmp_path: Path) -> None:
+    """Each step reads the next batch's spilled rows ahead, on the tier's thread. With a
+    memory tier smaller than a batch, rows read ahead are then restored, updated and spilled
+    again by the step in between (stale copies, which must not be used): the store still
+    trains exactly what a store in memory trains."""
+    batches = _stream(np.random.default_rng(6), 150)
+    tiered = EmbeddingStore(4, StoreConfig(max_rows=20, disk_dir=str(tmp_path), prefetch=True),
+                            dtype=torch.float64)
+    plain = EmbeddingStore(4, StoreConfig(), dtype=torch.float64)
+    rng = np.random.default_rng(7)
+    for step, ids in enumerate(batches):
+        grads = torch.from_numpy(rng.standard_normal((ids.size, 4)))
+        if step + 1 < len(batches):
+            tiered.prefetch(batches[step + 1])
+        for store in (tiered, plain):
+            store.lookup(ids, step)
+            store.apply(ids, grads, np.ones(ids.size, np.int64))
+            store.maintain(step)
+    st = tiered.stats
+    assert st.prefetched > 500 and st.read_ahead > 300 and st.restored > st.read_ahead
+    assert _same(tiered.export(), plain.export())
