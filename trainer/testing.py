@@ -150,7 +150,7 @@ def read_ledger(path: str | os.PathLike[str]) -> np.ndarray:
     return data[: data.size // Ledger.WIDTH * Ledger.WIDTH].reshape(-1, Ledger.WIDTH)
 
 
-FaultPoint = Literal["migration", "checkpoint"]
+FaultPoint = Literal["migration", "checkpoint", "spill"]
 
 
 class _Sleeper(Observer):
@@ -194,6 +194,27 @@ class _Killer(Observer):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _SpillKiller(_Killer):
+    """SIGKILLs its rank half way through the ``count``-th write of rows to its disk tier
+    (half the rows written), by wrapping ``DiskTier.put`` in the rank's process."""
+
+    def __init__(self, rank: int, count: int) -> None:
+        super().__init__(rank, lambda at, c: False)
+        from hetgmp.trainer.embedding import DiskTier
+
+        original, calls, killer = DiskTier.put, [0], self
+
+        def put(tier: Any, ids: np.ndarray, *rows: Any) -> None:
+            calls[0] += 1
+            if calls[0] < count:
+                return original(tier, ids, *rows)
+            half = len(ids) // 2
+            original(tier, ids[:half], *(r if r is None else r[:half] for r in rows))
+            killer._kill(f"in the middle of spill {count} ({half} of {len(ids)} rows written)")
+
+        DiskTier.put = put  # type: ignore[method-assign]
+
+
 @dataclass(frozen=True)
 class Fault:
     """A rank that SIGKILLs itself at a chosen point (tests of crash recovery, the chaos bench):
@@ -203,7 +224,8 @@ class Fault:
         rank: The rank that dies.
         at: ``migration``: after moving ``count`` chunks of a migration (not its last);
             ``checkpoint``: in the ``count``-th checkpoint of the run, once its rows are
-            written and before the manifest.
+            written and before the manifest; ``spill``: half way through the ``count``-th
+            write of rows to the rank's disk tier (ranks that are processes only).
         count: See ``at``.
     """
 
@@ -212,11 +234,14 @@ class Fault:
     count: int = 1
 
     def __post_init__(self) -> None:
-        if self.at not in ("migration", "checkpoint") or self.count < 1 or self.rank < 0:
-            raise ValueError(f"a fault needs at in (migration, checkpoint), count >= 1 and a "
-                             f"rank >= 0, got {self}")
+        if self.at not in ("migration", "checkpoint", "spill") or self.count < 1 \
+                or self.rank < 0:
+            raise ValueError(f"a fault needs at in (migration, checkpoint, spill), count >= 1 "
+                             f"and a rank >= 0, got {self}")
 
     def __call__(self, rank: int) -> Observer:
+        if self.at == "spill":
+            return _SpillKiller(rank, self.count) if rank == self.rank else Observer()
         return _Killer(rank, lambda at, count: (rank, at, count) == (self.rank, self.at,
                                                                      self.count))
 
