@@ -202,7 +202,8 @@ class _SpillKiller(_Killer):
         super().__init__(rank, lambda at, c: False)
         from hetgmp.trainer.embedding import DiskTier
 
-        original, calls, killer = DiskTier.put, [0], self
+        original: Any = DiskTier.put
+        calls, killer = [0], self
 
         def put(tier: Any, ids: np.ndarray, *rows: Any) -> None:
             calls[0] += 1
@@ -212,7 +213,7 @@ class _SpillKiller(_Killer):
             original(tier, ids[:half], *(r if r is None else r[:half] for r in rows))
             killer._kill(f"in the middle of spill {count} ({half} of {len(ids)} rows written)")
 
-        DiskTier.put = put  # type: ignore[method-assign]
+        setattr(DiskTier, "put", put)  # noqa: B010 (the rank's own process only)
 
 
 @dataclass(frozen=True)
