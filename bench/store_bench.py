@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from bench.devices import parse_device, synchronizer
-from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig, unique_padded
+from hetgmp.trainer.embedding import EmbeddingStore, StoreConfig, initial_rows, unique_padded
 
 __all__ = ["PHASES", "build_parser", "fill_rows", "main", "parse_args"]
 
@@ -159,16 +159,21 @@ def filler_ids(start: int, count: int) -> np.ndarray:
 
 
 def fill_rows(store: EmbeddingStore, ids: np.ndarray, chunk: int = 1 << 22, *,
-          seed: int | None = None, published: bool = False) -> None:
+              seed: int | None = None, published: bool = False, rising: bool = False) -> None:
     """Install rows of ``ids`` (distinct, none in the store yet) in bulk (initial values, fresh
-    state, version 0, used at 0); ``seed``: the same values in every store filled with it."""
+    state, version 0); ``seed``: values a function of (seed, id), the same in every store and
+    order (else drawn at random, faster); ``rising``: each chunk counts as used one step after
+    the one before (with a cap, the last chunks are the ones kept in memory), else all at 0."""
     width = store.config.state_width
-    gen = None if seed is None else torch.Generator().manual_seed(seed)
-    for at in range(0, ids.size, chunk):
-        part = torch.from_numpy(ids[at:at + chunk])
-        values = torch.empty((part.numel(), store.dim)).uniform_(-0.05, 0.05, generator=gen)
-        state = torch.zeros((part.numel(), width))
-        store.put(part, values, state, torch.zeros(part.numel(), dtype=torch.int64), 0,
+    for n, at in enumerate(range(0, ids.size, chunk)):
+        part = ids[at:at + chunk]
+        if seed is None:
+            values = torch.empty((part.size, store.dim)).uniform_(-0.05, 0.05)
+        else:
+            values = torch.from_numpy(initial_rows(part, store.dim, seed, 0.05))
+        state = torch.zeros((part.size, width))
+        store.put(torch.from_numpy(part), values.to(store.dtype), state,
+                  torch.zeros(part.size, dtype=torch.int64), n if rising else 0,
                   published=published, new=True)
 
 
