@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--patterns", default="zipf,uniform", help="zipf, uniform, or both")
     p.add_argument("--dir", default="", help="parent of the disk tier (default: $TMPDIR; "
                    "mind that it is a disk, not a tmpfs)")
+    p.add_argument("--read-seconds", type=float, default=5.0,
+                   help="how long the tier files' random reads are timed")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     table, memory = int(args.table_rows), int(args.memory_rows)
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['memory_hit_rate']:.3f} (the most popular rows pinned: "
               f"{row['oracle_hit_rate']:.3f}; {row['restored_per_step']:,} rows read back a "
               f"step)", flush=True)
-    disk_reads = _random_reads(tiered.tier.path, 5.0, rng)
+    disk_reads = _random_reads(tiered.tier.path, args.read_seconds, rng)
     print(f"the tier's files: {disk_reads:,.0f} random 4 KiB reads/s", flush=True)
     for row in rows_out:
         if row["pattern"] == "uniform" and disk_reads:

@@ -92,14 +92,19 @@ def test_the_engines_bench_reads_back_what_each_engine_was_given(
 def test_the_tiers_bench_compares_both_stores_and_checks_their_rows(
         tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--tiers", "--table-rows", "20000", "--memory-rows", "2000", "--draws", "2048",
-                 "--steps", "3", "--warmup", "1", "--dim", "8", "--dir", str(tmp_path)])
+                 "--steps", "3", "--warmup", "1", "--dim", "8", "--dir", str(tmp_path),
+                 "--read-seconds", "0.2"])
     assert code == 0  # the rows of both stores are compared at the end (a mismatch raises)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["bench"] == "store_tiers" and summary["disk_over_row"] > 0.9
+    assert summary["disk_reads_per_s"] > 0  # the uniform pattern's physical limit, measured
     rows = {r["pattern"]: r for r in summary["rows"]}
     assert set(rows) == {"zipf", "uniform"}
     # Skewed draws find more of their ids in memory than uniform ones.
     assert 0 <= rows["uniform"]["memory_hit_rate"] < rows["zipf"]["memory_hit_rate"] <= 1
+    # An oracle's hit rate (the most popular rows pinned): skewed draws favour it too.
+    assert 0 < rows["uniform"]["oracle_hit_rate"] < rows["zipf"]["oracle_hit_rate"] <= 1
+    assert rows["uniform"]["tiered_over_disk_reads"] > 0
     assert all(r["tiered_rows_per_s"] > 0 and r["memory_rows_per_s"] > 0 for r in rows.values())
     assert list(tmp_path.iterdir()) == []  # the tier removed its files
 
