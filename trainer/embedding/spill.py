@@ -138,13 +138,19 @@ class Spilling:
         at = missing[torch.from_numpy(found).to(self.device)]
         return at, values.to(self.device), state.to(self.device), versions, marks
 
+    @property
+    def prefetching(self) -> bool:
+        """Whether :meth:`prefetch` reads anything (a disk tier and ``--store-prefetch``)."""
+        return self._tier is not None and self.config.prefetch
+
     def prefetch(self, ids: np.ndarray) -> None:
         """Start reading, on a thread, the spilled rows of ``ids``: the batch after the one
         about to be looked up (its ids this rank owns), read while that step trains. The
         lookup after next waits for the read and takes its rows. Nothing in the store changes
         until then, and only rows that have not left the tier since are taken (the tier keeps
         the ids it deleted meanwhile): a hint, never a change in what the store answers."""
-        if self._tier is None or not len(self._tier) or not self.config.prefetch:
+        tier = self._tier
+        if tier is None or not self.config.prefetch or not len(tier):
             return
         ids = np.unique(np.asarray(ids, np.int64))
         if not ids.size:
@@ -152,11 +158,11 @@ class Spilling:
         held = (self._index.find(torch.from_numpy(ids).to(self.device)) >= 0).cpu().numpy()
         missing = ids[~held]
         if missing.size:
-            future, deleted = self._tier.read_async(missing)
+            future, deleted = tier.read_async(missing)
             self._ahead.append(_Ahead(missing, future, deleted, skip=1))
             self._stats.prefetched += int(missing.size)
             while len(self._ahead) > 2:  # prefetches no lookup came for
-                self._tier.forget(self._ahead.pop(0).deleted)
+                tier.forget(self._ahead.pop(0).deleted)
 
     def _looked_up_once(self) -> None:
         """A lookup is done: the reads ahead that were for it go, the next ones are due."""

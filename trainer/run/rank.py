@@ -176,7 +176,8 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
             done = not buffered and source.exhausted
         handed = len(batch)
         batch = logs.hold_out(batch, again=source.passes_done > 0)
-        trainer.prefetch(source.upcoming_ids(), batch)  # the next batch's spilled rows
+        if trainer.store.prefetching:  # the next batch's spilled rows, while this one trains
+            trainer.prefetch(source.upcoming_ids(), batch)
         c = trainer.step(batch, exhausted=done)
         if handed:
             source.mark_trained()  # the step applied it: a checkpoint may now cover it

@@ -252,7 +252,7 @@ class Trainer:
         """Read ahead, on a thread, the spilled rows of the ids (the next batch's) this rank
         owns and the step about to train on ``now`` does not bring back itself (a disk tier
         only; a hint: the step reads what it needs either way)."""
-        if self.store.tier is None or not ids.size:
+        if not self.store.prefetching or not ids.size:
             return
         ids = np.setdiff1d(ids, now.values)
         self.store.prefetch(ids[self.placement.owner_of(ids) == self.comm.rank])
