@@ -46,6 +46,10 @@ class Changes:
     _removed: list[torch.Tensor]
     _tombstones: list[torch.Tensor] | None
     _publishing: bool  # a delta log follows the store: spilled rows keep their mark for it
+    # Checkpoints are taken (saved_rows was called): until then nothing keeps the ids an
+    # increment would need (the first checkpoint of a run is full), so a run without
+    # checkpoints piles none up.
+    _saving: bool
 
     # The store's own (EmbeddingStore's and Spilling's), as attributes: a stub method here
     # would come before Spilling's in the store's method order.
@@ -118,13 +122,12 @@ class Changes:
             restore of the increment's predecessors must forget; an id removed and then created
             again is in both, and its row wins. A full checkpoint removes nothing.
         """
-        removed = torch.unique(torch.cat(self._removed)).cpu().numpy() if self._removed \
-            else np.zeros(0, np.int64)
-        self._removed = []
+        removed = np.zeros(0, np.int64)
         if full:
             parts = self._every_row(part_rows)
-            removed = np.zeros(0, np.int64)
         else:
+            if self._removed:
+                removed = torch.unique(torch.cat(self._removed)).cpu().numpy()
             ids, slots = self._index.items()
             unsaved = self._unsaved[slots]
             ids, slots = ids[unsaved], slots[unsaved]
@@ -133,7 +136,7 @@ class Changes:
         self._unsaved[:] = False
         # Rows on disk marked with the epoch that ends here count as saved from now on.
         self._epoch += 1
-        self._unsaved_log = []
+        self._unsaved_log, self._removed, self._saving = [], [], True
         return parts, removed
 
     def _every_row(self, part_rows: int) -> Iterator[Rows]:

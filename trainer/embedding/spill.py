@@ -75,6 +75,7 @@ class Spilling:
     _last_step: int
     _removed: list[torch.Tensor]
     _publishing: bool
+    _saving: bool
     _tombstones: list[torch.Tensor] | None
     device: torch.device
     _create: Callable[..., torch.Tensor]  # the store's: slots for new rows
@@ -243,7 +244,7 @@ class Spilling:
             changed = self._changed[where].cpu().numpy()
             if changed.any():
                 self._dirty = np.union1d(self._dirty, host[changed])
-        if unsaved.any():
+        if self._saving and unsaved.any():  # (before a first checkpoint, no increment)
             self._unsaved_log.append(host[unsaved])
         self._stats.spilled += n
 
@@ -269,7 +270,8 @@ class Spilling:
             return 0
         if self._tombstones is not None:
             self._tombstones.append(torch.from_numpy(ids[versions > 0]).to(self.device))
-        self._removed.append(torch.from_numpy(ids).to(self.device))
+        if self._saving:
+            self._removed.append(torch.from_numpy(ids).to(self.device))
         self._dirty = _split(ids, self._dirty)[1]
         self._stats.evicted += int(ids.size)
         return int(ids.size)

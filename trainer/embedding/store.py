@@ -137,7 +137,7 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         # and its id is logged (see Spilling).
         self._epoch, self._unsaved_log = 1, []
         self._ahead = []  # reads ahead of spilled rows (Spilling.prefetch)
-        self._publishing = False  # see Changes
+        self._publishing = self._saving = False  # see Changes
         # Spilled rows idle past evict_after are found by a scan of the tier, this often.
         self.expire_every, self._next_expiry = max(1, c.evict_after // 4), 0
 
@@ -504,7 +504,7 @@ class EmbeddingStore(Changes, Spilling, StoreSize):
         gone = slots[torch.nonzero_static(evict, size=n_gone).reshape(-1)]
         if self._tombstones is not None:
             self._tombstones.append(ids[torch.nonzero_static(tomb, size=n_tomb).reshape(-1)])
-        if n_gone > n_spill:  # dropped, not spilled: a checkpoint's increment forgets them
+        if self._saving and n_gone > n_spill:  # dropped: the next increment forgets them
             self._removed.append(ids[torch.nonzero_static(dropped, size=n_gone - n_spill)
                                      .reshape(-1)])
         self._release(torch.flip(gone, (0,)))
