@@ -25,10 +25,11 @@ from hetgmp.streaming.prefetch import Prefetcher
 from hetgmp.streaming.producer import ProduceConfig, ProduceFailed, ProduceReport, produce
 from hetgmp.streaming.schema_file import parse_schema
 from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream, auc
-from hetgmp.streaming.types import ClickBatch, Reject, RejectReason, Schema, SchemaError
+from hetgmp.streaming.types import MAX_DIM, ClickBatch, Reject, RejectReason, Schema, SchemaError
 from hetgmp.streaming.window import AccessWindow, WindowConfig
 
 __all__ = [
+    "MAX_DIM",
     "AccessWindow",
     "BrokerUnavailable",
     "ClickBatch",

@@ -10,6 +10,7 @@
 
     [sparse.item]            # one value, looked up in the table "items"
     table = "items"
+    dim = 32                 # the table's rows are 32 wide (default: --embed-dim)
 
     [sparse.history]         # the last items a user clicked: the same table
     table = "items"
@@ -40,7 +41,8 @@ __all__ = ["MAX_FILE_BYTES", "inline_fields", "load_schema", "parse_schema"]
 # keeps a wrong path (a log, a disk image) from being read whole.
 MAX_FILE_BYTES = 16 << 20
 _SPARSE_KEYS: dict[str, type] = {"table": str, "max_len": int, "pooling": str, "weighted": bool,
-                "on_overflow": str, "weights": str, "own_table": bool}
+                "on_overflow": str, "weights": str, "own_table": bool, "dim": int,
+                "first_order": bool}
 _DENSE_KEYS: dict[str, type] = {"transform": str}
 _HEADER = re.compile(r"^\s*\[\s*(dense|sparse)\s*\.\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*\]")
 _KEY = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*=")

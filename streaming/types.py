@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = [
+    "MAX_DIM",
     "MAX_FIELDS",
     "MAX_LEN",
     "DenseField",
@@ -41,6 +42,9 @@ MAX_FIELDS = 10_000
 # Labels (tasks) a schema may name: multi-task CTR models train a handful (click, conversion,
 # like, share); each is a logit column and an AUC.
 MAX_LABELS = 16
+# Widest row a table may ask for (``dim``): FBGEMM's TBE kernels take up to 1,024 columns, and a
+# typo of a few digits would otherwise ask for rows of gigabytes.
+MAX_DIM = 4096
 # Names a message lists before "and N more" (a duplicate among 10,000 fields was reported as an
 # 89,047-character line).
 _LISTED = 5
@@ -97,6 +101,11 @@ class SparseField:
             ``reject`` (dead-letter the record).
         own_table: The table is this field's alone on purpose, however close its name is to
             another's: no typo check.
+        dim: Width of the table's rows (0: ``--embed-dim``); the fields of a table agree on
+            it, or all but one leave it out.
+        first_order: Whether the table's rows carry a first-order (linear) weight besides
+            their vector (None: as the model wants, which is on for ``deepfm`` and
+            ``widedeep``); the fields of a table agree on it.
     """
 
     name: str
@@ -107,6 +116,8 @@ class SparseField:
     on_overflow: str = "truncate"
     weights: str = ""
     own_table: bool = False
+    dim: int = 0
+    first_order: bool | None = None
 
     def __post_init__(self) -> None:
         def refuse(key: str, what: str) -> SchemaError:
@@ -131,6 +142,9 @@ class SparseField:
         if self.on_overflow not in OVERFLOWS:
             raise refuse("on_overflow", f"on_overflow must be truncate or reject, "
                                         f"not {shown(self.on_overflow)}")
+        if not 0 <= self.dim <= MAX_DIM:
+            raise refuse("dim", f"dim must be from 1 to {MAX_DIM:,} (0: --embed-dim), "
+                                f"not {shown(self.dim)}")
 
     @property
     def multi_valued(self) -> bool:
@@ -215,6 +229,7 @@ class Schema:
         if tuple(f.name for f in self.dense_fields) != self.dense or \
                 tuple(f.name for f in self.sparse_fields) != self.sparse:
             raise SchemaError("the fields' settings must name the schema's fields, in order")
+        _check_table_settings(self.sparse_fields)
         typo = table_typo(self.sparse_fields)
         if typo is not None:
             f, meant = typo
@@ -246,6 +261,18 @@ class Schema:
         """The table each sparse field looks up, in field order (what its ids are hashed with)."""
         return tuple(f.table for f in self.sparse_fields)
 
+    def table_settings(self) -> tuple[tuple[int, bool | None], ...]:
+        """Each sparse field's table's ``(dim, first_order)``, as the table's fields give
+        them (0 and None where none does), in field order."""
+        dims: dict[str, int] = {}
+        first: dict[str, bool] = {}
+        for f in self.sparse_fields:
+            if f.dim:
+                dims[f.table] = f.dim
+            if f.first_order is not None:
+                first[f.table] = f.first_order
+        return tuple((dims.get(f.table, 0), first.get(f.table)) for f in self.sparse_fields)
+
     @property
     def multi_valued(self) -> tuple[str, ...]:
         """The sparse fields that may carry other than one unweighted value."""
@@ -273,6 +300,20 @@ class Schema:
     def num_fields(self) -> int:
         """Fields in a TSV line: labels + dense + sparse."""
         return self.tasks + len(self.dense) + len(self.sparse)
+
+
+def _check_table_settings(fields: Sequence[SparseField]) -> None:
+    """Refuse a table whose fields give it two widths, or first-order weights and none."""
+    seen: dict[tuple[str, str], tuple[object, str]] = {}
+    for f in fields:
+        for key, value in (("dim", f.dim or None), ("first_order", f.first_order)):
+            if value is None:
+                continue
+            other = seen.setdefault((f.table, key), (value, f.name))
+            if other[0] != value:
+                raise SchemaError(f"table {shown(f.table)} has {key} {shown(other[0])} in field "
+                                  f"{shown(other[1])} and {shown(value)} here: a table's rows "
+                                  "have one shape", "sparse", f.name, key)
 
 
 def table_typo(fields: Sequence[SparseField]) -> tuple[SparseField, str] | None:

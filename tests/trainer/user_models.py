@@ -18,9 +18,8 @@ class LastClicks(nn.Module):
         super().__init__()
         (self.history, _), = spec.sequences
         self.item = next(f for f in spec.pooled if spec.table_of(f) == spec.table_of(self.history))
-        d = spec.row_dim
         self.mix = nn.Linear(3, spec.tasks)
-        self.deep = nn.Sequential(nn.Linear(len(spec.pooled) * d + spec.n_dense, hidden),
+        self.deep = nn.Sequential(nn.Linear(spec.pooled_width + spec.n_dense, hidden),
                                   nn.ReLU(), nn.Linear(hidden, spec.tasks))
 
     def forward(self, features: Features) -> torch.Tensor:
@@ -31,7 +30,7 @@ class LastClicks(nn.Module):
         last = seq.rows[:, 0]
         sims = torch.stack([(item * mean).sum(1), (item * last).sum(1),
                             seq.lengths.to(item.dtype)], dim=1)
-        deep = self.deep(torch.cat([features.stacked().flatten(1), features.dense], dim=1))
+        deep = self.deep(torch.cat([features.concat(), features.dense], dim=1))
         return self.mix(sims) + deep  # [B, T]: one column a task
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         check_model,
         resolve_factory,
     )
+    from hetgmp.trainer.model.widths import Widths, block_ids
 
 __all__ = [
     "EXPORTED",
@@ -41,7 +42,9 @@ __all__ = [
     "ModelError",
     "ModelSpec",
     "Sequence",
+    "Widths",
     "batch_features",
+    "block_ids",
     "build_model",
     "call_exported",
     "check_model",
@@ -72,4 +75,6 @@ __getattr__ = lazy_exports(__name__, {
     "check_model": "hetgmp.trainer.model.spec",
     "resolve_factory": "hetgmp.trainer.model.spec",
     "pool_bags": "hetgmp.trainer.model.pooling",
+    "Widths": "hetgmp.trainer.model.widths",
+    "block_ids": "hetgmp.trainer.model.widths",
 })

@@ -19,7 +19,14 @@ class ModelConfig:
                                     "yours, package.module:function, taking a ModelSpec and "
                                     "returning a torch.nn.Module (docs/models.md)"}
     )
-    embed_dim: int = field(default=16, metadata={"help": "embedding dimension"})
+    embed_dim: int = field(default=16, metadata={"help": "embedding dimension (of every "
+                                                 "table the schema and --table-dims leave "
+                                                 "out)"})
+    table_dims: str = field(
+        default="", metadata={"help": "row widths of tables, TABLE=DIM,... (over the "
+                              "schema's dim; a table is its fields' table, or the field's "
+                              "name): rows are stored in blocks of the widths' greatest "
+                              "common divisor (docs/models.md)"})
     hidden: tuple[int, ...] = field(
         default=(128, 64), metadata={"help": "hidden layer sizes of the deep part"}
     )
@@ -59,12 +66,33 @@ class ModelConfig:
                 any(h < 1 for h in (*self.hidden, *self.bottom)):
             raise ValueError("embed_dim, cross_rank and hidden sizes must be positive, "
                              "cross_layers >= 0")
+        self.dims_of_tables()
         if self.autocast == "bf16" and self.dtype != "float32":
             raise ValueError("autocast bf16 needs dtype float32 (float64 is for exact checks)")
 
+    def dims_of_tables(self) -> dict[str, int]:
+        """``--table-dims`` as ``{table: dim}``.
+
+        Raises:
+            ValueError: Not ``TABLE=DIM`` pairs of positive widths.
+        """
+        from hetgmp.streaming import MAX_DIM
+
+        out: dict[str, int] = {}
+        for item in (x.strip() for x in self.table_dims.split(",")):
+            if not item:
+                continue
+            table, sep, dim = (x.strip() for x in item.rpartition("="))
+            if not sep or not table or not dim.isdigit() or not 1 <= int(dim) <= MAX_DIM:
+                raise ValueError(f"--table-dims {self.table_dims!r}: expected TABLE=DIM pairs "
+                                 f"separated by commas, DIM from 1 to {MAX_DIM}, got {item!r}")
+            out[table] = int(dim)
+        return out
+
     @property
     def first_order(self) -> bool:
-        """Whether each row carries a first-order (linear) weight in front of its vector.
+        """Whether rows carry a first-order (linear) weight in front of their vector, in the
+        tables whose schema does not say (``first_order``).
 
         Wide&Deep's wide part and DeepFM's first-order term are per-id scalars; keeping them as
         column 0 of the same row means one lookup, one exchange and one optimizer per id.

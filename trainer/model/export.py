@@ -2,7 +2,8 @@
 
 A checkpoint of a user's model (``--model package.module:function``) carries the model's
 program (:data:`EXPORTED`), so that ``hetgmp serve`` scores it where the user's package is not
-installed. The program takes plain tensors (the pooled rows ``[B, F, D]``, the dense features,
+installed. The program takes plain tensors (the pooled rows ``[B, F, D]``, or one ``[B, D_f]``
+a field when their widths differ, the dense features,
 and each sequence field's rows and lengths, in the spec's order), rebuilds the
 :class:`~hetgmp.trainer.model.features.Features` the model reads, and calls it; the batch size is
 dynamic. The parameters inside the program are the ones it was exported with: serve loads the
@@ -45,7 +46,7 @@ class _OnTensors(nn.Module):
         self.pooled = spec.pooled
         self.sequences = tuple(name for name, _ in spec.sequences)
 
-    def forward(self, pooled_rows: torch.Tensor, dense: torch.Tensor,
+    def forward(self, pooled_rows: torch.Tensor | tuple[torch.Tensor, ...], dense: torch.Tensor,
                 seq_rows: tuple[torch.Tensor, ...],
                 seq_lengths: tuple[torch.Tensor, ...]) -> torch.Tensor:
         sequences = {name: Sequence(rows, lengths)
@@ -74,7 +75,9 @@ def export_model(model: nn.Module, spec: ModelSpec) -> bytes:
     copied = copy.deepcopy(model).float().eval()
     example = _arguments(spec.example(3, torch.float32), spec)
     batch = torch.export.Dim("batch", min=1, max=1 << 24)
-    dims = ({0: batch}, {0: batch}, tuple({0: batch} for _ in example[2]),
+    pooled = example[0]
+    dims = (tuple({0: batch} for _ in pooled) if isinstance(pooled, tuple) else {0: batch},
+            {0: batch}, tuple({0: batch} for _ in example[2]),
             tuple({0: batch} for _ in example[3]))
     try:
         program = torch.export.export(_OnTensors(copied, spec), example, dynamic_shapes=dims,

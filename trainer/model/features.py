@@ -8,8 +8,10 @@ back to the store, as TorchRec's ``KeyedTensor`` and ``JaggedTensor`` reach a mo
 ``EmbeddingBagCollection`` and ``EmbeddingCollection``.
 
 * ``pooled(name)``: a field's bag pooled to one row ``[B, D]`` (sum, mean or weighted sum, as
-  the schema says); ``stacked()`` is every pooled field at once, ``[B, F, D]``, in schema order
-  (the built-in models take it, with no copy).
+  the schema says; ``D`` its table's width, one more with a first-order weight in front);
+  ``stacked()`` is every pooled field at once, ``[B, F, D]``, in schema order, when every
+  pooled field has one width (the built-in models take it, with no copy); ``concat()`` is them
+  side by side, ``[B, sum of D]``, whatever their widths.
 * ``sequences[name]``: a field the schema keeps as a sequence (``pooling = "none"``): its rows
   ``[B, L, D]``, zeros past each record's length, ``L`` the field's ``max_len``, and
   ``lengths`` ``[B]``; ``mask()`` is ``[B, L]`` (DIN's attention, a two-tower's history).
@@ -51,13 +53,14 @@ class Features:
 
     Attributes:
         names: The pooled fields, in schema order (the columns of ``stacked()``).
-        pooled_rows: ``[B, F, D]``: one pooled row per pooled field.
+        pooled_rows: ``[B, F, D]``: one pooled row per pooled field; fields of several
+            widths: one ``[B, D_f]`` tensor a field.
         dense: ``[B, n_dense]``.
         sequences: The sequence fields by name.
     """
 
     names: tuple[str, ...]
-    pooled_rows: torch.Tensor
+    pooled_rows: torch.Tensor | tuple[torch.Tensor, ...]
     dense: torch.Tensor
     sequences: Mapping[str, Sequence] = field(default_factory=dict)
 
@@ -67,8 +70,30 @@ class Features:
         return int(self.dense.shape[0])
 
     def stacked(self) -> torch.Tensor:
-        """Every pooled field's row, ``[B, F, D]`` in schema order."""
-        return self.pooled_rows
+        """Every pooled field's row, ``[B, F, D]`` in schema order.
+
+        Raises:
+            ValueError: The pooled fields have several widths (read ``pooled(name)`` or
+                ``concat()``).
+        """
+        if isinstance(self.pooled_rows, torch.Tensor):
+            return self.pooled_rows
+        widths = ", ".join(f"{n} {r.shape[-1]}" for n, r in zip(self.names, self.pooled_rows))
+        raise ValueError(f"the pooled fields have several widths ({widths}): read "
+                         "features.pooled(name) or features.concat()")
+
+    def concat(self) -> torch.Tensor:
+        """Every pooled field's row side by side, ``[B, sum of widths]``, in schema order."""
+        if isinstance(self.pooled_rows, torch.Tensor):
+            return self.pooled_rows.flatten(1)
+        return torch.cat(self.pooled_rows, 1)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Each pooled field's row width, in schema order."""
+        if isinstance(self.pooled_rows, torch.Tensor):
+            return (int(self.pooled_rows.shape[-1]),) * len(self.names)
+        return tuple(int(r.shape[-1]) for r in self.pooled_rows)
 
     def pooled(self, name: str) -> torch.Tensor:
         """Field ``name``'s pooled row ``[B, D]``.
@@ -77,9 +102,12 @@ class Features:
             KeyError: No pooled field has that name (the message lists those there are).
         """
         try:
-            return self.pooled_rows[:, self.names.index(name)]
+            at = self.names.index(name)
         except ValueError:
             kind = "a sequence field (read features.sequences)" if name in self.sequences \
                 else "no field of the schema"
             raise KeyError(f"{name!r} is {kind}; the pooled fields are "
                            f"{', '.join(self.names)}") from None
+        if isinstance(self.pooled_rows, torch.Tensor):
+            return self.pooled_rows[:, at]
+        return self.pooled_rows[at]

@@ -20,7 +20,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hetgmp.trainer.model.config import ModelConfig
 from hetgmp.trainer.model.features import Features, Sequence
+from hetgmp.trainer.model.widths import Widths
 
 __all__ = ["Bags", "batch_features", "pool_bags"]
 
@@ -40,6 +42,10 @@ class Bags:
         max_len: Per sparse field, its most values a record (a sequence's length ``L``).
         tables: Per sparse field, the table it looks up.
         labels: The schema's labels, one logit column of the model each (empty: one).
+        dims: Per sparse field, its table's row width (0: ``--embed-dim``); empty: every
+            field ``--embed-dim``.
+        first_order: Per sparse field, whether its table's rows carry a first-order weight
+            (None: as the model wants, :attr:`ModelConfig.first_order`); empty: all None.
     """
 
     mean: tuple[bool, ...] = ()
@@ -50,6 +56,8 @@ class Bags:
     max_len: tuple[int, ...] = ()
     tables: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
+    dims: tuple[int, ...] = ()
+    first_order: tuple[bool | None, ...] = ()
 
     @classmethod
     def of(cls, schema: Any) -> Bags:
@@ -62,7 +70,37 @@ class Bags:
                    sequence=tuple(f.pooling == "none" for f in fields),
                    max_len=tuple(f.max_len for f in fields),
                    tables=tuple(f.table for f in fields),
-                   labels=tuple(schema.labels))
+                   labels=tuple(schema.labels),
+                   dims=tuple(d for d, _ in schema.table_settings()),
+                   first_order=tuple(f for _, f in schema.table_settings()))
+
+    def widths(self, config: ModelConfig, n_fields: int) -> Widths:
+        """Each field's row width and first-order weight: ``--table-dims``'s width for its
+        table, else the schema's, else ``--embed-dim``; the schema's first-order setting,
+        else what the model wants."""
+        tables = self.tables or self.field_names(n_fields)
+        given = config.dims_of_tables()
+        dims = tuple(given.get(t) or (self.dims[i] if self.dims else 0) or config.embed_dim
+                     for i, t in enumerate(tables))
+        first = tuple(config.first_order if not self.first_order or self.first_order[i] is None
+                      else bool(self.first_order[i]) for i in range(n_fields))
+        return Widths(dims, first)
+
+    def columns(self, widths: Widths, n_fields: int) -> Bags:
+        """The bags of ``widths``'s expanded batches: one a block of each field's rows,
+        named ``<field>#<block>`` (these bags when every row is one block)."""
+        if widths.one_block:
+            return self
+        of = widths.column_field.tolist()
+        names = self.field_names(n_fields)
+
+        def each(values: tuple) -> tuple:
+            return tuple(values[f] for f in of) if values else ()
+
+        return Bags(mean=each(self.mean), jagged=self.jagged, weighted=self.weighted,
+                    names=tuple(f"{names[f]}#{j}" for f, j in zip(of, widths.column_block)),
+                    sequence=each(self.sequence), max_len=each(self.max_len),
+                    tables=each(self.tables), labels=self.labels)
 
     def field_names(self, n_fields: int) -> tuple[str, ...]:
         """The sparse fields' names (``f0, f1, ...`` when the bags carry none)."""

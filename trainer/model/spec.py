@@ -42,7 +42,11 @@ class ModelSpec:
         sequences: ``(name, max_len)`` of each field kept as a sequence
             (``pooling = "none"``: ``features.sequences``).
         n_dense: Dense features.
-        row_dim: Width of every row (``config.row_dim``).
+        widths: ``(field, width)`` of every sparse field's row as the model reads it: its
+            table's ``dim``, one more with a first-order weight in column 0 (empty: every
+            field ``config.row_dim``).
+        vectors: ``(field, dim)``: each field's vector width (its row without a first-order
+            weight; empty: ``config.embed_dim``).
         tasks: Logit columns the model returns (one per label; 1: ``[B]`` or ``[B, 1]``).
         tables: ``(field, table)`` of every sparse field: fields that share a table read the
             same rows (DIN's candidate item and the history of items).
@@ -56,6 +60,41 @@ class ModelSpec:
     tasks: int = 1
     tables: tuple[tuple[str, str], ...] = field(default=())
     labels: tuple[str, ...] = field(default=())
+    widths: tuple[tuple[str, int], ...] = field(default=())
+    vectors: tuple[tuple[str, int], ...] = field(default=())
+
+    def width_of(self, name: str) -> int:
+        """Width of field ``name``'s row as the model reads it."""
+        return dict(self.widths).get(name, self.config.row_dim)
+
+    @property
+    def pooled_width(self) -> int:
+        """The pooled fields' widths summed (the width of ``features.concat()``)."""
+        return sum(self.width_of(n) for n in self.pooled)
+
+    def one_width(self, model: str) -> int:
+        """The one width of every pooled field's row.
+
+        Raises:
+            ModelError: The pooled fields have several (a model that stacks them)."""
+        widths = {self.width_of(n) for n in self.pooled}
+        if len(widths) > 1:
+            shown = ", ".join(f"{n} {self.width_of(n)}" for n in self.pooled[:6])
+            raise ModelError(f"model {model!r} needs one row width for every pooled field; "
+                             f"this schema's have several ({shown}): drop the tables' dim or "
+                             "use a model that reads features.concat() (dcn, mmoe, din, yours)")
+        return widths.pop() if widths else self.config.row_dim
+
+    def require_first_order(self, model: str) -> None:
+        """Refuse pooled fields whose rows carry no first-order weight."""
+        lacking = [n for n in self.pooled if self.width_of(n) == self.vector_width(n)]
+        if lacking:
+            raise ModelError(f"model {model!r} reads a first-order weight of every field; "
+                             f"{', '.join(lacking[:6])} have first_order = false")
+
+    def vector_width(self, name: str) -> int:
+        """Width of field ``name``'s vector (its row without a first-order weight)."""
+        return dict(self.vectors).get(name, self.config.embed_dim)
 
     def require_one_task(self, model: str) -> None:
         """Refuse a schema of several labels (a model with one logit)."""
@@ -70,17 +109,21 @@ class ModelSpec:
 
     @property
     def row_dim(self) -> int:
-        return self.config.row_dim
+        """The one width of every pooled field's row (see :meth:`one_width`)."""
+        return self.one_width(self.config.model)
 
     @classmethod
     def of_bags(cls, config: ModelConfig, bags: Bags, n_fields: int, n_dense: int) -> ModelSpec:
         """What a factory is given for ``n_fields`` sparse fields set up as ``bags`` say."""
         names = bags.field_names(n_fields)
         sequences = set(bags.sequences)
+        w = bags.widths(config, n_fields)
         return cls(config, tuple(n for i, n in enumerate(names) if i not in sequences),
                    n_dense, tuple((names[i], bags.max_len[i]) for i in sorted(sequences)),
                    tasks=bags.tasks, tables=tuple(zip(names, bags.tables or names)),
-                   labels=bags.labels)
+                   labels=bags.labels,
+                   widths=tuple((n, w.width(i)) for i, n in enumerate(names)),
+                   vectors=tuple(zip(names, w.dims)))
 
     @classmethod
     def of_fields(cls, config: ModelConfig, n_fields: int, n_dense: int) -> ModelSpec:
@@ -98,12 +141,19 @@ class ModelSpec:
     def example(self, batch: int = 2, dtype: torch.dtype = torch.float32) -> Features:
         """Features of ``batch`` records shaped as this spec says (zeros, every sequence at
         half its length): what :func:`check_model` runs the model on."""
-        sequences = {name: Sequence(torch.zeros(batch, length, self.row_dim, dtype=dtype),
+        sequences = {name: Sequence(torch.zeros(batch, length, self.width_of(name),
+                                                dtype=dtype),
                                     torch.full((batch,), max(length // 2, 1)))
                      for name, length in self.sequences}
-        return Features(self.pooled, torch.zeros(batch, len(self.pooled), self.row_dim,
-                                                 dtype=dtype),
-                        torch.zeros(batch, self.n_dense, dtype=dtype), sequences)
+        widths = [self.width_of(n) for n in self.pooled]
+        pooled: torch.Tensor | tuple[torch.Tensor, ...]
+        if len(set(widths)) > 1:
+            pooled = tuple(torch.zeros(batch, w, dtype=dtype) for w in widths)
+        else:
+            pooled = torch.zeros(batch, len(self.pooled), widths[0] if widths else
+                                 self.config.row_dim, dtype=dtype)
+        return Features(self.pooled, pooled, torch.zeros(batch, self.n_dense, dtype=dtype),
+                        sequences)
 
 
 def resolve_factory(name: str) -> Callable[[ModelSpec], nn.Module]:

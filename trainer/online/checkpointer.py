@@ -258,8 +258,9 @@ def check_compatible(manifest: ckpt.Manifest, extra: dict[str, Any],
                     saved["batch_scaling"], extra.get("batch_scaling"))
     diff = {k: (saved.get(k), v) for k, v in extra.items()
             if k in saved and saved[k] != v and k != "batch_scaling"}
-    if saved.get("labels") != extra.get("labels"):  # absent: one label
-        diff["labels"] = (saved.get("labels"), extra.get("labels"))
+    for key in ("labels", "dims", "first_order"):  # absent: one label, one width
+        if saved.get(key) != extra.get(key):
+            diff[key] = (saved.get(key), extra.get(key))
     if diff:
         detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in diff.items())
         raise ckpt.CheckpointError(f"{manifest.path} was written by another model ({detail})")

@@ -18,6 +18,7 @@ from hetgmp.runtime import Clock
 from hetgmp.streaming import ClickBatch, SyntheticStream
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.trainer.dist import Comm
+from hetgmp.trainer.model import Widths
 from hetgmp.trainer.run.job import Job
 from hetgmp.trainer.sources import Source
 from hetgmp.trainer.step import TrainConfig
@@ -50,8 +51,11 @@ def graph_placement(ids: Samples, world: int, train: TrainConfig, seed: int = 0)
 
 
 def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
-                      manifest: ckpt.Manifest | None = None) -> Start:
-    """The job's first placement (collective: every rank calls it)."""
+                      manifest: ckpt.Manifest | None = None,
+                      widths: Widths | None = None) -> Start:
+    """The job's first placement (collective: every rank calls it); ``widths``: the rows'
+    blocks, which ``source``'s batches carry already (a ``--window``'s records are expanded
+    here)."""
     world, train = comm.world, job.train
     kind: str = "given" if job.placement else train.placement
     start = Start(Placement.hash(world))
@@ -69,7 +73,7 @@ def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
     elif train.placement in ("graph", "auto") and world > 1:  # auto without an interval
         kind = "graph"
         t0 = clock.monotonic()
-        ids = _window_ids(job, comm, source, start.buffered)
+        ids = _window_ids(job, comm, source, start.buffered, widths)
         computed = graph_placement(ids, world, train, job.seed) if ids is not None else None
         start.placement = comm.broadcast_object(computed)
         start.info["partition_s"] = clock.monotonic() - t0
@@ -79,15 +83,24 @@ def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
     return start
 
 
-def _window_ids(job: Job, comm: Comm, source: Source,
-                buffered: list[ClickBatch]) -> Samples | None:
+def _window_ids(job: Job, comm: Comm, source: Source, buffered: list[ClickBatch],
+                widths: Widths | None = None) -> Samples | None:
     """Rank 0: the access window's ids; the first ``warmup`` records read go to ``buffered``."""
     if job.window is not None:
         w = job.window
         if comm.rank != 0:
             return None
         stream = SyntheticStream(w.config)
-        return stream.sample_csr(stream.take(w.start, w.records))
+        block = stream.take(w.start, w.records)
+        if widths is None or widths.one_block:
+            return stream.sample_csr(block)
+        values, lengths = stream.sparse(block)
+        n = len(block)
+        unknown = np.full(n, -1, np.int64)
+        expanded = widths.expand(ClickBatch(np.zeros(n, np.float32), np.zeros((n, 0), np.float32),
+                                            values, lengths, unknown.astype(np.int32), unknown,
+                                            unknown))
+        return expanded.indptr, expanded.values
     share = math.ceil(job.train.warmup / comm.world)
     got = 0
     while got < share and not source.exhausted and not comm.stop_requested():

@@ -44,7 +44,7 @@ from hetgmp.trainer.run.evaluation import (
 )
 from hetgmp.trainer.run.job import Job, RankResult
 from hetgmp.trainer.run.placement import Start, initial_placement
-from hetgmp.trainer.sources import KafkaSpec, Resume, Source, open_source
+from hetgmp.trainer.sources import KafkaSpec, Resume, Source, open_source, with_blocks
 from hetgmp.trainer.step import Trainer, scaled
 
 __all__ = ["gather_totals", "run_jobs", "run_rank"]
@@ -66,9 +66,12 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
         source = stack.enter_context(open_source(
             job.source, job.train.global_batch, comm.rank, comm.world, resume=resume,
             max_records=job.online.max_records, stop=comm.stop_requested))
-        start = initial_placement(job, comm, source, clock, manifest)
         schema = source.schema
         bags = Bags.of(schema)
+        # Tables of several widths: a column of ids a block of each row (trainer.model.widths).
+        widths = bags.widths(job.model, len(schema.sparse))
+        source = with_blocks(source, widths)
+        start = initial_placement(job, comm, source, clock, manifest, widths)
         trainer = Trainer(comm, start.placement, len(schema.sparse), len(schema.dense),
                           model=job.model, store=job.store, train=job.train, bags=bags,
                           clock=clock)
@@ -170,7 +173,7 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
         ctl = loop.control()
         loop.between_steps(ctl)
         if ctl.stop:  # every rank agreed: the ranks end together at this step
-            batch, done = ClickBatch.empty(source.schema), True
+            batch, done = trainer.blocks(ClickBatch.empty(source.schema)), True
         else:
             batch = buffered.pop(0) if buffered else source.next_batch(loop.read_cap())
             done = not buffered and source.exhausted
@@ -323,7 +326,13 @@ def model_shape(job: Job, n_fields: int, n_dense: int, bags: Bags | None = None,
     if bags is not None and bags.tasks > 1:
         # Several labels: the model's logit columns, named (serve answers one score each).
         pooled["labels"] = list(bags.labels)
-    return {**pooled, "model": m.model, "row_dim": m.row_dim, "hidden": list(m.hidden),
+    if bags is not None:
+        widths = bags.widths(m, n_fields)
+        if not widths.as_stored or widths.row_dim != m.row_dim:
+            # Tables of their own widths (or first-order weights of their own): serve cuts
+            # the rows in the same blocks; a resume must have the same.
+            pooled.update(widths.record(), row_dim=widths.row_dim)
+    return {"model": m.model, "row_dim": m.row_dim, **pooled, "hidden": list(m.hidden),
             "cross_layers": m.cross_layers, "cross_rank": m.cross_rank,
             "bottom": list(m.bottom), "dtype": m.dtype, "fields": n_fields,
             "dense": n_dense, "row_optimizer": job.store.optimizer,

@@ -65,12 +65,18 @@ def _bags_of(shape: dict[str, Any], fields: int) -> Bags:
     mean = tuple(bool(m) for m in shape.get("mean") or ())
     try:
         labels = tuple(str(n) for n in shape.get("labels") or ())
+        # Tables of their own widths: each field's, as the trainer cut its rows.
+        dims = tuple(int(d) for d in shape.get("dims") or ())
+        first = tuple(bool(f) for f in shape.get("first_order") or ())
+        if len(dims) not in (0, fields) or len(first) != len(dims):
+            raise ValueError(f"{len(dims)} dims and {len(first)} first_order for {fields} fields")
         if not shape.get("sequence"):
-            return Bags(mean=mean, labels=labels)
+            return Bags(mean=mean, labels=labels, dims=dims, first_order=first)
         return Bags(mean=mean, names=tuple(str(n) for n in shape["names"]),
                     sequence=tuple(bool(s) for s in shape["sequence"]),
                     max_len=tuple(int(n) for n in shape["max_len"]),
-                    tables=tuple(str(t) for t in shape["tables"]), labels=labels)
+                    tables=tuple(str(t) for t in shape["tables"]), labels=labels, dims=dims,
+                    first_order=first)
     except (KeyError, TypeError, ValueError) as exc:
         raise ckpt.CheckpointError(f"the checkpoint does not describe its fields: {exc!r}") \
             from None
@@ -144,10 +150,17 @@ class ServingModel:
         self.shape = shape
         self.config = model_config(shape)
         self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
-        mean = shape.get("mean")
-        self._mean = torch.tensor([bool(m) for m in mean]) if mean else None
         self.bags = _bags_of(shape, self.fields)
         self.spec = ModelSpec.of_bags(self.config, self.bags, self.fields, self.n_dense)
+        # Rows in blocks of one width, as the trainer stored them (trainer.model.widths).
+        try:
+            self.widths = self.bags.widths(self.config, self.fields)
+        except ValueError as exc:
+            raise ckpt.CheckpointError(f"the checkpoint's row widths: {exc}") from None
+        self.row_dim = self.widths.row_dim
+        self._columns = self.bags.columns(self.widths, self.fields)
+        mean = self._columns.mean
+        self._mean = torch.tensor(mean) if any(mean) else None
         # A user's model exported with torch.export (trainer.model.export): scored without
         # its code; the dense parameters go into the program by name.
         self._program = program if program and shape.get("dense_names") else None
@@ -157,7 +170,7 @@ class ServingModel:
         elif ":" in self.config.model:
             log.info("serving model %r by import path: its module must be importable here, "
                      "as it was where the trainer ran", self.config.model)
-        self.table = ServingTable(self.config.row_dim, int(shape.get("row_seed", 0)),
+        self.table = ServingTable(self.row_dim, int(shape.get("row_seed", 0)),
                                   float(shape.get("row_init_scale", 0.01)),
                                   memory_rows=memory_rows, disk_dir=disk_dir)
         self.lineage = lineage
@@ -203,9 +216,9 @@ class ServingModel:
         if not np.isfinite(dense).all():
             raise ckpt.CheckpointError(f"{manifest.path} holds NaN or infinite parameters")
         for ids, values, _, _ in ckpt.iter_rows(manifest):
-            if values.shape[1:] != (model.config.row_dim,):
+            if values.shape[1:] != (model.row_dim,):
                 raise ckpt.CheckpointError(f"{manifest.path}: rows of width {values.shape[1:]},"
-                                           f" the model's are {model.config.row_dim}")
+                                           f" the model's are {model.row_dim}")
             if not np.isfinite(values).all():
                 raise ckpt.CheckpointError(f"{manifest.path} holds NaN or infinite parameters")
             model.table.upsert(ids, values.astype(np.float32), version)
@@ -245,9 +258,9 @@ class ServingModel:
         h = delta.head
         if h.lineage != self.lineage:
             return  # another job's: ignored, whatever it holds
-        if delta.kind == "rows" and delta.values.shape[1] != self.config.row_dim:
+        if delta.kind == "rows" and delta.values.shape[1] != self.row_dim:
             raise Rejected("shape", f"rows of width {delta.values.shape[1]}; the model's are "
-                                    f"{self.config.row_dim}")
+                                    f"{self.row_dim}")
         if delta.kind == "dense" and delta.dense_size != self._numel:
             raise Rejected("shape", f"dense parameters of {delta.dense_size} values; the model "
                                     f"has {self._numel}")
@@ -416,6 +429,7 @@ class ServingModel:
             raise ValueError(f"records of {batch.fields} sparse and "
                              f"{batch.dense.shape[1:]} dense fields; the model takes "
                              f"{self.fields} and {self.n_dense}")
+        batch = self.widths.expand(batch)
         uniq, inverse = np.unique(batch.values, return_inverse=True)
         with self._lock:
             rows, unknown = self.table.gather(uniq)
@@ -424,10 +438,12 @@ class ServingModel:
         table, index = torch.from_numpy(rows), torch.from_numpy(inverse.reshape(-1))
         # As the trainer builds them (Trainer.features): each value's row read where it lies.
         weights = None if batch.weights is None else torch.from_numpy(batch.weights)
-        features = batch_features(table, torch.from_numpy(batch.lengths),
-                                  torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)),
-                                  self.bags, weights=weights, mean=self._mean, index=index,
-                                  one_value=batch.one_value)
+        columns = batch_features(table, torch.from_numpy(batch.lengths),
+                                 torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)),
+                                 self._columns, weights=weights, mean=self._mean, index=index,
+                                 one_value=batch.one_value)
+        features = self.widths.assemble(columns, self.bags.field_names(self.fields),
+                                        self.bags.sequence or (False,) * self.fields)
         logits = model(features) if self._program is None else \
             call_exported(model, features, self.spec)
         if logits.dim() == 2 and logits.shape[1] == 1:

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Callable
 
 from hetgmp.trainer.sources.base import ResetOffsets, Resume, Source
+from hetgmp.trainer.sources.blocks import BlockSource, with_blocks
 from hetgmp.trainer.sources.kafka import KafkaShard, KafkaSpec
 from hetgmp.trainer.sources.synthetic import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
 
 __all__ = [
+    "BlockSource",
     "KafkaShard",
     "KafkaSpec",
     "ResetOffsets",
@@ -24,6 +26,7 @@ __all__ = [
     "open_source",
     "shard_bounds",
     "synthetic_batch",
+    "with_blocks",
 ]
 
 SourceSpec = SyntheticSpec | KafkaSpec

@@ -45,11 +45,11 @@ from hetgmp.trainer.model import (
     ModelSpec,
     batch_features,
     build_model,
-    pool_bags,
 )
 from hetgmp.trainer.step.config import TrainConfig, scaled
 from hetgmp.trainer.step.message import pack_ids, pack_lists, unpack_ids, unpack_lists
 from hetgmp.trainer.step.route_choice import RouteChoice
+from hetgmp.trainer.step.transfer import to_device
 
 __all__ = ["Trainer", "ModelState"]
 
@@ -66,20 +66,6 @@ class ModelState:
     ids: np.ndarray
     rows: torch.Tensor
     versions: np.ndarray
-
-
-def to_device(array: np.ndarray, device: torch.device,
-              dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A host array as a tensor on ``device`` (in ``dtype``; default the array's).
-
-    On CUDA the array goes through pinned memory and a non-blocking copy: a copy from pageable
-    memory makes the host wait for it, a pinned one is queued (torch's caching host allocator
-    keeps the buffer until the copy is done, so the next step's input never overwrites it).
-    """
-    t = torch.from_numpy(np.ascontiguousarray(array))
-    if device.type == "cuda":
-        t = t.pin_memory().to(device, non_blocking=True)
-    return t.to(device=device, dtype=t.dtype if dtype is None else dtype)
 
 
 @dataclass
@@ -117,7 +103,8 @@ class Trainer:
         Args:
             comm: Collectives of the job (``LocalComm`` for single-process training).
             placement: Owners and replicas of rows, for ``comm.world`` ranks.
-            n_fields: Sparse fields per sample.
+            n_fields: Sparse fields per sample (of the schema: the batches it trains on have
+                a column of ids for each block of each field's rows, ``widths.expand``).
             n_dense: Dense features per sample.
             model: Model settings.
             store: Embedding store settings.
@@ -134,11 +121,18 @@ class Trainer:
         self.scaling = scaled(train or TrainConfig(), store or StoreConfig())
         self.train_config = tc = self.scaling.train
         store = self.scaling.store
-        self.n_fields, self.n_dense = n_fields, n_dense
         self.bags = bags = bags or Bags()
         if bags.mean and len(bags.mean) != n_fields:
             raise ValueError(f"pooling given for {len(bags.mean)} fields, the model has {n_fields}")
-        self._mean = torch.tensor(bags.mean, device=comm.device) if any(bags.mean) else None
+        # Tables of several widths: rows stored in blocks of one width, a batch a column of
+        # ids a block (trainer.model.widths); n_fields is then the batches' columns.
+        self.widths = bags.widths(mc, n_fields)
+        self._columns = bags.columns(self.widths, n_fields)
+        self.fields, self.n_fields, self.n_dense = n_fields, self.widths.columns, n_dense
+        self._names = bags.field_names(n_fields)
+        self._sequence = bags.sequence or (False,) * n_fields
+        mean = self._columns.mean
+        self._mean = torch.tensor(mean, device=comm.device) if any(mean) else None
         self.dtype = torch.float64 if mc.dtype == "float64" else torch.float32
         device = comm.device
         self.spec = ModelSpec.of_bags(mc, bags, n_fields, n_dense)
@@ -151,11 +145,11 @@ class Trainer:
         # Same seed gives the same values; the broadcast makes it so even across machines
         # whose torch builds might draw differently.
         comm.broadcast_(self.dense.flat, src=0)
-        self.store = EmbeddingStore(mc.row_dim, store, dtype=self.dtype, device=device)
+        self.store = EmbeddingStore(self.widths.row_dim, store, dtype=self.dtype, device=device)
         replicated = [r for r in placement.replicas if r.size]
         if replicated:
             self.store.pin(np.unique(np.concatenate(replicated)))
-        self.replicas = ReplicaTable(placement.replicas[comm.rank], mc.row_dim,
+        self.replicas = ReplicaTable(placement.replicas[comm.rank], self.widths.row_dim,
                                      self.store.optimizer, dtype=self.dtype, device=device)
         self.exchange = RowExchange(comm, self.store, self.replicas, placement, tc.staleness)
         self.optimizer = DenseOptimizer(tc.dense_optimizer, tc.dense_lr, self.dense.flat,
@@ -182,7 +176,7 @@ class Trainer:
         self.last_dest: np.ndarray | None = None
         self.last_routed_in = ClickBatch.of_ids(no_labels,
                                                 np.zeros((0, n_dense), np.float32),
-                                                np.zeros((0, n_fields), np.int64))
+                                                np.zeros((0, self.n_fields), np.int64))
         # The last step's dense all-reduce, left running, and its buffer (see finish_step).
         self._dense_pending: tuple[Pending, torch.Tensor] | None = None
         # The last step's summed loss and its samples, read back with the next step's counts
@@ -211,6 +205,7 @@ class Trainer:
             trained and the step does not count), or None when moreover every rank's source
             has ended (the job is over).
         """
+        batch = self.blocks(batch)
         c = StepCounters(samples_read=len(batch))
         before = self.comm.traffic.copy()
         tick = self._clock.monotonic
@@ -247,6 +242,20 @@ class Trainer:
         t4 = tick()
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
+
+    def blocks(self, batch: ClickBatch) -> ClickBatch:
+        """``batch`` with a column of ids a block of each field's rows, as the trainer reads
+        it (``widths.expand``; a batch expanded already is returned as it is).
+
+        Raises:
+            ValueError: ``batch`` has neither a column a field nor a column a block.
+        """
+        if batch.fields == self.n_fields:
+            return batch
+        if batch.fields != self.fields:
+            raise ValueError(f"a batch of {batch.fields} sparse fields; the model has "
+                             f"{self.fields} ({self.n_fields} columns of row blocks)")
+        return self.widths.expand(batch)
 
     def prefetch(self, ids: np.ndarray, now: ClickBatch) -> None:
         """Read ahead, on a thread, the spilled rows of the ids (the next batch's) this rank
@@ -333,26 +342,16 @@ class Trainer:
 
     def features(self, rows: torch.Tensor, batch: ClickBatch, index: torch.Tensor | None = None,
                  by_row: tuple[torch.Tensor, torch.Tensor] | None = None) -> Features:
-        """What the model reads from the batch's looked-up rows (see :meth:`pool` for
-        ``rows``, ``index`` and ``by_row``): pooled fields, sequence fields, dense features."""
+        """What the model reads from the batch's looked-up rows: ``[nnz, R]`` in the order of
+        ``batch.values``, or with ``index`` (the row of each value; ``by_row``: it sorted, see
+        :func:`~hetgmp.trainer.model.pool_bags`) its distinct rows; pooled fields, sequence
+        fields, dense features, each field's row joined from its blocks."""
         weights = None if batch.weights is None else to_device(batch.weights, rows.device)
-        return batch_features(rows, to_device(batch.lengths, rows.device),
-                              self._dense_tensor(batch.dense), self.bags, weights=weights,
-                              mean=self._mean, index=index, by_row=by_row,
-                              one_value=batch.one_value)
-
-    def pool(self, rows: torch.Tensor, batch: ClickBatch, index: torch.Tensor | None = None,
-             by_row: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """The model's input ``[B, S, R]`` from the batch's looked-up rows: ``[nnz, R]`` in the
-        order of ``batch.values``, or with ``index`` (the row of each value; ``by_row``: it
-        sorted, see :func:`~hetgmp.trainer.model.pool_bags`) its distinct rows; each (sample,
-        field)'s bag pooled; a one-value batch's rows as they are."""
-        if batch.one_value:
-            picked = rows if index is None else rows.index_select(0, index)
-            return picked.view(len(batch), batch.fields, rows.shape[1])
-        weights = None if batch.weights is None else to_device(batch.weights, rows.device)
-        return pool_bags(rows, to_device(batch.lengths, rows.device), weights, self._mean, index,
-                         by_row=by_row)
+        columns = batch_features(rows, to_device(batch.lengths, rows.device),
+                                 self._dense_tensor(batch.dense), self._columns,
+                                 weights=weights, mean=self._mean, index=index, by_row=by_row,
+                                 one_value=batch.one_value)
+        return self.widths.assemble(columns, self._names, self._sequence)
 
     def model_autocast(self) -> torch.autocast:
         """The model's forward under bf16 autocast with ``--autocast bf16`` (else disabled)."""
@@ -552,7 +551,7 @@ class Trainer:
         if old.pending_slots().numel():
             raise RuntimeError("replica updates still pending: flush before replacing replicas")
         mine = replicas[self.comm.rank]
-        table = ReplicaTable(mine, self.model_config.row_dim, self.store.optimizer,
+        table = ReplicaTable(mine, self.widths.row_dim, self.store.optimizer,
                              dtype=self.dtype, device=self.comm.device)
         table.keep(old)
         used = [r for r in replicas if r.size]
@@ -581,6 +580,7 @@ class Trainer:
                 include every update.
         """
         self.finish_step()
+        batch = self.blocks(batch)
         uniq, inverse = np.unique(batch.values, return_inverse=True)
         rows = self.exchange.read_only(uniq, replicas=local_view)
         index = torch.from_numpy(inverse.reshape(-1)).to(rows.device)

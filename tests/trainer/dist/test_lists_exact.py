@@ -17,7 +17,7 @@ from hetgmp.streaming import ClickBatch, SyntheticStream
 from hetgmp.streaming.synthetic import SyntheticConfig
 from hetgmp.trainer.dist import LocalComm, run_threads
 from hetgmp.trainer.embedding import StoreConfig
-from hetgmp.trainer.model import Bags, ModelConfig
+from hetgmp.trainer.model import Bags, ModelConfig, pool_bags
 from hetgmp.trainer.online import OnlineConfig
 from hetgmp.trainer.run import Job, graph_placement, run_jobs, run_rank
 from hetgmp.trainer.sources import SyntheticSpec
@@ -184,10 +184,9 @@ def test_weighted_bags_routed_between_ranks_train_what_one_process_does() -> Non
 
 def test_a_batch_of_lists_pools_each_bag_as_embedding_bag_does() -> None:
     batch = _weighted_batches(1, 50)[0]
-    trainer = Trainer(LocalComm(), Placement.hash(1), FIELDS, DENSE, model=EXACT["model"],
-                      store=EXACT["store"], train=TRAIN, bags=BAGS)
     rows = torch.randn(batch.values.size, 8, dtype=torch.float64)
-    pooled = trainer.pool(rows, batch)
+    pooled = pool_bags(rows, torch.from_numpy(batch.lengths), torch.from_numpy(batch.weights),
+                       torch.tensor(BAGS.mean))
     at = 0
     for b, row in enumerate(batch.lengths.tolist()):
         for f, n in enumerate(row):

@@ -35,6 +35,9 @@ TRAIN = TrainConfig(staleness=0, global_batch=BATCH, replica_fraction=0.05, log_
                     task_weights=(1.0, 0.5))
 EXACT = dict(model=ModelConfig(model="user_models:build", embed_dim=8, dtype="float64"),
              store=StoreConfig(optimizer="adagrad", lr=0.05), train=TRAIN)
+# Tables of three widths: the items (the candidate and the history) 16 wide, C4 4, the rest 8
+# (rows stored in blocks of 4).
+WIDTHS = {"one width": "", "three widths": "C2=16,C4=4"}
 SOURCE = SyntheticSpec(HISTORY, start=WINDOW, records=BATCH * STEPS)
 
 
@@ -44,10 +47,14 @@ def _graph() -> Placement:
     return graph_placement(stream.sample_csr(stream.take(0, WINDOW)), 2, TRAIN)
 
 
+def _exact(widths: str) -> dict:
+    return {**EXACT, "model": replace(EXACT["model"], table_dims=widths)}
+
+
 @functools.lru_cache(maxsize=None)
-def _reference():
+def _reference(widths: str = ""):
     torch.set_num_threads(1)
-    return run_rank(LocalComm(), Job(SOURCE, **EXACT, placement=Placement.hash(1),
+    return run_rank(LocalComm(), Job(SOURCE, **_exact(widths), placement=Placement.hash(1),
                                      observers=(ReturnState,)))
 
 
@@ -59,9 +66,11 @@ def test_the_spec_names_pooled_and_sequence_fields_and_their_tables() -> None:
     assert spec.table_of(history) == spec.table_of(HISTORY.schema.sparse[1])
 
 
+@pytest.mark.parametrize("widths", WIDTHS.values(), ids=WIDTHS.keys())
 def test_a_users_model_on_two_ranks_trains_what_one_process_does_through_migrations_and_a_resume(
-        tmp_path: Path, max_diff) -> None:
+        tmp_path: Path, max_diff, widths: str) -> None:
     world = 2
+    exact = _exact(widths)
     stream = SyntheticStream(HISTORY)
     values, _ = stream.sparse(stream.take(0, WINDOW + BATCH * STEPS))
     ids = np.unique(values)
@@ -72,20 +81,20 @@ def test_a_users_model_on_two_ranks_trains_what_one_process_does_through_migrati
                 (9, Placement.hash(world, 3)))
     online = OnlineConfig(repartition_interval="0", drift_threshold=0.0,
                           migration_chunk_bytes=96 * 1500)
-    ranks = run_threads(run_rank, Job(SOURCE, **EXACT, placement=Placement.hash(2),
+    ranks = run_threads(run_rank, Job(SOURCE, **exact, placement=Placement.hash(2),
                                       online=online, schedule=schedule,
                                       observers=(ReturnState, AuditRun)), world)
-    dense, emb = max_diff(_reference(), ranks)
+    dense, emb = max_diff(_reference(widths), ranks)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
     assert [e["version"] for e in ranks[0].online["events"]
             if e["event"] == "migration_done"] == [1, 2, 3]
     half = replace(online, checkpoint_dir=str(tmp_path), max_records=BATCH * STEPS // 2)
-    run_threads(run_rank, Job(SOURCE, **EXACT, placement=_graph(), online=half), world)
+    run_threads(run_rank, Job(SOURCE, **exact, placement=_graph(), online=half), world)
     resume = replace(online, checkpoint_dir=str(tmp_path), resume=True)
-    resumed = run_threads(run_rank, Job(SOURCE, **EXACT, placement=Placement.hash(2),
+    resumed = run_threads(run_rank, Job(SOURCE, **exact, placement=Placement.hash(2),
                                         online=resume, observers=(ReturnState,)), world)
     assert resumed[0].resumed_from == STEPS // 2 and resumed[0].steps == STEPS
-    dense, emb = max_diff(_reference(), resumed)
+    dense, emb = max_diff(_reference(widths), resumed)
     assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)
 
 

@@ -92,26 +92,39 @@ def test_served_scores_of_a_sequence_model_are_the_trainers(kind: str) -> None:
     np.testing.assert_allclose(served.score(batch), trainer.predict(batch), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize(("kind", "pooling"), [("mmoe", "mean"), ("user_models:build", "none")])
-def test_served_scores_of_a_two_task_model_are_the_trainers_per_task(kind: str,
-                                                                     pooling: str) -> None:
+@pytest.mark.parametrize(("kind", "pooling", "widths"), [
+    ("mmoe", "mean", ""), ("user_models:build", "none", ""),
+    ("mmoe", "mean", "C2=16,C4=4"), ("user_models:build", "none", "C2=16,C4=4"),
+    ("din", "none", "C2=12")])
+def test_served_scores_of_a_two_task_model_are_the_trainers_per_task(
+        kind: str, pooling: str, widths: str) -> None:
     # Click and conversion: the built-in MMoE on the pooled history, and a model of the user's
-    # on the history as a sequence; serve answers a score a task, each the trainer's.
+    # on the history as a sequence; serve answers a score a task, each the trainer's. With
+    # tables of several widths (the items 16 wide, C4 4, the rest 8: rows cut in blocks of 4)
+    # serve cuts and joins the rows as the trainer does.
     syn = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6,
-                          n_sparse=5, seed=9, history_pooling=pooling, conversion=True)
+                          n_sparse=5, seed=9, history_pooling=pooling, conversion=kind != "din")
     stream, trainer, served = _trained_and_served(syn, ModelConfig(model=kind, embed_dim=8,
-                                                                   hidden=(16,)))
+                                                                   hidden=(16,),
+                                                                   table_dims=widths))
+    if widths:
+        assert trainer.widths.columns > 5 and served.row_dim == trainer.widths.row_dim < 8
     batch = Decoder(syn.schema).decode([b"\n".join(stream.lines(6 * BATCH, 64))]).batch
-    assert batch.labels.shape == (64, 2)
     scores = served.score(batch)
-    assert scores.shape == (64, 2) and served.bags.labels == ("label", "conversion")
     np.testing.assert_allclose(scores, trainer.predict(batch), rtol=0, atol=1e-5)
+    if kind == "din":
+        return
+    assert batch.labels.shape == (64, 2)
+    assert scores.shape == (64, 2) and served.bags.labels == ("label", "conversion")
     assert np.abs(scores[:, 0] - scores[:, 1]).max() > 1e-3  # two heads, not one copied
 
 
-def test_a_users_model_is_served_from_its_exported_program_without_its_code(tmp_path) -> None:
+@pytest.mark.parametrize("widths", ["", "C2=16,C4=4"])
+def test_a_users_model_is_served_from_its_exported_program_without_its_code(
+        tmp_path, widths: str) -> None:
     # A checkpoint of a user's model carries it as a torch.export program; serve scores it
-    # where the user's package is gone, as the trainer does.
+    # where the user's package is gone, as the trainer does (with tables of several widths,
+    # the program takes one pooled tensor a field).
     from hetgmp.trainer import checkpoint as ckpt
     from hetgmp.trainer.online import OnlineConfig
     from hetgmp.trainer.run import run_rank
@@ -119,7 +132,7 @@ def test_a_users_model_is_served_from_its_exported_program_without_its_code(tmp_
     syn = SyntheticConfig(shape="user_history", users=800, items=1_200, history_len=6,
                           n_sparse=5, seed=9, history_pooling="none", repeat_prob=0.3,
                           conversion=True)
-    model = ModelConfig(model="user_models:build", embed_dim=8, hidden=(16,))
+    model = ModelConfig(model="user_models:build", embed_dim=8, hidden=(16,), table_dims=widths)
     store, train = StoreConfig(optimizer="adagrad", lr=0.05), TrainConfig(global_batch=BATCH,
                                                                          log_every=0)
     online = OnlineConfig(checkpoint_dir=str(tmp_path), checkpoint_interval=str(4 * BATCH))

@@ -29,7 +29,7 @@ class _CrossAndDeep(nn.Module):
 
     def forward(self, features: Features) -> torch.Tensor:
         """Logits ``[B]`` of every pooled field's row and the dense features."""
-        x0 = torch.cat([features.stacked().flatten(1), features.dense], dim=1)
+        x0 = torch.cat([features.concat(), features.dense], dim=1)
         x = x0
         for layer in range(self.cross_b.shape[0]):
             x = self.cross(x0, x, layer)
@@ -69,7 +69,7 @@ class DCNv2(_CrossAndDeep):
 
 
 def _width(spec: ModelSpec) -> int:
-    return len(spec.pooled) * spec.config.embed_dim + spec.n_dense
+    return spec.pooled_width + spec.n_dense
 
 
 def build_dcn(spec: ModelSpec) -> nn.Module:

@@ -40,4 +40,6 @@ def build(spec: ModelSpec) -> nn.Module:
     """``--model deepfm``."""
     spec.require_pooled_only("deepfm")
     spec.require_one_task("deepfm")
-    return DeepFM(spec.config.embed_dim, len(spec.pooled), spec.n_dense, spec.config.hidden)
+    spec.require_first_order("deepfm")
+    return DeepFM(spec.one_width("deepfm") - 1, len(spec.pooled), spec.n_dense,
+                  spec.config.hidden)

@@ -33,18 +33,18 @@ class DIN(nn.Module):
     Args:
         history: The sequence field's name.
         candidate: The pooled field of the same table.
-        n_pooled: Pooled fields (the candidate among them).
-        dim: Row width.
+        pooled_width: The pooled fields' widths summed (the candidate among them).
+        dim: Width of the history's (and the candidate's) rows.
         n_dense: Dense features.
         hidden: The top MLP's hidden layers.
     """
 
-    def __init__(self, history: str, candidate: str, n_pooled: int, dim: int, n_dense: int,
+    def __init__(self, history: str, candidate: str, pooled_width: int, dim: int, n_dense: int,
                  hidden: tuple[int, ...]) -> None:
         super().__init__()
         self.history, self.candidate = history, candidate
         self.attention = mlp(4 * dim, _ATTENTION)
-        self.top = mlp((n_pooled + 1) * dim + n_dense, hidden)
+        self.top = mlp(pooled_width + dim + n_dense, hidden)
 
     def forward(self, features: Features) -> torch.Tensor:
         """Logits ``[B]``."""
@@ -54,7 +54,7 @@ class DIN(nn.Module):
         scores = self.attention(torch.cat([h, c, h - c, h * c], dim=-1)).squeeze(-1)  # [B, L]
         scores = scores * seq.mask().to(scores.dtype)
         interest = (scores.unsqueeze(-1) * h).sum(dim=1)  # [B, D]
-        x = torch.cat([features.stacked().flatten(1), interest, features.dense], dim=1)
+        x = torch.cat([features.concat(), interest, features.dense], dim=1)
         return self.top(x).squeeze(1)
 
 
@@ -66,8 +66,8 @@ def build(spec: ModelSpec) -> nn.Module:
         table = spec.table_of(history)
         candidates = [f for f in spec.pooled if spec.table_of(f) == table]
         if candidates:
-            return DIN(history, candidates[0], len(spec.pooled), spec.row_dim, spec.n_dense,
-                       spec.config.hidden)
+            return DIN(history, candidates[0], spec.pooled_width, spec.width_of(history),
+                       spec.n_dense, spec.config.hidden)
     raise ModelError("model 'din' needs a sequence field (pooling = \"none\") and a pooled "
                      "field of the same table, the candidate; this schema has "
                      + (f"sequences {', '.join(n for n, _ in spec.sequences)} and no pooled "

@@ -44,4 +44,4 @@ def build(spec: ModelSpec) -> nn.Module:
     spec.require_pooled_only("dlrm")
     spec.require_one_task("dlrm")
     c = spec.config
-    return DLRM(c.embed_dim, len(spec.pooled), spec.n_dense, c.bottom, c.hidden)
+    return DLRM(spec.one_width("dlrm"), len(spec.pooled), spec.n_dense, c.bottom, c.hidden)

@@ -44,7 +44,7 @@ class MMoE(nn.Module):
 
     def forward(self, features: Features) -> torch.Tensor:
         """Logits ``[B, T]``."""
-        x = torch.cat([features.stacked().flatten(1), features.dense], dim=1)
+        x = torch.cat([features.concat(), features.dense], dim=1)
         out = torch.stack([e(x) for e in self.experts], dim=1)  # [B, E, H]
         logits = []
         for gate, tower in zip(self.gates, self.towers):
@@ -56,5 +56,5 @@ class MMoE(nn.Module):
 def build(spec: ModelSpec) -> nn.Module:
     """``--model mmoe``: one tower a label of the schema."""
     spec.require_pooled_only("mmoe")
-    width_in = len(spec.pooled) * spec.row_dim + spec.n_dense
+    width_in = spec.pooled_width + spec.n_dense
     return MMoE(width_in, spec.config.hidden, spec.tasks)

@@ -37,4 +37,6 @@ def build(spec: ModelSpec) -> nn.Module:
     """``--model widedeep``."""
     spec.require_pooled_only("widedeep")
     spec.require_one_task("widedeep")
-    return WideDeep(spec.config.embed_dim, len(spec.pooled), spec.n_dense, spec.config.hidden)
+    spec.require_first_order("widedeep")
+    return WideDeep(spec.one_width("widedeep") - 1, len(spec.pooled), spec.n_dense,
+                    spec.config.hidden)
