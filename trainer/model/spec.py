@@ -90,7 +90,7 @@ class ModelSpec:
         lacking = [n for n in self.pooled if self.width_of(n) == self.vector_width(n)]
         if lacking:
             raise ModelError(f"model {model!r} reads a first-order weight of every field; "
-                             f"{', '.join(lacking[:6])} have first_order = false")
+                             f"{', '.join(lacking[:6])}: first_order = false")
 
     def vector_width(self, name: str) -> int:
         """Width of field ``name``'s vector (its row without a first-order weight)."""

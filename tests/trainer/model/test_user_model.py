@@ -119,3 +119,19 @@ def test_a_pooled_models_on_a_schema_with_a_sequence_is_refused_by_name() -> Non
     spec = ModelSpec.of_bags(config, Bags.of(HISTORY.schema), 6, 13)
     with pytest.raises(ModelError, match="model 'deepfm' reads pooled fields only"):
         build_model(config, 6, 13, spec)
+
+
+def test_tables_of_three_widths_resume_on_another_number_of_ranks(tmp_path: Path,
+                                                                  max_diff) -> None:
+    # Two ranks checkpoint halfway, one rank goes on: the rows' blocks are read back a file at
+    # a time whoever owns them now, and training ends where one process ends.
+    exact = _exact(WIDTHS["three widths"])
+    online = OnlineConfig(repartition_interval="0", drift_threshold=0.0)
+    half = replace(online, checkpoint_dir=str(tmp_path), max_records=BATCH * STEPS // 2)
+    run_threads(run_rank, Job(SOURCE, **exact, placement=_graph(), online=half), 2)
+    resume = replace(online, checkpoint_dir=str(tmp_path), resume=True)
+    resumed = run_rank(LocalComm(), Job(SOURCE, **exact, placement=Placement.hash(1),
+                                        online=resume, observers=(ReturnState,)))
+    assert resumed.resumed_from == STEPS // 2 and resumed.steps == STEPS
+    dense, emb = max_diff(_reference(WIDTHS["three widths"]), [resumed])
+    assert dense <= 1e-6 and emb <= 1e-6, (dense, emb)

@@ -1,5 +1,6 @@
 """Two labels end to end (issue 56): the synthetic conversion stream produced into the broker,
-MMoE trained on it by two ranks reading Kafka with ``user_history+conversion``, and
+MMoE trained on it by two ranks reading Kafka with ``user_history+conversion`` (the items'
+table twice as wide as the others), and
 ``hetgmp serve`` answering over HTTP a score a task for each record, the scores of the model
 its checkpoint and delta log hold."""
 
@@ -28,7 +29,8 @@ pytestmark = [pytest.mark.broker, pytest.mark.distributed, pytest.mark.slow]
 SCHEMA = "user_history+conversion"
 SYN = SyntheticConfig(shape="user_history", users=800, items=1_200, conversion=True, seed=5)
 RECORDS = 7_680
-MODEL = ModelConfig(model="mmoe", embed_dim=8, hidden=(16,))
+# The items' table 16 wide, the others 8 (rows stored in blocks of 8).
+MODEL = ModelConfig(model="mmoe", embed_dim=8, hidden=(16,), table_dims="C2=16")
 
 
 def test_serve_answers_a_score_a_task_for_a_two_label_stream_read_from_kafka(
@@ -42,6 +44,7 @@ def test_serve_answers_a_score_a_task_for_a_two_label_stream_read_from_kafka(
               online=published_online(tmp_path))
     results = launch(run_rank, job, LAUNCH)
     assert results[0].job_totals.samples == RECORDS
+    assert checkpoints(tmp_path)[-1].extra["dims"][:3] == [8, 16, 16]
 
     lines = SyntheticStream(SYN).lines(RECORDS, 128)  # records no one trained on
     body = b"\n".join(lines) + b"\n"
