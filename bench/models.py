@@ -19,6 +19,10 @@ Protocol (one run, every configuration on the same records):
   where clicked), history pooled, hash ``s = 0`` and graph ``s = 10``: each task's held-out AUC.
 * samples/s: as ``bench train`` (the slowest rank's training loop, sources in memory first).
   bytes/sample: the embedding path's bytes sent between ranks over samples trained.
+* ``--table-dims TABLE=DIM,...`` (tables of their own widths): each model also runs with those
+  widths (``<model>_dims``) and with every table at the widest of them (``<model>_widest``, what
+  padding rows to one width would hold); ``row_mb`` is the rows the stores hold at the end, all
+  ranks: values, the optimizer's state and the 16 bytes of id and version a stored block.
 
 The last line printed is the JSON summary ``{"bench": "models", "rows": [...]}``.
 """
@@ -33,11 +37,12 @@ from typing import Any
 
 from bench.train import _print, _row
 from hetgmp.partitioner import Placement
+from hetgmp.streaming import ClickBatch
 from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
 from hetgmp.trainer.dist import LaunchConfig
 from hetgmp.trainer.dist.launcher import launch
 from hetgmp.trainer.embedding import StoreConfig
-from hetgmp.trainer.model import ModelConfig
+from hetgmp.trainer.model import Bags, ModelConfig
 from hetgmp.trainer.run import Job, graph_placement, run_jobs
 from hetgmp.trainer.sources import SyntheticSpec
 from hetgmp.trainer.step import TrainConfig
@@ -69,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph runs: replica budget, a fraction of the rows a rank uses")
     p.add_argument("--models", default="din,deepfm,mmoe",
                    help="which of din, deepfm (the pair compared) and mmoe to run")
+    p.add_argument("--table-dims", default="",
+                   help="TABLE=DIM,...: run each model also with these tables' widths, and with "
+                        "every table at the widest (the items' table is C2)")
     p.add_argument("--seed", type=int, default=0, help="stream, model and partitioner seed")
     p.add_argument("--quick", action="store_true",
                    help="CI-sized run: W=20k, T=60k, H=20k, dim 8, hidden 32,16")
@@ -89,6 +97,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--window, --records, --heldout, --global-batch and --workers must be >= 1")
     if not 0.0 <= args.repeat_prob <= 1.0:
         p.error("--repeat-prob must lie in [0, 1]")
+    try:
+        args.dims = ModelConfig(table_dims=args.table_dims).dims_of_tables()
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -97,21 +109,32 @@ def _stream(args: argparse.Namespace, **kw: Any) -> SyntheticConfig:
                            repeat_prob=args.repeat_prob, repeat_bonus=args.repeat_bonus, **kw)
 
 
-def _runs(args: argparse.Namespace, model: str, syn: SyntheticConfig, train: TrainConfig
-          ) -> list[tuple[str, Job]]:
-    """``model``'s hash s = 0 and graph s = 10 jobs on ``syn``."""
+def _runs(args: argparse.Namespace, model: str, syn: SyntheticConfig, train: TrainConfig,
+          name: str = "", embed_dim: int = 0, table_dims: str = "") -> list[tuple[str, Job]]:
+    """``model``'s hash s = 0 and graph s = 10 jobs on ``syn`` (``name``: the model's name
+    in the rows; ``embed_dim``, ``table_dims``: the rows' widths, default ``--embed-dim``)."""
     w, t, h = args.window, args.records, args.heldout
-    config = ModelConfig(model=model, embed_dim=args.embed_dim, seed=args.seed,
-                         hidden=tuple(int(x) for x in args.hidden.split(",") if x.strip()))
+    config = ModelConfig(model=model, embed_dim=embed_dim or args.embed_dim, seed=args.seed,
+                         hidden=tuple(int(x) for x in args.hidden.split(",") if x.strip()),
+                         table_dims=table_dims)
     base = dict(source=SyntheticSpec(syn, w, t), model=config, store=StoreConfig(seed=args.seed),
                 heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
     stream = SyntheticStream(syn)
-    graph = graph_placement(stream.sample_csr(stream.take(w, t)), args.workers, train, args.seed)
-    return [(f"{model}_hash_s0", Job(**base, placement=Placement.hash(args.workers),
-                                     train=replace(train, staleness=0, placement="hash",
-                                                   route="off"))),
-            (f"{model}_graph_s10", Job(**base, placement=graph,
-                                       train=replace(train, staleness=10, route="on")))]
+    # The graph of what the ranks read: a column of ids a block of each row.
+    widths = Bags.of(syn.schema).widths(config, syn.n_sparse)
+    read = widths.expand(ClickBatch.of_lists(*stream.sparse(stream.take(w, t))))
+    graph = graph_placement((read.indptr, read.values), args.workers, train, args.seed)
+    name = name or model
+    return [(f"{name}_hash_s0", Job(**base, placement=Placement.hash(args.workers),
+                                    train=replace(train, staleness=0, placement="hash",
+                                                  route="off"))),
+            (f"{name}_graph_s10", Job(**base, placement=graph,
+                                      train=replace(train, staleness=10, route="on")))]
+
+
+def syn_fields(job: Job) -> int:
+    """Sparse fields of a job's synthetic records."""
+    return job.source.config.n_sparse  # type: ignore[union-attr]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,14 +156,27 @@ def main(argv: list[str] | None = None) -> int:
         else:
             syn = _stream(args, conversion=True)
         jobs += _runs(args, model, syn, train)
+        if args.dims:
+            jobs += _runs(args, model, syn, train, f"{model}_dims", table_dims=args.table_dims)
+            jobs += _runs(args, model, syn, train, f"{model}_widest",
+                          embed_dim=max(args.dims.values()))
     print(f"graph placements fitted in {time.perf_counter() - t0:.1f}s", flush=True)
     results = launch(run_jobs, [j for _, j in jobs],
                      LaunchConfig(workers=args.workers, device="cpu", timeout_s=900))[0]
     rows = []
     for (name, job), result in zip(jobs, results):
-        ids = 2 + args.history_len + (job.source.config.n_sparse - 3)  # type: ignore[union-attr]
+        fields = syn_fields(job)
+        widths = Bags.of(job.source.config.schema).widths(  # type: ignore[union-attr]
+            job.model, fields)
+        # Ids a record reads: a user, an item, its history, the other fields; a block each.
+        values = [1, 1, args.history_len] + [1] * (fields - 3)
+        ids = sum(v * k for v, k in zip(values, widths.blocks))
         row = _row(name, result, "user_history", float(ids))
         row["model"] = job.model.model
+        held = float(result.store.get("memory_rows", 0))
+        row["rows_held"] = int(held)
+        row["row_mb"] = round(held * ((widths.row_dim + job.store.state_width) * 4 + 16) / 1e6,
+                              2)
         if result.tasks:
             row["tasks"] = {k: {m: round(float(v), 5) for m, v in t.items()}
                             for k, t in result.tasks.items()}
@@ -161,6 +197,25 @@ def main(argv: list[str] | None = None) -> int:
         g, hsh = by.get(f"{model}_graph_s10"), by.get(f"{model}_hash_s0")
         if g and hsh:
             ratios[f"bytes_graph_over_hash_{model}"] = round(
+                g["bytes_per_sample"] / max(hsh["bytes_per_sample"], 1e-9), 3)
+    for model in args.model_list if args.dims else ():
+        for placement in ("hash_s0", "graph_s10"):
+            one, dims, widest = (by.get(f"{model}{kind}_{placement}")
+                                 for kind in ("", "_dims", "_widest"))
+            if one and dims and widest:
+                ratios[f"auc_dims_minus_one_{model}_{placement}"] = round(
+                    dims["auc"] - one["auc"], 5)
+                ratios[f"auc_dims_minus_widest_{model}_{placement}"] = round(
+                    dims["auc"] - widest["auc"], 5)
+                ratios[f"row_mb_dims_over_widest_{model}_{placement}"] = round(
+                    dims["row_mb"] / max(widest["row_mb"], 1e-9), 3)
+                ratios[f"speed_dims_over_one_{model}_{placement}"] = round(
+                    dims["samples_per_s"] / max(one["samples_per_s"], 1e-9), 3)
+                ratios[f"speed_dims_over_widest_{model}_{placement}"] = round(
+                    dims["samples_per_s"] / max(widest["samples_per_s"], 1e-9), 3)
+        g, hsh = by.get(f"{model}_dims_graph_s10"), by.get(f"{model}_dims_hash_s0")
+        if g and hsh:
+            ratios[f"bytes_graph_over_hash_{model}_dims"] = round(
                 g["bytes_per_sample"] / max(hsh["bytes_per_sample"], 1e-9), 3)
     for k, v in ratios.items():
         print(f"{k}: {v}", flush=True)

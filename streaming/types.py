@@ -417,6 +417,16 @@ class ClickBatch:
         return int(self.labels.shape[0])
 
     @classmethod
+    def of_lists(cls, values: np.ndarray, lengths: np.ndarray) -> ClickBatch:
+        """A batch of the sparse values alone (``lengths`` ``[B, S]``): labels 0, no dense
+        feature, no position: what the access graph reads of records."""
+        n = int(lengths.shape[0])
+        unknown = np.full(n, -1, np.int64)
+        return cls(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
+                   values=np.asarray(values, np.int64), lengths=np.asarray(lengths, np.int32),
+                   partitions=unknown.astype(np.int32), offsets=unknown, timestamps_ms=unknown)
+
+    @classmethod
     def of_ids(cls, labels: np.ndarray, dense: np.ndarray, ids: np.ndarray,
                partitions: np.ndarray | None = None, offsets: np.ndarray | None = None,
                timestamps_ms: np.ndarray | None = None) -> ClickBatch:

@@ -122,7 +122,9 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
     records = resumed.records if resumed is not None else 0
     stats = LoopStats(config.history, started_ms=clock.time() * 1000.0)
     budget = RecordBudget(config.max_records, rank, world, records, run_limit=run_records)
-    window = WindowFeed(comm, trainer.n_fields, config.window, config.window_sample, seed)
+    # The window holds what the graph places: a column of ids a block of each row.
+    window = WindowFeed(comm, trainer.widths.columns, config.window, config.window_sample, seed,
+                        expand=trainer.blocks)
     migrations = MigrationDriver(comm, trainer, config.migration_chunk_bytes, stats, clock,
                                  metrics=metrics, observers=observers)
     checkpointer = Checkpointer(
@@ -149,7 +151,7 @@ def build_parts(comm: Comm, trainer: Trainer, config: OnlineConfig, train: Train
                                  route_rounds=max(train.route_rounds, 0))
             # A placement restored from a checkpoint is repaired incrementally, not replaced.
             repartitioner = Repartitioner(
-                trainer.n_fields, config.window, pc, config.repartition, train.warmup,
+                trainer.widths.columns, config.window, pc, config.repartition, train.warmup,
                 config.drift_threshold, computed=trainer.placement.ids.size > 0,
                 records=records, now=clock.monotonic())
         auto = None

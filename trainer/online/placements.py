@@ -181,7 +181,7 @@ class StreamPlacements(PlacementSource):
             return 0
         if self.auto.on_hash:
             return c.rows_not_held
-        ids = np.unique(batch.values)
+        ids = np.unique(self.trainer.blocks(batch).values)  # every block is a row
         return int(np.count_nonzero(default_owner(ids, self.world) != self.rank))
 
     def routes(self) -> None:

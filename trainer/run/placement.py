@@ -54,8 +54,7 @@ def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
                       manifest: ckpt.Manifest | None = None,
                       widths: Widths | None = None) -> Start:
     """The job's first placement (collective: every rank calls it); ``widths``: the rows'
-    blocks, which ``source``'s batches carry already (a ``--window``'s records are expanded
-    here)."""
+    blocks, each placed as a row (the records read are expanded to a column of ids a block)."""
     world, train = comm.world, job.train
     kind: str = "given" if job.placement else train.placement
     start = Start(Placement.hash(world))
@@ -94,12 +93,7 @@ def _window_ids(job: Job, comm: Comm, source: Source, buffered: list[ClickBatch]
         block = stream.take(w.start, w.records)
         if widths is None or widths.one_block:
             return stream.sample_csr(block)
-        values, lengths = stream.sparse(block)
-        n = len(block)
-        unknown = np.full(n, -1, np.int64)
-        expanded = widths.expand(ClickBatch(np.zeros(n, np.float32), np.zeros((n, 0), np.float32),
-                                            values, lengths, unknown.astype(np.int32), unknown,
-                                            unknown))
+        expanded = widths.expand(ClickBatch.of_lists(*stream.sparse(block)))
         return expanded.indptr, expanded.values
     share = math.ceil(job.train.warmup / comm.world)
     got = 0
@@ -108,6 +102,8 @@ def _window_ids(job: Job, comm: Comm, source: Source, buffered: list[ClickBatch]
         buffered.append(batch)
         got += len(batch)
     read = ClickBatch.concat(buffered) if buffered else None
+    if read is not None and widths is not None:
+        read = widths.expand(read)
     local = (np.diff(read.indptr), read.values) if read is not None else None
     gathered = [g for g in comm.all_gather_object(local) if g is not None]
     if comm.rank != 0:

@@ -44,7 +44,7 @@ from hetgmp.trainer.run.evaluation import (
 )
 from hetgmp.trainer.run.job import Job, RankResult
 from hetgmp.trainer.run.placement import Start, initial_placement
-from hetgmp.trainer.sources import KafkaSpec, Resume, Source, open_source, with_blocks
+from hetgmp.trainer.sources import KafkaSpec, Resume, Source, open_source
 from hetgmp.trainer.step import Trainer, scaled
 
 __all__ = ["gather_totals", "run_jobs", "run_rank"]
@@ -68,10 +68,9 @@ def run_rank(comm: Comm, job: Job, clock: Clock | None = None) -> RankResult:
             max_records=job.online.max_records, stop=comm.stop_requested))
         schema = source.schema
         bags = Bags.of(schema)
-        # Tables of several widths: a column of ids a block of each row (trainer.model.widths).
-        widths = bags.widths(job.model, len(schema.sparse))
-        source = with_blocks(source, widths)
-        start = initial_placement(job, comm, source, clock, manifest, widths)
+        # Tables of several widths: the graph places each block of a row (trainer.model.widths).
+        start = initial_placement(job, comm, source, clock, manifest,
+                                  bags.widths(job.model, len(schema.sparse)))
         trainer = Trainer(comm, start.placement, len(schema.sparse), len(schema.dense),
                           model=job.model, store=job.store, train=job.train, bags=bags,
                           clock=clock)
@@ -173,7 +172,7 @@ def _train(comm: Comm, trainer: Trainer, source: Source, loop: OnlineLoop, start
         ctl = loop.control()
         loop.between_steps(ctl)
         if ctl.stop:  # every rank agreed: the ranks end together at this step
-            batch, done = trainer.blocks(ClickBatch.empty(source.schema)), True
+            batch, done = ClickBatch.empty(source.schema), True
         else:
             batch = buffered.pop(0) if buffered else source.next_batch(loop.read_cap())
             done = not buffered and source.exhausted

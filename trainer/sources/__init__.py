@@ -9,12 +9,10 @@ from __future__ import annotations
 from typing import Callable
 
 from hetgmp.trainer.sources.base import ResetOffsets, Resume, Source
-from hetgmp.trainer.sources.blocks import BlockSource, with_blocks
 from hetgmp.trainer.sources.kafka import KafkaShard, KafkaSpec
 from hetgmp.trainer.sources.synthetic import SyntheticShard, SyntheticSpec, shard_bounds, synthetic_batch
 
 __all__ = [
-    "BlockSource",
     "KafkaShard",
     "KafkaSpec",
     "ResetOffsets",
@@ -26,7 +24,6 @@ __all__ = [
     "open_source",
     "shard_bounds",
     "synthetic_batch",
-    "with_blocks",
 ]
 
 SourceSpec = SyntheticSpec | KafkaSpec

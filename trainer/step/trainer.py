@@ -103,8 +103,7 @@ class Trainer:
         Args:
             comm: Collectives of the job (``LocalComm`` for single-process training).
             placement: Owners and replicas of rows, for ``comm.world`` ranks.
-            n_fields: Sparse fields per sample (of the schema: the batches it trains on have
-                a column of ids for each block of each field's rows, ``widths.expand``).
+            n_fields: Sparse fields per sample.
             n_dense: Dense features per sample.
             model: Model settings.
             store: Embedding store settings.
@@ -124,11 +123,11 @@ class Trainer:
         self.bags = bags = bags or Bags()
         if bags.mean and len(bags.mean) != n_fields:
             raise ValueError(f"pooling given for {len(bags.mean)} fields, the model has {n_fields}")
-        # Tables of several widths: rows stored in blocks of one width, a batch a column of
-        # ids a block (trainer.model.widths); n_fields is then the batches' columns.
+        # Tables of several widths: rows stored in blocks of one width (trainer.model.widths);
+        # a batch is routed as read and expanded after, to a column of ids a block.
         self.widths = bags.widths(mc, n_fields)
         self._columns = bags.columns(self.widths, n_fields)
-        self.fields, self.n_fields, self.n_dense = n_fields, self.widths.columns, n_dense
+        self.n_fields, self.n_dense = n_fields, n_dense
         self._names = bags.field_names(n_fields)
         self._sequence = bags.sequence or (False,) * n_fields
         mean = self._columns.mean
@@ -205,7 +204,6 @@ class Trainer:
             trained and the step does not count), or None when moreover every rank's source
             has ended (the job is over).
         """
-        batch = self.blocks(batch)
         c = StepCounters(samples_read=len(batch))
         before = self.comm.traffic.copy()
         tick = self._clock.monotonic
@@ -220,6 +218,7 @@ class Trainer:
             self._book(before, waited)
             return None if routed is None else c
         local, global_n = routed
+        local = self.blocks(local)
         t1 = tick()
         ids = to_device(local.values, self.store.device)
         u = unique_padded(ids)
@@ -250,11 +249,8 @@ class Trainer:
         Raises:
             ValueError: ``batch`` has neither a column a field nor a column a block.
         """
-        if batch.fields == self.n_fields:
+        if batch.fields == self.widths.columns:
             return batch
-        if batch.fields != self.fields:
-            raise ValueError(f"a batch of {batch.fields} sparse fields; the model has "
-                             f"{self.fields} ({self.n_fields} columns of row blocks)")
         return self.widths.expand(batch)
 
     def prefetch(self, ids: np.ndarray, now: ClickBatch) -> None:
