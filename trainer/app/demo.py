@@ -87,6 +87,10 @@ class DemoConfig:
     metrics_port: int = field(
         default=9300, metadata={"help": "rank r serves /metrics on this port + r (moved up if taken)"}
     )
+    conversion: bool = field(
+        default=False, metadata={"help": "two labels: the stream also carries a conversion "
+                                 "(only where clicked), MMoE trains click and conversion, and "
+                                 "the report charts each task's rolling AUC"})
     seed: int = field(default=0, metadata={"help": "seed of the stream, the model and the partitioner"})
     report_dir: str = field(default="reports", metadata={"help": "where the report goes"})
     live: bool = field(default=True, metadata={"help": "redraw a live view (off: a line every 5 s)"})
@@ -112,6 +116,11 @@ class DemoConfig:
 
 
 # -- the demo -----------------------------------------------------------------------------------
+
+
+def _model(config: DemoConfig) -> str:
+    """The model the demo trains: DeepFM, or MMoE on two labels."""
+    return "mmoe" if config.conversion else "deepfm"
 
 
 def _backend(config: DemoConfig) -> str:
@@ -165,7 +174,11 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
               f"({config.partitions} partitions)", flush=True)
         producer_stop = threading.Event()
         stack.callback(producer_stop.set)
-        syn = SyntheticConfig(seed=config.seed, drift_every=config.drift_every)
+        syn = SyntheticConfig(seed=config.seed, drift_every=config.drift_every,
+                              conversion=config.conversion)
+        # Two labels: the consumer and serve read the conversion column (the shape's schema
+        # with its second label), and MMoE gives a logit to each.
+        schema = f"{syn.shape}+conversion" if config.conversion else "criteo"
 
         def run_producer() -> None:
             try:
@@ -180,9 +193,10 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         stack.callback(producer.join, 10)
 
         job = Job(
-            KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=f"{topic}-trainer"),
+            KafkaSpec(kafka, ConsumerConfig(topic=topic, group_id=f"{topic}-trainer",
+                                            schema=schema),
                       idle_s=3600.0, poll_s=0.05),
-            ModelConfig(model="deepfm", embed_dim=config.embed_dim, hidden=(64, 32),
+            ModelConfig(model=_model(config), embed_dim=config.embed_dim, hidden=(64, 32),
                         seed=config.seed),
             StoreConfig(seed=config.seed),
             TrainConfig(staleness=config.staleness, global_batch=config.global_batch,
@@ -210,7 +224,7 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
         if config.serve_rps > 0:
             directory.mkdir(parents=True, exist_ok=True)
             stack.enter_context(_ServeProcess(
-                directory / "checkpoints", kafka, serve_port, directory / "serve.log"))
+                directory / "checkpoints", kafka, serve_port, directory / "serve.log", schema))
             loader = _Load(serve_url, syn, config.serve_rps)
             loader.start()
             stack.callback(loader.stop)
@@ -246,10 +260,11 @@ def run_demo(config: DemoConfig, stop: threading.Event | None = None) -> Path:
 class _ServeProcess:
     """``hetgmp serve`` on the demo's checkpoints and broker, as a user would start it."""
 
-    def __init__(self, checkpoints: Path, kafka: KafkaSettings, port: int, log: Path) -> None:
+    def __init__(self, checkpoints: Path, kafka: KafkaSettings, port: int, log: Path,
+                 schema: str = "criteo") -> None:
         self.argv = [sys.executable, "-m", "hetgmp.trainer.app.cli", "serve", "--checkpoint-dir",
                      str(checkpoints), "--bootstrap-servers", kafka.bootstrap_servers,
-                     "--port", str(port)]
+                     "--port", str(port), "--schema", schema]
         self.log = log
 
     def __enter__(self) -> _ServeProcess:
@@ -344,7 +359,6 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
     totals = rank0.job_totals.summary() if rank0 else {}
     marks = [b.t for a, b in zip(tl.snaps, tl.snaps[1:]) if b.version > a.version]
     rr_t, rr = ratios(t, [s.not_held for s in tl.snaps], [s.trained for s in tl.snaps])
-    auc_t = [s.t for s in tl.snaps if s.auc == s.auc]
     trained_t, trained = rates(t, [s.trained for s in tl.snaps])
     produced_t, produced_rate = rates([p[0] for p in tl.produced],
                                       [p[1] for p in tl.produced])
@@ -359,8 +373,7 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
               "seconds", "rows / sample", [Series("all ranks", rr_t, rr)], marks,
               "new placement"),
         Chart("Rolling AUC (each sample scored before its update)", "seconds", "AUC",
-              [Series("mean over ranks", auc_t, [s.auc for s in tl.snaps if s.auc == s.auc])],
-              marks, "new placement"),
+              _auc_series(tl), marks, "new placement"),
         Chart("Throughput, 5 s window", "seconds", "records / s",
               [Series("trained", trained_t, trained),
                Series("produced", produced_t, produced_rate)]),
@@ -378,7 +391,9 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
     notes = [
         f"Synthetic stream (seed {config.seed}) drifting every {config.drift_every:,} records, "
         f"produced at {config.rate:,.0f} records/s into the embedded broker; "
-        f"{_backend(config)} train DeepFM (dim {config.embed_dim}) with staleness bound "
+        f"{_backend(config)} train "
+        f"{'MMoE on click and conversion' if config.conversion else 'DeepFM'} "
+        f"(dim {config.embed_dim}) with staleness bound "
         f"{config.staleness}, global batch {config.global_batch:,}.",
         f"Placement: hash until {config.warmup:,} records, then a full METIS partition computed "
         f"beside training, then the incremental partitioner every "
@@ -394,6 +409,18 @@ def write_demo_report(config: DemoConfig, directory: Path, tl: Timeline, results
     ]
     return write_report(directory, "hetgmp-stream demo", _table(config, figures), charts, notes,
                         {"figures": figures})
+
+
+def _auc_series(tl: Timeline) -> list[Series]:
+    """The rolling AUC over time: a line a task with several labels (each the mean over
+    ranks), else one."""
+    tasks = list(dict.fromkeys(k for s in tl.snaps for k in s.task_auc))
+    if not tasks:
+        auc_t = [s.t for s in tl.snaps if s.auc == s.auc]
+        return [Series("mean over ranks", auc_t, [s.auc for s in tl.snaps if s.auc == s.auc])]
+    return [Series(task, [s.t for s in tl.snaps if task in s.task_auc],
+                   [s.task_auc[task] for s in tl.snaps if task in s.task_auc])
+            for task in tasks]
 
 
 def _latency_windows(tl: Timeline, span: float = 5.0
@@ -468,6 +495,8 @@ def _figures(config: DemoConfig, produced: ProduceReport, tl: Timeline, rank0: A
         "bytes_per_sample": totals.get("bytes_per_sample"),
         "max_staleness": totals.get("max_staleness"),
         "progressive_auc_last": round(aucs[-1], 4) if aucs else None,
+        "task_auc_last": {task: round(v, 4) for task, v in tl.snaps[-1].task_auc.items()}
+        if tl.snaps else {},
         "freshness_p50_s": online.get("freshness_p50_s"),
         "freshness_p99_s": online.get("freshness_p99_s"),
         "batch_fill_p50_s": online.get("batch_fill_p50_s"),
@@ -497,7 +526,9 @@ def _table(config: DemoConfig, f: dict[str, Any]) -> list[tuple[str, Any]]:
         ("Remote rows per sample", num(f["remote_rows_per_sample"], 3)),
         ("Bytes sent per sample (embedding path)", num(f["bytes_per_sample"], 1)),
         ("Largest staleness read", f"{f['max_staleness']} updates (bound {config.staleness})"),
-        ("Rolling AUC at the end", num(f["progressive_auc_last"], 4)),
+        ("Rolling AUC at the end", ", ".join(f"{task} {num(v, 4)}" for task, v in
+                                             f["task_auc_last"].items())
+         if f.get("task_auc_last") else num(f["progressive_auc_last"], 4)),
         ("Freshness (append to Kafka → gradient applied)",
          f"p50 {num(f['freshness_p50_s'], 2)} s, p99 {num(f['freshness_p99_s'], 2)} s; of it, "
          f"waiting for the batch to fill: p50 {num(f.get('batch_fill_p50_s'), 2)} s, "

@@ -61,6 +61,7 @@ class Snapshot:
     migrating_steps: float = 0.0
     loss_sum: float = 0.0
     auc: float = math.nan
+    task_auc: dict[str, float] = field(default_factory=dict)  # several labels: by task
     staleness: list[tuple[float, float]] = field(default_factory=list)
     freshness: list[tuple[float, float]] = field(default_factory=list)
     checkpoint_age: float = math.nan
@@ -83,6 +84,7 @@ def combine(t: float, per_rank: list[Samples], serve: Samples | None = None) -> 
                                     serve.get("hetgmp_serve_request_seconds_bucket", []))
     hists: dict[str, dict[float, float]] = {"staleness": {}, "freshness": {}}
     aucs, ages = [], []
+    tasks: dict[str, list[float]] = {}
     for s in per_rank:
         snap.trained += total(s, "hetgmp_samples_trained_total")
         snap.loss_sum += total(s, "hetgmp_train_logloss_total")
@@ -96,6 +98,9 @@ def combine(t: float, per_rank: list[Samples], serve: Samples | None = None) -> 
         snap.pushes += total(s, "hetgmp_replica_pushes_total")
         snap.version = max([snap.version] + [v for _, v in s.get("hetgmp_placement_version", [])])
         aucs += [v for _, v in s.get("hetgmp_heldout_auc", []) if v == v]
+        for labels, v in s.get("hetgmp_task_auc", []):
+            if v == v:
+                tasks.setdefault(labels.get("task", ""), []).append(v)
         ages += [v for _, v in s.get("hetgmp_checkpoint_age_seconds", [])]
         for key, name in (("staleness", "hetgmp_replica_staleness_updates_bucket"),
                           ("freshness", "hetgmp_freshness_seconds_bucket")):
@@ -103,6 +108,7 @@ def combine(t: float, per_rank: list[Samples], serve: Samples | None = None) -> 
                 le = float(labels["le"])
                 hists[key][le] = hists[key].get(le, 0.0) + v
     snap.auc = float(np.mean(aucs)) if aucs else math.nan
+    snap.task_auc = {task: float(np.mean(v)) for task, v in tasks.items()}
     snap.checkpoint_age = max(ages) if ages else math.nan
     snap.staleness = sorted(hists["staleness"].items())
     snap.freshness = sorted(hists["freshness"].items())

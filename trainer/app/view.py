@@ -66,7 +66,7 @@ class LiveView:
             f"  replicas   staleness p50 {stale50:.0f}  p99 {stale99:.0f} (bound "
             f"{self.staleness})   refreshes {rate(tl, 'refreshes'):,.0f}/s   pushes "
             f"{rate(tl, 'pushes'):,.0f}/s",
-            f"  model      loss {loss:.4f}   rolling AUC {s.auc:.4f}   freshness p99 <= "
+            f"  model      loss {loss:.4f}   rolling AUC {_aucs(s)}   freshness p99 <= "
             f"{fresh99:.2g} s   checkpoint {ckpt}",
             self._serving(tl, first, s),
             f"  metrics    {'  '.join(self.urls)}",
@@ -93,3 +93,10 @@ class LiveView:
         else:
             self.out.write(" | ".join(line.strip() for line in lines[:-1]) + "\n")
         self.out.flush()
+
+
+def _aucs(s: Snapshot) -> str:
+    """The rolling AUC: each task's with several labels."""
+    if not s.task_auc:
+        return f"{s.auc:.4f}"
+    return "  ".join(f"{task} {auc:.4f}" for task, auc in s.task_auc.items())

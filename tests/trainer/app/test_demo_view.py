@@ -74,3 +74,38 @@ def test_rates_are_smooth_over_scrapes_that_saw_no_step():
     # A ratio only where its denominator grew: no 0 drawn for a window without steps.
     rt, ratio = ratios(t, 2 * counter, counter, window_s=5.0)
     assert np.allclose(ratio, 2.0) and rt.size > 30
+
+
+def test_two_labels_show_each_tasks_rolling_auc_in_the_view_and_the_report() -> None:
+    # --conversion: each rank exports hetgmp_task_auc{task}; the view and the report's AUC
+    # chart show a line a task, each the mean over ranks.
+    from hetgmp.trainer.app.demo import _auc_series, _table
+
+    def with_tasks(click: float, conversion: float) -> dict:
+        return {**scraped(1000, 600.0, 0.6), "hetgmp_heldout_auc": [({"rank": "0"}, click)],
+                "hetgmp_task_auc": [({"rank": "0", "task": "label"}, click),
+                                    ({"rank": "0", "task": "conversion"}, conversion)]}
+
+    tl = Timeline()
+    tl.snaps.append(combine(0.0, [with_tasks(0.70, 0.80), with_tasks(0.72, 0.84)]))
+    tl.snaps.append(combine(4.0, [with_tasks(0.71, 0.81), with_tasks(0.73, 0.85)]))
+    tl.produced.append((4.0, 5000))
+    assert tl.snaps[-1].task_auc == pytest.approx({"label": 0.72, "conversion": 0.83})
+    assert "rolling AUC label 0.7200  conversion 0.8300" in _view(tl, DemoConfig(conversion=True))
+    series = _auc_series(tl)
+    assert [s.name for s in series] == ["label", "conversion"]
+    assert list(series[1].y) == pytest.approx([0.82, 0.83])
+    rows = dict(_table(DemoConfig(conversion=True), {
+        "duration_s": 4, "records_produced": 5000, "records_consumed": 5000,
+        "samples_trained": 4000, "samples_per_s": 1000.0, "steps": 2,
+        "steps_during_migrations": 0, "placement_version": 1, "repartitions": 0,
+        "drift_triggers": 0, "rows_migrated": 0, "remote_rows_per_sample": 1.0,
+        "bytes_per_sample": 10.0, "max_staleness": 0, "progressive_auc_last": 0.72,
+        "task_auc_last": {"label": 0.72, "conversion": 0.83}, "freshness_p50_s": 1.0,
+        "freshness_p99_s": 2.0, "checkpoints": 0, "last_checkpoint_records": None}))
+    assert rows["Rolling AUC at the end"] == "label 0.7200, conversion 0.8300"
+    # One label: one line, the mean over ranks, as before.
+    one = Timeline()
+    one.snaps.append(combine(0.0, [{**scraped(1000, 600.0, 0.6),
+                                    "hetgmp_heldout_auc": [({"rank": "0"}, 0.7)]}]))
+    assert [s.name for s in _auc_series(one)] == ["mean over ranks"]
