@@ -516,10 +516,12 @@ def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
     # rank starts (a factory of the user's is imported here, so an import error is said too).
     # The size first (counted on the meta device): a model too large for this machine is
     # refused before check_model allocates it.
-    spec = ModelSpec.of_bags(job.model, Bags.of(schema), len(schema.sparse), len(schema.dense))
+    bags = Bags.of(schema)
+    spec = ModelSpec.of_bags(job.model, bags, len(schema.sparse), len(schema.dense))
     check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,
                     n_fields=len(schema.sparse), n_dense=len(schema.dense),
                     device=launch_config.device, spec=spec)
     check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
-    check_disk_tier(job.store, job.model, here)
+    check_disk_tier(job.store, job.model, here,
+                    bags.widths(job.model, len(schema.sparse)).row_dim)
     job.train.loss_weights(schema.tasks)  # --task-weights one a label

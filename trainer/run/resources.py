@@ -72,7 +72,10 @@ def estimate(model: ModelConfig, train: TrainConfig, world: int, n_fields: int,
                      build_model(model, n_fields, n_dense, spec).parameters())
     item = 8 if model.dtype == "float64" else 4
     local = -(-train.global_batch // world)
-    rows = local * n_fields * (model.row_dim + 1) * _PER_ROW * item
+    # A record's rows, each field at its width (and an id a row).
+    widths = [w for _, w in spec.widths] if spec is not None and spec.widths else \
+        [model.row_dim] * n_fields
+    rows = local * sum(w + 1 for w in widths) * _PER_ROW * item
     return Needs(params, _RANK_BASE + params * _PER_PARAM * item + rows)
 
 
@@ -118,10 +121,13 @@ def check_resources(launch: LaunchConfig, model: ModelConfig, train: TrainConfig
     return needs
 
 
-def check_disk_tier(store: StoreConfig, model: ModelConfig, ranks_here: int) -> None:
+def check_disk_tier(store: StoreConfig, model: ModelConfig, ranks_here: int,
+                    row_dim: int | None = None) -> None:
     """Refuse a disk tier (``--store-disk-dir``) that cannot be written, or whose disk has less
     room than this machine's ranks keep in memory (a tier holds at least that much once the
-    table is twice the memory tier; RocksDB stores a row in 1.08x its bytes)."""
+    table is twice the memory tier; RocksDB stores a row in 1.08x its bytes). ``row_dim``:
+    the stored rows' width (default ``model.row_dim``; tables of several widths store
+    blocks)."""
     if not store.disk_dir:
         return
     path = Path(store.disk_dir)
@@ -131,7 +137,7 @@ def check_disk_tier(store: StoreConfig, model: ModelConfig, ranks_here: int) -> 
         raise ValueError(f"--store-disk-dir {path}: cannot create it ({exc.strerror})") from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"--store-disk-dir {path}: not writable by this user")
-    width = model.row_dim + store.state_width
+    width = (row_dim or model.row_dim) + store.state_width
     row = width * (8 if model.dtype == "float64" else 4) + 8
     want = int(ranks_here * store.max_rows * row * 1.08)
     free = shutil.disk_usage(path).free
