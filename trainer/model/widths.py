@@ -183,7 +183,10 @@ class Widths:
                 sequences[name] = Sequence(self._join([p.rows for p in parts], f),
                                            parts[0].lengths)
                 continue
-            rows.append(self._join([pooled_rows[:, position + j] for j in range(k)], f))
+            if self.row_dim == self.unit:  # no first-order column: the blocks lie side by side
+                rows.append(pooled_rows[:, position:position + k].flatten(1))
+            else:
+                rows.append(self._join([pooled_rows[:, position + j] for j in range(k)], f))
             position += k
         widths = {r.shape[-1] for r in rows}
         pooled: torch.Tensor | tuple[torch.Tensor, ...]

@@ -4,6 +4,7 @@ pooled; the schema refuses a table of two widths; a model that needs one width s
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
@@ -52,13 +53,19 @@ def _batch(rng: np.random.Generator, n: int) -> ClickBatch:
                       weights=rng.uniform(0.5, 2.0, nnz).astype(np.float32))
 
 
-def test_blocks_pooled_and_joined_are_each_fields_rows_pooled() -> None:
+@pytest.mark.parametrize("first", [FIRST, (False,) * 4], ids=["a first-order weight", "none"])
+def test_blocks_pooled_and_joined_are_each_fields_rows_pooled(first: tuple[bool, ...]) -> None:
+    # Without a first-order column, a field's blocks are joined as a view of the pooled
+    # columns; with one, cut and concatenated.
     rng = np.random.default_rng(3)
-    widths = BAGS.widths(ModelConfig(model="user_models:build"), 4)
-    assert (widths.unit, widths.row_dim, widths.blocks) == (4, 5, (2, 4, 4, 1))
+    bags = dataclasses.replace(BAGS, first_order=first)
+    widths = bags.widths(ModelConfig(model="user_models:build"), 4)
+    assert (widths.unit, widths.blocks) == (4, (2, 4, 4, 1))
+    assert widths.row_dim == 4 + any(first)
     batch = _batch(rng, 50)
     # Each (field's table, value) has a row [w, v_1..v_D]; block j of it is stored under
-    # block_ids(value, j) as [w if j == 0 else noise, v_(4j+1)..v_(4j+4)].
+    # block_ids(value, j) as [w if j == 0 else noise, v_(4j+1)..v_(4j+4)] (without the first
+    # column when no table has a first-order weight).
     full = {(t, v): torch.randn(DIMS[f] + 1, dtype=torch.float64)
             for f, t in enumerate(TABLES) for v in range(TABLE[f] * 1000, TABLE[f] * 1000 + 40)}
     expanded = widths.expand(batch)
@@ -74,41 +81,50 @@ def test_blocks_pooled_and_joined_are_each_fields_rows_pooled() -> None:
                 assert key == (base if j == 0 else int(block_ids(np.array([base]), j)[0]))
                 row = full[(TABLES[f], base)]
                 head = row[:1] if j == 0 else torch.randn(1, dtype=torch.float64)
-                store.setdefault(key, torch.cat([head, row[1 + 4 * j:5 + 4 * j]]))
+                block = row[1 + 4 * j:5 + 4 * j]
+                store.setdefault(key, torch.cat([head, block]) if any(first) else block)
                 at += 1
     keys = np.unique(expanded.values)
     table = torch.stack([store[int(k)] for k in keys])
     index = torch.from_numpy(np.searchsorted(keys, expanded.values))
-    columns = BAGS.columns(widths, 4)
+    columns = bags.columns(widths, 4)
+    table.requires_grad_(True)
     got = widths.assemble(
         batch_features(table, torch.from_numpy(expanded.lengths), torch.zeros(50, 2),
                        columns, weights=torch.from_numpy(expanded.weights),
                        mean=torch.tensor(columns.mean), index=index),
         NAMES, BAGS.sequence)
-    assert got.names == ("user", "item", "city") and got.widths == (9, 16, 4)
+    assert got.names == ("user", "item", "city") and got.widths == (8 + first[0], 16, 4)
     with pytest.raises(ValueError, match="several widths"):
         got.stacked()
-    assert got.concat().shape == (50, 29)
+    assert got.concat().shape == (50, 28 + first[0])
     # The reference: each field's full rows, pooled as the schema says.
     starts = np.concatenate([[0], np.cumsum(batch.lengths.ravel())])
     for b in range(len(batch)):
         for f, name in enumerate(NAMES):
             k = b * 4 + f
             vals, w = batch.values[starts[k]:starts[k + 1]], batch.weights[starts[k]:starts[k + 1]]
-            rows = [full[(TABLES[f], int(v))] if FIRST[f] else full[(TABLES[f], int(v))][1:]
+            rows = [full[(TABLES[f], int(v))] if first[f] else full[(TABLES[f], int(v))][1:]
                     for v in vals]
             if BAGS.sequence[f]:
                 seq = got.sequences[name]
                 assert int(seq.lengths[b]) == len(vals)
                 for i, r in enumerate(rows):
-                    assert torch.allclose(seq.rows[b, i], r)
+                    assert torch.allclose(seq.rows[b, i].detach(), r)
                 assert not seq.rows[b, len(vals):].any()
                 continue
             want = sum((r * float(x) for r, x in zip(rows, w)),
                        torch.zeros(widths.width(f), dtype=torch.float64))
             if BAGS.mean[f]:
                 want = want / max(len(vals), 1)
-            assert torch.allclose(got.pooled(name)[b], want), (b, name)
+            assert torch.allclose(got.pooled(name)[b].detach(), want), (b, name)
+    # Each block's gradient reaches the block's row: the loss sums the item field's columns
+    # 5..8, all in the item's second block.
+    got.pooled("item")[:, 4:8].sum().backward()
+    assert table.grad is not None
+    second = np.isin(keys, block_ids(batch.values[batch.values >= 1000], 1))
+    assert table.grad[torch.from_numpy(~second)].abs().sum() == 0
+    assert table.grad[torch.from_numpy(second)].abs().sum() > 0
 
 
 def _position(batch: ClickBatch, b: int, f: int, at: int, expanded: ClickBatch, c: int) -> int:
