@@ -409,12 +409,12 @@ def run_train(args: argparse.Namespace) -> int:
         under_torchrun,
     )
     from hetgmp.trainer.online import Diverged
-    from hetgmp.trainer.run import run_rank
+    from hetgmp.trainer.run import check_job, run_rank
 
     try:
         job, launch_config = _job(args)
         launch_config = replace(launch_config, device=job_device(launch_config))
-        _check_machine(job, launch_config)
+        check_job(job, launch_config)
     except ValueError as exc:
         print(f"hetgmp train: error: {exc}", file=sys.stderr)
         return 2
@@ -497,31 +497,3 @@ def auc_phrase(summary: dict[str, Any]) -> str:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-def _check_machine(job: Any, launch_config: LaunchConfig) -> None:
-    """Refuse ranks, threads or a model this machine cannot hold (before any rank starts)."""
-    from hetgmp.streaming import parse_schema
-    from hetgmp.trainer.dist import job_ranks, under_torchrun
-    from hetgmp.trainer.model import Bags, ModelSpec, build_model, check_model
-    from hetgmp.trainer.run import check_disk_tier, check_resources
-    from hetgmp.trainer.sources import SyntheticSpec
-
-    schema = (job.source.config.schema if isinstance(job.source, SyntheticSpec)
-              else parse_schema(job.source.consumer.schema))
-    world = job_ranks(launch_config)
-    here = 1 if under_torchrun() else launch_config.workers
-    # The model on this schema, run once on a small batch: a model that reads a field the
-    # schema lacks, or returns the wrong shape, is refused in one line naming it before any
-    # rank starts (a factory of the user's is imported here, so an import error is said too).
-    # The size first (counted on the meta device): a model too large for this machine is
-    # refused before check_model allocates it.
-    bags = Bags.of(schema)
-    spec = ModelSpec.of_bags(job.model, bags, len(schema.sparse), len(schema.dense))
-    check_resources(launch_config, job.model, job.train, ranks_here=here, world=world,
-                    n_fields=len(schema.sparse), n_dense=len(schema.dense),
-                    device=launch_config.device, spec=spec)
-    check_model(build_model(job.model, len(schema.sparse), len(schema.dense), spec), spec)
-    check_disk_tier(job.store, job.model, here,
-                    bags.widths(job.model, len(schema.sparse)).row_dim)
-    job.train.loss_weights(schema.tasks)  # --task-weights one a label

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from hetgmp.runtime import lazy_exports
 
 if TYPE_CHECKING:
+    from hetgmp.trainer.run.api import check_job, factory_path, train
     from hetgmp.trainer.run.job import Job, RankResult
     from hetgmp.trainer.run.metrics import check_metrics_port
     from hetgmp.trainer.run.placement import graph_placement
@@ -20,12 +21,15 @@ __all__ = [
     "Job",
     "RankResult",
     "check_disk_tier",
+    "check_job",
     "check_metrics_port",
     "check_resources",
+    "factory_path",
     "gather_totals",
     "graph_placement",
     "run_jobs",
     "run_rank",
+    "train",
 ]
 
 __getattr__ = lazy_exports(__name__, {
@@ -38,4 +42,7 @@ __getattr__ = lazy_exports(__name__, {
     "graph_placement": "hetgmp.trainer.run.placement",
     "run_jobs": "hetgmp.trainer.run.rank",
     "run_rank": "hetgmp.trainer.run.rank",
+    "check_job": "hetgmp.trainer.run.api",
+    "factory_path": "hetgmp.trainer.run.api",
+    "train": "hetgmp.trainer.run.api",
 })
