@@ -77,9 +77,18 @@ class Bags:
     def widths(self, config: ModelConfig, n_fields: int) -> Widths:
         """Each field's row width and first-order weight: ``--table-dims``'s width for its
         table, else the schema's, else ``--embed-dim``; the schema's first-order setting,
-        else what the model wants."""
+        else what the model wants.
+
+        Raises:
+            ValueError: ``--table-dims`` names a table no field looks up.
+        """
         tables = self.tables or self.field_names(n_fields)
         given = config.dims_of_tables()
+        unknown = sorted(set(given) - set(tables))
+        if unknown:
+            shown = ", ".join(list(dict.fromkeys(tables))[:8])
+            raise ValueError(f"--table-dims names {unknown[0]!r}, not a table of the schema "
+                             f"(its tables: {shown}{', ...' if len(set(tables)) > 8 else ''})")
         dims = tuple(given.get(t) or (self.dims[i] if self.dims else 0) or config.embed_dim
                      for i, t in enumerate(tables))
         first = tuple(config.first_order if not self.first_order or self.first_order[i] is None

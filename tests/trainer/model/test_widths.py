@@ -158,6 +158,9 @@ def test_a_table_given_two_widths_or_an_impossible_one_is_refused() -> None:
     assert bags.widths(ModelConfig(embed_dim=8), 3).dims == (32, 32, 8)
     assert bags.widths(ModelConfig(embed_dim=8, table_dims="user=16"), 3).dims == (32, 32, 16)
     assert bags.widths(ModelConfig(embed_dim=8, table_dims="items=4"), 3).dims == (4, 4, 8)
+    with pytest.raises(ValueError, match="--table-dims names 'itemz', not a table of the "
+                                         "schema \\(its tables: items, user\\)"):
+        bags.widths(ModelConfig(table_dims="itemz=32"), 3)
 
 
 def test_a_model_that_needs_one_width_or_first_order_weights_says_so_in_one_line() -> None:
