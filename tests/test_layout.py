@@ -5,6 +5,7 @@ and one package uses another only through what that package's ``__init__`` expor
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,17 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every test here (read, never changed)."""
+    return ast.parse(path.read_text())
+
+
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(module, names imported from it, line) of every import of the project's packages,
     at module level and inside functions alike."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.module, [a.name for a in node.names], node.lineno))
         elif isinstance(node, ast.Import):
@@ -164,7 +171,7 @@ def test_packages_use_each_other_through_their_exports_only() -> None:
 def _module_level_imports(path: Path) -> list[tuple[str, list[str]]]:
     """Imports a module makes when it is loaded (not those inside its functions)."""
     found: list[tuple[str, list[str]]] = []
-    body = list(ast.parse(path.read_text()).body)
+    body = list(_tree(path).body)
     while body:
         node = body.pop()
         if isinstance(node, (ast.If, ast.Try)):
@@ -250,7 +257,7 @@ def test_no_import_cycle_between_the_modules_of_one_room() -> None:
 def test_every_package_says_what_it_offers(package: str) -> None:
     for name, path in MODULES.items():
         if path.name == "__init__.py" and _package(name) == package:
-            tree = ast.parse(path.read_text())
+            tree = _tree(path)
             assert ast.get_docstring(tree), f"{name} has no docstring"
 
 
