@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,14 @@ class PeerLost(RuntimeError):
 _PEER_WORDS = ("connection", "closed by peer", "reset by peer", "timed out", "timeout",
                "broken pipe", "socket", "unreachable", "remote process exited",
                "nccl communicator was aborted")
+
+
+# A peer's sockets close while its process exits, before the kernel marks it a zombie: the
+# survivor reads "connection reset" while /proc still shows the peer running. How long a
+# survivor that heard a peer's words watches for a process of this host to be gone before
+# saying that none is (a killed torchrun agent's rank was named on a quiet machine, and
+# not once beside a busy test suite).
+_SETTLE_S = 3.0
 
 
 def _looks_like_a_peer(exc: BaseException) -> bool:
@@ -78,11 +87,17 @@ class Peers:
         """This process's (host, pid), what each rank contributes."""
         return socket.gethostname(), os.getpid()
 
-    def lost(self) -> tuple[list[int], list[int]]:
-        """(ranks of this host whose process is gone, ranks on other hosts)."""
+    def lost(self, settle_s: float = 0.0) -> tuple[list[int], list[int]]:
+        """(ranks of this host whose process is gone, ranks on other hosts); ``settle_s``:
+        how long to watch for one to go when none is gone yet."""
         me = self.hosts[self.rank]
-        gone = [r for r, (h, p) in enumerate(zip(self.hosts, self.pids))
-                if h == me and r != self.rank and not process_alive(p)]
+        local = [r for r, h in enumerate(self.hosts) if h == me and r != self.rank]
+        deadline = time.monotonic() + settle_s
+        while True:
+            gone = [r for r in local if not process_alive(self.pids[r])]
+            if gone or not local or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         elsewhere = [r for r, h in enumerate(self.hosts) if h != me]
         return gone, elsewhere
 
@@ -94,10 +109,11 @@ class Peers:
         except RuntimeError as exc:  # gloo's, NCCL's and the store's errors are RuntimeErrors
             if isinstance(exc, PeerLost):
                 raise
-            gone, elsewhere = self.lost()
+            peer = _looks_like_a_peer(exc)
+            gone, elsewhere = self.lost(_SETTLE_S if peer else 0.0)
             # Out of memory, a wrong split size, a local bug: not a peer's doing, unless one
             # is known to be gone.
-            if not gone and not _looks_like_a_peer(exc):
+            if not gone and not peer:
                 raise
             if gone:
                 who = ", ".join(f"rank {r} (pid {self.pids[r]})" for r in gone)

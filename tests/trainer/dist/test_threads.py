@@ -173,12 +173,14 @@ def test_copies_on_threads_never_lag_more_than_s(recount_lags) -> None:
     assert np.array_equal(np.bincount(lags, minlength=hist.size), hist)
 
 
-def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
+def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from hetgmp.trainer.dist import PeerLost
+    from hetgmp.trainer.dist import PeerLost, peers
     from hetgmp.trainer.dist.peers import Peers
 
+    monkeypatch.setattr(peers, "_SETTLE_S", 0.2)  # both "peers" here live on: no wait for them
     alone = Peers(0, ("here", "here"), (os.getpid(), os.getpid()))  # both ranks alive
     with pytest.raises(RuntimeError, match="split sizes") as info:
         with alone.watch("route"):
@@ -191,3 +193,29 @@ def test_a_local_error_in_a_collective_is_not_blamed_on_a_peer() -> None:
     with pytest.raises(PeerLost, match=r"rank 1 \(pid \d+\) of this machine is gone"):
         with gone.watch("dense"):
             raise RuntimeError("CUDA out of memory")
+
+
+def test_a_peer_still_exiting_when_its_connection_breaks_is_named() -> None:
+    # A peer's sockets close while its process exits, before /proc stops showing it: the
+    # survivor hears "reset by peer" from a process still there for a moment. Here the peer
+    # is killed half a second after the error.
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from hetgmp.trainer.dist import PeerLost
+    from hetgmp.trainer.dist.peers import Peers
+
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    reaper = threading.Timer(0.5, lambda: (peer.kill(), peer.wait()))
+    try:
+        peers = Peers(0, ("here", "here"), (os.getpid(), peer.pid))
+        reaper.start()
+        with pytest.raises(PeerLost, match=rf"rank 1 \(pid {peer.pid}\) of this machine is gone"):
+            with peers.watch("window"):
+                raise RuntimeError("Read error [127.0.0.1]:8386: Connection reset by peer")
+    finally:
+        reaper.cancel()
+        peer.kill()
+        peer.wait()
