@@ -37,13 +37,12 @@ from typing import Any
 
 from bench.train import _print, _row
 from hetgmp.partitioner import Placement
-from hetgmp.streaming import ClickBatch
-from hetgmp.streaming.synthetic import SyntheticConfig, SyntheticStream
+from hetgmp.streaming.synthetic import SyntheticConfig
 from hetgmp.trainer.dist import LaunchConfig
 from hetgmp.trainer.dist.launcher import launch
 from hetgmp.trainer.embedding import StoreConfig
 from hetgmp.trainer.model import Bags, ModelConfig
-from hetgmp.trainer.run import Job, graph_placement, run_jobs
+from hetgmp.trainer.run import Job, graph_placement, run_jobs, synthetic_samples
 from hetgmp.trainer.sources import SyntheticSpec
 from hetgmp.trainer.step import TrainConfig
 
@@ -119,11 +118,9 @@ def _runs(args: argparse.Namespace, model: str, syn: SyntheticConfig, train: Tra
                          table_dims=table_dims)
     base = dict(source=SyntheticSpec(syn, w, t), model=config, store=StoreConfig(seed=args.seed),
                 heldout=SyntheticSpec(syn, w + t, h), seed=args.seed)
-    stream = SyntheticStream(syn)
     # The graph of what the ranks read: a column of ids a block of each row.
-    widths = Bags.of(syn.schema).widths(config, syn.n_sparse)
-    read = widths.expand(ClickBatch.of_lists(*stream.sparse(stream.take(w, t))))
-    graph = graph_placement((read.indptr, read.values), args.workers, train, args.seed)
+    read = synthetic_samples(syn, w, t, Bags.of(syn.schema).widths(config, syn.n_sparse))
+    graph = graph_placement(read, args.workers, train, args.seed)
     name = name or model
     return [(f"{name}_hash_s0", Job(**base, placement=Placement.hash(args.workers),
                                     train=replace(train, staleness=0, placement="hash",

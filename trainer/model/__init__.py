@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         param_names,
     )
     from hetgmp.trainer.model.features import Features, Sequence
-    from hetgmp.trainer.model.pooling import Bags, batch_features, pool_bags
+    from hetgmp.trainer.model.pooling import Bags, FieldReader, batch_features, pool_bags
     from hetgmp.trainer.model.spec import (
         ModelError,
         ModelSpec,
@@ -37,6 +37,7 @@ __all__ = [
     "DenseOptimizer",
     "ExportError",
     "Features",
+    "FieldReader",
     "FlatParameters",
     "ModelConfig",
     "ModelError",
@@ -63,6 +64,7 @@ __getattr__ = lazy_exports(__name__, {
     "load_exported": "hetgmp.trainer.model.export",
     "param_names": "hetgmp.trainer.model.export",
     "Bags": "hetgmp.trainer.model.pooling",
+    "FieldReader": "hetgmp.trainer.model.pooling",
     "DenseOptimizer": "hetgmp.trainer.model.dense",
     "FlatParameters": "hetgmp.trainer.model.dense",
     "ModelConfig": "hetgmp.trainer.model.config",

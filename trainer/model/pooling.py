@@ -24,7 +24,7 @@ from hetgmp.trainer.model.config import ModelConfig
 from hetgmp.trainer.model.features import Features, Sequence
 from hetgmp.trainer.model.widths import Widths
 
-__all__ = ["Bags", "batch_features", "pool_bags"]
+__all__ = ["Bags", "FieldReader", "batch_features", "pool_bags"]
 
 
 @dataclass(frozen=True)
@@ -256,3 +256,46 @@ def batch_features(rows: torch.Tensor, lengths: torch.Tensor, dense: torch.Tenso
         out[names[f]] = Sequence(seq, lens)
     stacked = pooled.index_select(1, torch.tensor(keep, device=device))
     return Features(tuple(names[f] for f in keep), stacked, dense, out)
+
+
+@dataclass(frozen=True, eq=False)
+class FieldReader:
+    """What the model reads from a batch's looked-up rows, for the trainer and serve alike:
+    the rows' widths, and the bags of the expanded batch's columns (a column of ids a block of
+    each field's rows), pooled column by column and joined per field.
+
+    Attributes:
+        widths: Each field's row width and the blocks it makes.
+        columns: The bags of the columns (the fields' bags when every row is one block).
+        names: The fields' names.
+        sequence: Per field, whether it stays a sequence.
+        mean: bool ``[C]``: the columns pooled by mean, on the rows' device (None: all sum).
+    """
+
+    widths: Widths
+    columns: Bags
+    names: tuple[str, ...]
+    sequence: tuple[bool, ...]
+    mean: torch.Tensor | None
+
+    @classmethod
+    def of(cls, bags: Bags, config: ModelConfig, n_fields: int,
+           device: torch.device | None = None) -> FieldReader:
+        """The reader of ``n_fields`` fields set up as ``bags`` say, rows as ``config`` sizes
+        them (:meth:`Bags.widths`)."""
+        widths = bags.widths(config, n_fields)
+        columns = bags.columns(widths, n_fields)
+        mean = torch.tensor(columns.mean, device=device) if any(columns.mean) else None
+        return cls(widths, columns, bags.field_names(n_fields),
+                   bags.sequence or (False,) * n_fields, mean)
+
+    def features(self, rows: torch.Tensor, lengths: torch.Tensor, dense: torch.Tensor, *,
+                 weights: torch.Tensor | None = None, index: torch.Tensor | None = None,
+                 by_row: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 one_value: bool = False) -> Features:
+        """The fields' features of an expanded batch (``lengths`` ``[B, C]``; the other
+        arguments as :func:`batch_features` takes them)."""
+        columns = batch_features(rows, lengths, dense, self.columns, weights=weights,
+                                 mean=self.mean, index=index, by_row=by_row,
+                                 one_value=one_value)
+        return self.widths.assemble(columns, self.names, self.sequence)

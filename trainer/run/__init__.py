@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from hetgmp.trainer.run.api import check_job, factory_path, train
     from hetgmp.trainer.run.job import Job, RankResult
     from hetgmp.trainer.run.metrics import check_metrics_port
-    from hetgmp.trainer.run.placement import graph_placement
+    from hetgmp.trainer.run.placement import graph_placement, synthetic_samples
     from hetgmp.trainer.run.rank import gather_totals, run_jobs, run_rank
     from hetgmp.trainer.run.resources import check_disk_tier, check_resources
 
@@ -29,6 +29,7 @@ __all__ = [
     "graph_placement",
     "run_jobs",
     "run_rank",
+    "synthetic_samples",
     "train",
 ]
 
@@ -45,4 +46,5 @@ __getattr__ = lazy_exports(__name__, {
     "check_job": "hetgmp.trainer.run.api",
     "factory_path": "hetgmp.trainer.run.api",
     "train": "hetgmp.trainer.run.api",
+    "synthetic_samples": "hetgmp.trainer.run.placement",
 })

@@ -15,7 +15,7 @@ import numpy as np
 
 from hetgmp.partitioner import FullPartitioner, PartitionConfig, Placement, Samples, WindowGraph, as_csr
 from hetgmp.runtime import Clock
-from hetgmp.streaming import ClickBatch, SyntheticStream
+from hetgmp.streaming import ClickBatch, SyntheticConfig, SyntheticStream
 from hetgmp.trainer import checkpoint as ckpt
 from hetgmp.trainer.dist import Comm
 from hetgmp.trainer.model import Widths
@@ -82,6 +82,17 @@ def initial_placement(job: Job, comm: Comm, source: Source, clock: Clock,
     return start
 
 
+def synthetic_samples(config: SyntheticConfig, start: int, records: int,
+                      widths: Widths | None = None) -> Samples:
+    """Records ``start ..`` of a synthetic stream as the access graph reads them: each
+    record's ids, a column of ids a block of each row with ``widths``."""
+    stream = SyntheticStream(config)
+    read = ClickBatch.of_lists(*stream.sparse(stream.take(start, records)))
+    if widths is not None:
+        read = widths.expand(read)
+    return read.indptr, read.values
+
+
 def _window_ids(job: Job, comm: Comm, source: Source, buffered: list[ClickBatch],
                 widths: Widths | None = None) -> Samples | None:
     """Rank 0: the access window's ids; the first ``warmup`` records read go to ``buffered``."""
@@ -89,12 +100,7 @@ def _window_ids(job: Job, comm: Comm, source: Source, buffered: list[ClickBatch]
         w = job.window
         if comm.rank != 0:
             return None
-        stream = SyntheticStream(w.config)
-        block = stream.take(w.start, w.records)
-        if widths is None or widths.one_block:
-            return stream.sample_csr(block)
-        expanded = widths.expand(ClickBatch.of_lists(*stream.sparse(block)))
-        return expanded.indptr, expanded.values
+        return synthetic_samples(w.config, w.start, w.records, widths)
     share = math.ceil(job.train.warmup / comm.world)
     got = 0
     while got < share and not source.exhausted and not comm.stop_requested():

@@ -30,10 +30,10 @@ from hetgmp.trainer.model import (
     EXPORTED,
     Bags,
     ExportError,
+    FieldReader,
     FlatParameters,
     ModelConfig,
     ModelSpec,
-    batch_features,
     build_model,
     call_exported,
     load_exported,
@@ -151,16 +151,13 @@ class ServingModel:
         self.config = model_config(shape)
         self.fields, self.n_dense = int(shape["fields"]), int(shape["dense"])
         self.bags = _bags_of(shape, self.fields)
-        self.spec = ModelSpec.of_bags(self.config, self.bags, self.fields, self.n_dense)
-        # Rows in blocks of one width, as the trainer stored them (trainer.model.widths).
+        # Rows in blocks of one width, read as the trainer reads them (trainer.model.widths).
         try:
-            self.widths = self.bags.widths(self.config, self.fields)
+            self.reader = FieldReader.of(self.bags, self.config, self.fields)
         except ValueError as exc:
             raise ckpt.CheckpointError(f"the checkpoint's row widths: {exc}") from None
-        self.row_dim = self.widths.row_dim
-        self._columns = self.bags.columns(self.widths, self.fields)
-        mean = self._columns.mean
-        self._mean = torch.tensor(mean) if any(mean) else None
+        self.widths, self.row_dim = self.reader.widths, self.reader.widths.row_dim
+        self.spec = ModelSpec.of_bags(self.config, self.bags, self.fields, self.n_dense)
         # A user's model exported with torch.export (trainer.model.export): scored without
         # its code; the dense parameters go into the program by name.
         self._program = program if program and shape.get("dense_names") else None
@@ -438,12 +435,10 @@ class ServingModel:
         table, index = torch.from_numpy(rows), torch.from_numpy(inverse.reshape(-1))
         # As the trainer builds them (Trainer.features): each value's row read where it lies.
         weights = None if batch.weights is None else torch.from_numpy(batch.weights)
-        columns = batch_features(table, torch.from_numpy(batch.lengths),
-                                 torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)),
-                                 self._columns, weights=weights, mean=self._mean, index=index,
-                                 one_value=batch.one_value)
-        features = self.widths.assemble(columns, self.bags.field_names(self.fields),
-                                        self.bags.sequence or (False,) * self.fields)
+        features = self.reader.features(
+            table, torch.from_numpy(batch.lengths),
+            torch.from_numpy(np.ascontiguousarray(batch.dense, np.float32)), weights=weights,
+            index=index, one_value=batch.one_value)
         logits = model(features) if self._program is None else \
             call_exported(model, features, self.spec)
         if logits.dim() == 2 and logits.shape[1] == 1:

@@ -40,10 +40,11 @@ from hetgmp.trainer.model import (
     Bags,
     DenseOptimizer,
     Features,
+    FieldReader,
     FlatParameters,
     ModelConfig,
     ModelSpec,
-    batch_features,
+    Widths,
     build_model,
 )
 from hetgmp.trainer.step.config import TrainConfig, scaled
@@ -125,13 +126,8 @@ class Trainer:
             raise ValueError(f"pooling given for {len(bags.mean)} fields, the model has {n_fields}")
         # Tables of several widths: rows stored in blocks of one width (trainer.model.widths);
         # a batch is routed as read and expanded after, to a column of ids a block.
-        self.widths = bags.widths(mc, n_fields)
-        self._columns = bags.columns(self.widths, n_fields)
+        self.reader = FieldReader.of(bags, mc, n_fields, comm.device)
         self.n_fields, self.n_dense = n_fields, n_dense
-        self._names = bags.field_names(n_fields)
-        self._sequence = bags.sequence or (False,) * n_fields
-        mean = self._columns.mean
-        self._mean = torch.tensor(mean, device=comm.device) if any(mean) else None
         self.dtype = torch.float64 if mc.dtype == "float64" else torch.float32
         device = comm.device
         self.spec = ModelSpec.of_bags(mc, bags, n_fields, n_dense)
@@ -242,6 +238,11 @@ class Trainer:
         return self._end_step(c, before, local, loss_sum, dense_grads,
                               (t0, t1, t2, t3, t4, waited))
 
+    @property
+    def widths(self) -> Widths:
+        """Each field's row width, and the blocks the rows are stored in."""
+        return self.reader.widths
+
     def blocks(self, batch: ClickBatch) -> ClickBatch:
         """``batch`` with a column of ids a block of each field's rows, as the trainer reads
         it (``widths.expand``; a batch expanded already is returned as it is).
@@ -343,11 +344,9 @@ class Trainer:
         :func:`~hetgmp.trainer.model.pool_bags`) its distinct rows; pooled fields, sequence
         fields, dense features, each field's row joined from its blocks."""
         weights = None if batch.weights is None else to_device(batch.weights, rows.device)
-        columns = batch_features(rows, to_device(batch.lengths, rows.device),
-                                 self._dense_tensor(batch.dense), self._columns,
-                                 weights=weights, mean=self._mean, index=index, by_row=by_row,
-                                 one_value=batch.one_value)
-        return self.widths.assemble(columns, self._names, self._sequence)
+        return self.reader.features(rows, to_device(batch.lengths, rows.device),
+                                    self._dense_tensor(batch.dense), weights=weights,
+                                    index=index, by_row=by_row, one_value=batch.one_value)
 
     def model_autocast(self) -> torch.autocast:
         """The model's forward under bf16 autocast with ``--autocast bf16`` (else disabled)."""
